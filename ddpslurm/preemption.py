@@ -1,0 +1,38 @@
+"""The preemption flag a training script reads at step boundaries.
+
+The worker installs `install_handler()` before running the user's script. The handler only sets a
+flag (checkpointing inside a signal handler hangs: Lightning#21406); the script checks
+`preemption_requested()` at a step boundary, saves its checkpoint and exits; the worker then requeues.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import FrameType
+
+_requested = False
+
+#: Signal ddpslurm asks Slurm to send before the time limit or on preemption (NCCL may catch USR1).
+PREEMPTION_SIGNAL = signal.SIGUSR2
+
+
+def preemption_requested() -> bool:
+    """True once the preemption / time-limit signal arrived in this process (or its launcher)."""
+    return _requested or os.environ.get("DDPSLURM_PREEMPTED") == "1"
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    global _requested
+    _requested = True
+
+
+def install_handler(signum: int = PREEMPTION_SIGNAL) -> None:
+    """Make `signum` set the flag instead of killing the process."""
+    signal.signal(signum, _on_signal)
+
+
+def reset() -> None:
+    """Clear the flag (tests, and a worker that starts a new attempt in the same process)."""
+    global _requested
+    _requested = False
