@@ -33,6 +33,162 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
+@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--nodes", type=int, default=1, show_default=True, help="Number of nodes.")
+@click.option("--tasks-per-node", type=int, default=None, help="Ranks per node [default: --gpus-per-node or 1].")
+@click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (sbatch --gpus-per-node).")
+@click.option("--cpus-per-task", type=int, default=None, help="CPUs per rank.")
+@click.option("--mem", default=None, help="Memory per node, e.g. 64G.")
+@click.option("--partition", default=None, help="Slurm partition (`sinfo -s` lists them).")
+@click.option("--account", default=None, help="Slurm account.")
+@click.option("--qos", default=None, help="Slurm QOS.")
+@click.option("--time", "time_limit", default="60", show_default=True, help="Time limit: minutes, H:MM:SS or D-HH:MM.")
+@click.option("--constraint", default=None, help="Node features (sbatch --constraint).")
+@click.option("--exclude", default=None, help="Nodes to avoid, e.g. node[03-04].")
+@click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="KEY=VALUE",
+              help="Any other sbatch option (repeatable), e.g. --sbatch-arg reservation=r1.")
+@click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun", show_default=True,
+              help="srun: one task per rank; torchrun: one task per node running torchrun.")
+@click.option("--folder", default="ddpslurm_jobs", show_default=True, help="Jobs folder; the job gets job_<id>/.")
+@click.option("--max-requeues", type=int, default=3, show_default=True,
+              help="Requeue after preemption / time limit at most this many times.")
+@click.option("--signal-delay", type=int, default=90, show_default=True,
+              help="Send USR2 this many seconds before the time limit.")
+@click.option("--interface", default=None, help="Network interface for NCCL/gloo [default: the one routing to peers].")
+@click.option("--job-name", default="ddpslurm", show_default=True, help="Slurm job name.")
+@click.option("--dry-run", is_flag=True, help="Print the sbatch script and the rank environment; submit nothing.")
+@click.option("--wait", is_flag=True, help="Wait for the end; exit non-zero if the job failed.")
+@click.option("--local", is_flag=True, help="No Slurm: run nodes x tasks-per-node ranks on this machine.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node: int | None,
+           gpus_per_node: int | None, cpus_per_task: int | None, mem: str | None, partition: str | None,
+           account: str | None, qos: str | None, time_limit: str, constraint: str | None, exclude: str | None,
+           sbatch_args: tuple[str, ...], launcher: str, folder: str, max_requeues: int, signal_delay: int,
+           interface: str | None, job_name: str, dry_run: bool, wait: bool, local: bool, as_json: bool) -> None:
+    """Submit a plain PyTorch DDP SCRIPT as a multi-node Slurm job (script arguments after `--`).
+
+    \b
+      ddpslurm submit train.py --nodes 2 --gpus-per-node 8 --time 4:00:00 -- --lr 0.1
+      ddpslurm submit train.py --nodes 2 --dry-run
+      ddpslurm submit train.py --nodes 1 --tasks-per-node 2 --local
+    """
+    from ddpslurm.launch.cli_glue import run_submit
+
+    code = run_submit(
+        dict(script=script, script_args=script_args, nodes=nodes, tasks_per_node=tasks_per_node,
+             gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mem=mem, partition=partition,
+             account=account, qos=qos, time=time_limit, constraint=constraint, exclude=exclude,
+             sbatch_args=sbatch_args, launcher=launcher, folder=folder, max_requeues=max_requeues,
+             signal_delay_s=signal_delay, interface=interface, local=local, job_name=job_name),
+        dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo)
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("job")
+@click.option("--wait", is_flag=True, help="Poll (1 s growing to 30 s) until the job ends; exit 3 if it failed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as one JSON object.")
+def status(job: str, wait: bool, as_json: bool) -> None:
+    """Show a job's state, its steps, exit codes, nodes and requeue count.
+
+    JOB is a job id or a ddpslurm job folder (`.../job_<jobid>/`). Exit status: 0 shown (with --wait:
+    the job completed), 1 unknown job or no Slurm, 3 with --wait: the job ended in failure.
+    """
+    import json
+
+    from ddpslurm.scheduler.status import exit_code_for, job_status, render_text, wait_for_job
+
+    if not wait:
+        result = job_status(job)
+    elif as_json or not sys.stdout.isatty():
+        last: list[str] = []
+
+        def show_line(update: object) -> None:
+            line = render_text(update).splitlines()[0]  # type: ignore[arg-type]
+            if not as_json and line != (last[-1] if last else None):
+                click.echo(line)
+            last.append(line)
+
+        result = wait_for_job(job, on_update=show_line)
+    else:
+        from rich.live import Live
+        from rich.text import Text
+
+        with Live(Text("querying Slurm..."), refresh_per_second=4, transient=True) as live:
+            result = wait_for_job(job, on_update=lambda s: live.update(Text(render_text(s))))
+    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else render_text(result))
+    code = exit_code_for(result, waited=wait)
+    if code:
+        sys.exit(code)
+
+
+
+@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("name", required=False)
+@click.argument("train_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--list", "list_only", is_flag=True, help="List the templates with a one-line description.")
+@click.option("--nodes", type=int, default=None, help="Number of nodes.")
+@click.option("--gpus-per-node", type=int, default=None, help="GPUs per node, one rank each (0: no GPU request).")
+@click.option("--tasks-per-node", type=int, default=None, help="Processes per node when no GPUs are used.")
+@click.option("--cpus-per-task", type=int, default=None, help="CPU cores per task.")
+@click.option("--partition", default=None, help="Partition(s), comma separated.")
+@click.option("--account", default=None, help="Account to charge.")
+@click.option("--qos", default=None, help="Quality of service.")
+@click.option("--mem", default=None, help="Memory per node, e.g. 64G (0: all).")
+@click.option("--time", "time_limit", default=None, help="Time limit: minutes, H:MM:SS or D-HH:MM:SS.")
+@click.option("--job-name", default=None, help="Slurm job name.")
+@click.option("--max-requeues", type=int, default=None, help="requeue: how often the job may requeue itself.")
+@click.option("--signal-delay", type=int, default=None, help="requeue: seconds before the time limit for USR2.")
+@click.option("--checkpoint-dir", default=None, help="requeue: folder for the per-job checkpoint folders.")
+@click.option("--array", default=None, help="sweep: job-array indices, e.g. 0-7%2.")
+@click.option("--script", default=None, help="Your training script (TRAIN_SCRIPT).")
+@click.option("--python", default=None, help="Python interpreter with torch.")
+@click.option("--log-dir", default=None, help="Folder for the per-job log folders.")
+@click.option("--nccl-socket-ifname", default=None, help="GPU templates: NCCL_SOCKET_IFNAME, e.g. ib0.")
+@click.option("--nccl-ib-hca", default=None, help="GPU templates: NCCL_IB_HCA, e.g. mlx5.")
+@click.option("--gloo-socket-ifname", default=None, help="CPU templates: GLOO_SOCKET_IFNAME.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write to FILE, not stdout.")
+@click.option("--regenerate", is_flag=True, help="Rewrite sbatch_templates/ (the golden files) in a source checkout.")
+def template(name: str | None, train_args: tuple[str, ...], list_only: bool, output: str | None, regenerate: bool,
+             time_limit: str | None, **values: object) -> None:
+    """Print a standalone sbatch template filled with your site's values.
+
+    \b
+      ddpslurm template --list
+      ddpslurm template srun-gpu --nodes 4 --gpus-per-node 8 --partition gpu --account p123 -o job.sbatch
+      ddpslurm template requeue --time 1-00:00:00 --script train.py -- --lr 0.1 --data /scratch/set
+
+    Arguments after `--` become TRAIN_ARGS. Options a template does not use are refused.
+    """
+    from pathlib import Path
+
+    from ddpslurm import templates
+    from ddpslurm.errors import UsageError
+
+    if list_only or regenerate:
+        if name:
+            raise UsageError(f"--list and --regenerate take no template name (got {name!r})",
+                             "drop the name, or drop --list/--regenerate")
+        if regenerate:
+            for path in templates.write_golden(templates.golden_folder()):
+                click.echo(f"wrote {path}")
+        else:
+            for tname, description in templates.list_templates():
+                click.echo(f"{tname:<14} {description}")
+        return
+    if not name:
+        raise UsageError("no template name given", "run `ddpslurm template --list` and pick one")
+    values["time"] = time_limit
+    text = templates.render(name, {k: v for k, v in values.items() if v is not None}, train_args)
+    if output:
+        Path(output).write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}: check it with `sbatch --test-only {output}`", err=True)
+    else:
+        click.echo(text, nl=False)
+
 def _debug_requested(argv: list[str]) -> bool:
     """`--debug` may come before the subcommand only; look for it without parsing everything."""
     for arg in argv:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from types import FrameType
 
 _requested = False
+_listeners: list[Callable[[int], None]] = []
 
 #: Signal ddpslurm asks Slurm to send before the time limit or on preemption (NCCL may catch USR1).
 PREEMPTION_SIGNAL = signal.SIGUSR2
@@ -25,14 +27,20 @@ def preemption_requested() -> bool:
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     global _requested
     _requested = True
+    for listener in list(_listeners):
+        listener(signum)
 
 
-def install_handler(signum: int = PREEMPTION_SIGNAL) -> None:
-    """Make `signum` set the flag instead of killing the process."""
+def install_handler(signum: int = PREEMPTION_SIGNAL, on_signal: Callable[[int], None] | None = None) -> None:
+    """Make `signum` set the flag instead of killing the process; `on_signal(signum)` is then called too
+    (the worker uses it to arm its grace timer and to forward the signal to torchrun's children)."""
+    if on_signal is not None:
+        _listeners.append(on_signal)
     signal.signal(signum, _on_signal)
 
 
 def reset() -> None:
-    """Clear the flag (tests, and a worker that starts a new attempt in the same process)."""
+    """Clear the flag and the listeners (tests, and a worker that starts a new attempt in the same process)."""
     global _requested
     _requested = False
+    _listeners.clear()

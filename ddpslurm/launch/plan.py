@@ -1,0 +1,156 @@
+"""`plan(spec) -> LaunchPlan`: everything a submission will do, decided before anything runs. Pure.
+
+The plan holds the submitit executor parameters (which become the sbatch options), the srun
+arguments, the environment every rank gets, and the `WorkerConfig` that the worker receives on every
+task. `--dry-run` prints it; `submit.py` executes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ddpslurm.launch.spec import JobSpec
+
+PREEMPT_SIGNAL_NAME = "USR2"
+#: srun waits this long for the other tasks once one task has exited with status 0 (a failing task
+#: ends the step at once through --kill-on-bad-exit).
+SRUN_WAIT_S = 60
+#: Default process-group timeout (seconds) the worker applies when the script gives none.
+DEFAULT_PG_TIMEOUT_S = 600
+
+#: Variables every rank gets unless the person's environment already sets them (name, value, why).
+ENV_DEFAULTS: tuple[tuple[str, str, str], ...] = (
+    ("NCCL_DEBUG", "INFO", "NCCL init/transport lines in every rank log, for post-mortems"),
+    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", "a failed or timed-out NCCL collective aborts the process"),
+    ("NCCL_ASYNC_ERROR_HANDLING", "1", "the same for torch < 2.2"),
+    ("DDPSLURM_PG_TIMEOUT", str(DEFAULT_PG_TIMEOUT_S),
+     "init_process_group(timeout=None) gets this many seconds instead of torch's 10-30 min"),
+    ("PYTHONUNBUFFERED", "1", "prints reach the logs at once"),
+    ("PYTHONFAULTHANDLER", "1", "a segfault prints the Python stack of every thread"),
+)
+#: Set only where the NCCL in use supports it (NCCL >= 2.23, CUDA available).
+NCCL_TIMESTAMP_ENV = ("NCCL_DEBUG_TIMESTAMP_FORMAT", "[%F %T.%6f] ")
+NCCL_TIMESTAMP_MIN_VERSION = (2, 23, 0)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What the worker needs on every task. Plain values only: it is pickled by submitit."""
+
+    script: str
+    script_args: tuple[str, ...]
+    launcher: str  # "srun" | "torchrun" | "local"
+    folder: str  # the root; the job folder is <folder>/job_<jobid>
+    nodes: int
+    tasks_per_node: int
+    max_requeues: int
+    time_limit_s: int
+    signal_delay_s: int
+    grace_s: int
+    interface: str | None
+    env_defaults: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A complete, inert description of one submission."""
+
+    executor: str  # "slurm" | "local"
+    folder: str  # submitit folder, with %j
+    executor_params: dict[str, Any]
+    srun_args: tuple[str, ...]
+    signal: str
+    max_requeues: int
+    worker: WorkerConfig
+    rank_env: tuple[tuple[str, str], ...]  # (name, value or description) as --dry-run shows it
+
+
+def srun_args(spec: JobSpec) -> tuple[str, ...]:
+    """Arguments for the srun that starts the tasks: fail fast, and no CPU binding surprises."""
+    return ("--kill-on-bad-exit=1", f"--wait={SRUN_WAIT_S}")
+
+
+def _grace_s(signal_delay_s: int) -> int:
+    """How long a script that ignores the preemption flag may keep running before the worker stops it."""
+    return max(1, signal_delay_s // 2)
+
+
+def _slurm_params(spec: JobSpec) -> dict[str, Any]:
+    torchrun = spec.launcher == "torchrun"
+    extra: dict[str, Any] = {"requeue" if spec.max_requeues > 0 else "no-requeue": True}
+    for key, value in spec.sbatch_args:
+        extra[key] = value if value != "" else True
+    params: dict[str, Any] = {
+        "job_name": spec.job_name,
+        "nodes": spec.nodes,
+        "ntasks_per_node": 1 if torchrun else spec.tasks_per_node,
+        "time": spec.time_min,
+        "signal_delay_s": spec.signal_delay_s,
+        "srun_args": list(srun_args(spec)),
+        "additional_parameters": extra,
+    }
+    cpus = spec.cpus_per_task
+    if torchrun:  # one task per node hosts all the node's ranks
+        cpus = (cpus or 1) * spec.tasks_per_node
+    optional = {"cpus_per_task": cpus, "gpus_per_node": spec.gpus_per_node, "mem": spec.mem,
+                "partition": spec.partition, "account": spec.account, "qos": spec.qos,
+                "constraint": spec.constraint, "exclude": spec.exclude}
+    params.update({key: value for key, value in optional.items() if value is not None})
+    return params
+
+
+def _local_params(spec: JobSpec) -> dict[str, Any]:
+    params: dict[str, Any] = {"tasks_per_node": spec.world_size, "nodes": 1, "timeout_min": spec.time_min,
+                              "signal_delay_s": spec.signal_delay_s}
+    if spec.gpus_per_node:
+        params["gpus_per_node"] = spec.gpus_per_node * spec.nodes
+    return params
+
+
+def rank_env(spec: JobSpec) -> tuple[tuple[str, str], ...]:
+    """The environment every rank will get, as --dry-run shows it (derived values described)."""
+    launcher = "local" if spec.local else spec.launcher
+    source = {"srun": "SLURM_PROCID / SLURM_LOCALID / SLURM_NODEID",
+              "torchrun": "torchrun (per node: SLURM_NODEID)",
+              "local": "submitit's SUBMITIT_LOCAL_GLOBALID / _LOCALID"}[launcher]
+    master = "127.0.0.1" if spec.local else "host of rank 0 (expanded SLURM_STEP_NODELIST)"
+    iface = spec.interface or ("lo" if spec.local else "interface routing to another node of the job")
+    derived = (
+        ("RANK", f"0..{spec.world_size - 1} from {source}"),
+        ("LOCAL_RANK", f"0..{spec.tasks_per_node - 1}"),
+        ("WORLD_SIZE", str(spec.world_size)),
+        ("LOCAL_WORLD_SIZE", str(spec.tasks_per_node if not spec.local else spec.world_size)),
+        ("NODE_RANK", f"0..{spec.nodes - 1}" if not spec.local else "0"),
+        ("MASTER_ADDR", master),
+        ("MASTER_PORT", "10000 + job_id % 20000 unless preset"),
+        ("NCCL_SOCKET_IFNAME", iface),
+        ("GLOO_SOCKET_IFNAME", iface),
+        ("DDPSLURM_JOB_FOLDER", str(spec.folder / "job_<jobid>")),
+        ("DDPSLURM_ATTEMPT", "SLURM_RESTART_COUNT (0 for the first attempt)"),
+    )
+    defaults = tuple((name, f"{value} (unless set)") for name, value, _ in ENV_DEFAULTS)
+    stamp = ((NCCL_TIMESTAMP_ENV[0], f"{NCCL_TIMESTAMP_ENV[1]!r} (unless set; only with CUDA and NCCL >= 2.23)"),)
+    return derived + defaults + stamp
+
+
+def plan(spec: JobSpec) -> LaunchPlan:
+    """Derive the whole launch from the spec. Pure: same spec, same plan."""
+    worker = WorkerConfig(
+        script=str(spec.script), script_args=spec.script_args,
+        launcher="local" if spec.local else spec.launcher, folder=str(spec.folder),
+        nodes=spec.nodes, tasks_per_node=spec.tasks_per_node, max_requeues=spec.max_requeues,
+        time_limit_s=spec.time_min * 60, signal_delay_s=spec.signal_delay_s,
+        grace_s=_grace_s(spec.signal_delay_s), interface=spec.interface,
+        env_defaults=tuple((name, value) for name, value, _ in ENV_DEFAULTS),
+    )
+    return LaunchPlan(
+        executor="local" if spec.local else "slurm",
+        folder=str(spec.folder / "job_%j"),
+        executor_params=_local_params(spec) if spec.local else _slurm_params(spec),
+        srun_args=() if spec.local else srun_args(spec),
+        signal=f"{PREEMPT_SIGNAL_NAME}@{spec.signal_delay_s}",
+        max_requeues=spec.max_requeues,
+        worker=worker,
+        rank_env=rank_env(spec),
+    )

@@ -1,0 +1,193 @@
+"""`JobSpec`: what the person asked for, validated. Pure: no Slurm, no submitit, no torch.
+
+`make_spec(...)` turns raw flag values into a frozen `JobSpec` or raises a one-line `UsageError` /
+`SubmitError` that says what to change.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddpslurm.errors import SubmitError, UsageError
+
+LAUNCHERS = ("srun", "torchrun")
+DEFAULT_FOLDER = "ddpslurm_jobs"
+DEFAULT_SIGNAL_DELAY_S = 90
+DEFAULT_MAX_REQUEUES = 3
+DEFAULT_TIME = "60"
+
+#: sbatch options ddpslurm sets itself: `--sbatch-arg` may not override them (flag to use instead).
+RESERVED_SBATCH_KEYS: dict[str, str] = {
+    "nodes": "--nodes", "ntasks-per-node": "--tasks-per-node", "ntasks": "--nodes/--tasks-per-node",
+    "gpus-per-node": "--gpus-per-node", "cpus-per-task": "--cpus-per-task", "mem": "--mem",
+    "partition": "--partition", "account": "--account", "qos": "--qos", "time": "--time",
+    "constraint": "--constraint", "exclude": "--exclude", "signal": "--signal-delay",
+    "output": "--folder", "error": "--folder", "open-mode": "--folder", "job-name": "--job-name",
+    "requeue": "--max-requeues", "no-requeue": "--max-requeues 0",
+}
+
+# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
+_TIME_FORMS = (
+    (re.compile(r"^(\d+)$"), ("m",)),
+    (re.compile(r"^(\d+):(\d+)$"), ("m", "s")),
+    (re.compile(r"^(\d+):(\d+):(\d+)$"), ("h", "m", "s")),
+    (re.compile(r"^(\d+)-(\d+)$"), ("d", "h")),
+    (re.compile(r"^(\d+)-(\d+):(\d+)$"), ("d", "h", "m")),
+    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"), ("d", "h", "m", "s")),
+)
+_UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_MEM = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
+_SBATCH_KEY = re.compile(r"^[a-z][a-z0-9-]*$")
+_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
+_JOB_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,128}$")
+
+
+def parse_time(text: str) -> int:
+    """Slurm `--time` text -> seconds (`90` -> 5400, `1:30:00` -> 5400, `2-00:00` -> 172800)."""
+    value = text.strip()
+    for pattern, units in _TIME_FORMS:
+        match = pattern.match(value)
+        if match:
+            seconds = sum(int(num) * _UNIT_S[unit] for num, unit in zip(match.groups(), units, strict=False))
+            if seconds <= 0:
+                break
+            return seconds
+    raise UsageError(f"--time {text!r} is not a Slurm time limit",
+                     "Use minutes (`30`), `H:MM:SS` (`2:00:00`) or `D-HH:MM` (`1-12:00`)")
+
+
+def parse_sbatch_args(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """`["mail-type=END", "exclusive="]` -> (("mail-type", "END"), ("exclusive", "")). Empty value = bare flag."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-").replace("_", "-")
+        if not sep:
+            raise UsageError(f"--sbatch-arg {item!r} has no '='",
+                             "Write KEY=VALUE (`--sbatch-arg mail-type=END`), or KEY= for a bare flag")
+        if not _SBATCH_KEY.match(key):
+            raise UsageError(f"--sbatch-arg {item!r}: {key!r} is not an sbatch option name",
+                             "Write the long option without dashes, e.g. `--sbatch-arg reservation=myres`")
+        if key in RESERVED_SBATCH_KEYS:
+            raise UsageError(f"--sbatch-arg {item!r} sets an option ddpslurm controls",
+                             f"Use {RESERVED_SBATCH_KEYS[key]} instead")
+        out.append((key, value))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated submission request. `script` is absolute; times are in seconds."""
+
+    script: Path
+    script_args: tuple[str, ...] = ()
+    nodes: int = 1
+    tasks_per_node: int = 1
+    gpus_per_node: int | None = None
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_s: int = 3600
+    constraint: str | None = None
+    exclude: str | None = None
+    sbatch_args: tuple[tuple[str, str], ...] = ()
+    launcher: str = "srun"
+    folder: Path = field(default_factory=lambda: Path(DEFAULT_FOLDER).absolute())
+    max_requeues: int = DEFAULT_MAX_REQUEUES
+    interface: str | None = None
+    signal_delay_s: int = DEFAULT_SIGNAL_DELAY_S
+    local: bool = False
+    job_name: str = "ddpslurm"
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def time_min(self) -> int:
+        """The time limit in whole minutes as sbatch gets it (rounded up)."""
+        return -(-self.time_s // 60)
+
+
+def _positive(name: str, value: int | None, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not allow_zero):
+        least = 0 if allow_zero else 1
+        raise UsageError(f"{name} {value} is invalid", f"Give an integer >= {least}")
+
+
+def check_script(script: str | os.PathLike[str]) -> Path:
+    """The script as an absolute path; raise a `SubmitError` when it is missing or unreadable."""
+    path = Path(script).expanduser().absolute()
+    if not path.exists():
+        raise SubmitError(f"script {str(script)!r} does not exist", "Check the path (relative to the current folder)")
+    if not path.is_file():
+        raise SubmitError(f"script {str(script)!r} is not a file", "Give the Python file that trains, e.g. train.py")
+    if not os.access(path, os.R_OK):
+        raise SubmitError(f"script {str(script)!r} is not readable", f"Run `chmod a+r {path}`")
+    return path
+
+
+def make_spec(
+    script: str | os.PathLike[str],
+    script_args: Sequence[str] = (),
+    *,
+    nodes: int = 1,
+    tasks_per_node: int | None = None,
+    gpus_per_node: int | None = None,
+    cpus_per_task: int | None = None,
+    mem: str | None = None,
+    partition: str | None = None,
+    account: str | None = None,
+    qos: str | None = None,
+    time: str = DEFAULT_TIME,
+    constraint: str | None = None,
+    exclude: str | None = None,
+    sbatch_args: Iterable[str] = (),
+    launcher: str = "srun",
+    folder: str | os.PathLike[str] = DEFAULT_FOLDER,
+    max_requeues: int = DEFAULT_MAX_REQUEUES,
+    interface: str | None = None,
+    signal_delay_s: int = DEFAULT_SIGNAL_DELAY_S,
+    local: bool = False,
+    job_name: str = "ddpslurm",
+) -> JobSpec:
+    """Validate raw flag values into a `JobSpec`. `tasks_per_node` defaults to `gpus_per_node`, else 1."""
+    _positive("--nodes", nodes)
+    _positive("--tasks-per-node", tasks_per_node)
+    _positive("--gpus-per-node", gpus_per_node, allow_zero=True)
+    _positive("--cpus-per-task", cpus_per_task)
+    _positive("--max-requeues", max_requeues, allow_zero=True)
+    _positive("--signal-delay", signal_delay_s)
+    if launcher not in LAUNCHERS:
+        raise UsageError(f"--launcher {launcher!r} is unknown", f"Use one of: {', '.join(LAUNCHERS)}")
+    if mem is not None and not _MEM.match(mem):
+        raise UsageError(f"--mem {mem!r} is not a Slurm memory size", "Use e.g. `16G`, `500M` or `16000` (MB)")
+    if interface is not None and not _IFNAME.match(interface):
+        raise UsageError(f"--interface {interface!r} is not a network interface name",
+                         "Give a name such as `eth0` or `ib0` (see `ip -o link`)")
+    if not _JOB_NAME.match(job_name):
+        raise UsageError(f"--job-name {job_name!r} is invalid", "Use letters, digits, `_`, `.`, `+` or `-`")
+    time_s = parse_time(time)
+    if signal_delay_s >= time_s:
+        raise UsageError(f"--signal-delay {signal_delay_s}s is not shorter than --time {time} ({time_s}s)",
+                         "Lower --signal-delay or raise --time")
+    if local and launcher != "srun":
+        raise UsageError("--local runs ranks as local processes and cannot use --launcher torchrun",
+                         "Drop --launcher torchrun, or submit to Slurm without --local")
+    if tasks_per_node is None:
+        tasks_per_node = gpus_per_node if gpus_per_node else 1
+    return JobSpec(
+        script=check_script(script), script_args=tuple(script_args), nodes=nodes, tasks_per_node=tasks_per_node,
+        gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mem=mem, partition=partition, account=account,
+        qos=qos, time_s=time_s, constraint=constraint, exclude=exclude, sbatch_args=parse_sbatch_args(sbatch_args),
+        launcher=launcher, folder=Path(folder).expanduser().absolute(), max_requeues=max_requeues,
+        interface=interface, signal_delay_s=signal_delay_s, local=local, job_name=job_name,
+    )

@@ -1,0 +1,228 @@
+"""Execute a `LaunchPlan` through submitit (the only module of ddpslurm that imports submitit).
+
+`render_sbatch(plan)` goes through submitit's own sbatch builder, so `--dry-run` prints exactly the
+script `submit(plan)` hands to sbatch. Everything that reaches a shell is quoted by submitit
+(`shlex.quote` on every #SBATCH value and srun argument); the script path and its arguments never
+reach a shell at all: they travel inside the pickled worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ddpslurm import __version__
+from ddpslurm.errors import SubmitError
+from ddpslurm.launch.plan import ENV_DEFAULTS, LaunchPlan
+from ddpslurm.launch.spec import JobSpec
+
+#: sbatch error fragments -> the hint that fixes them (data, first match wins).
+SBATCH_HINTS: tuple[tuple[str, str], ...] = (
+    ("invalid partition", "List the partitions with `sinfo -s` and pass one with --partition"),
+    ("invalid account", "List your accounts with `sacctmgr show assoc user=$USER format=account` "
+                        "and pass one with --account"),
+    ("invalid qos", "List the QOS you may use with `sacctmgr show assoc user=$USER format=qos`"),
+    ("node count specification invalid", "Lower --nodes (see `sinfo -s` for the partition's size)"),
+    ("requested node configuration is not available",
+     "Lower --tasks-per-node/--cpus-per-task/--gpus-per-node/--mem, or check `sinfo -o '%P %c %m %G'`"),
+    ("time limit", "Lower --time to the partition's limit (`sinfo -o '%P %l'`)"),
+    ("unable to contact slurm controller", "Is slurmctld running and SLURM_CONF right? Try `sinfo`"),
+)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A submitted job: its id and its folder (plus submitit's job object for waiting)."""
+
+    job_id: str
+    folder: Path
+    job: Any = None
+
+
+def sbatch_hint(stderr: str) -> str:
+    """The fix for an sbatch failure, from its error text."""
+    low = stderr.lower()
+    return next((hint for fragment, hint in SBATCH_HINTS if fragment in low),
+                "Check the options against `sinfo -s` and your site's limits")
+
+
+def _executor_class(offline: bool) -> Any:
+    from submitit import SlurmExecutor
+
+    if not offline:
+        return SlurmExecutor
+
+    class _OfflineSlurmExecutor(SlurmExecutor):
+        """submitit's SlurmExecutor without its `srun on PATH` check, for rendering only."""
+
+        @classmethod
+        def affinity(cls) -> int:
+            return 2
+
+    return _OfflineSlurmExecutor
+
+
+def _slurm_executor(plan: LaunchPlan, offline: bool = False) -> Any:
+    executor = _executor_class(offline)(folder=plan.folder, max_num_timeout=plan.max_requeues)
+    executor.update_parameters(**plan.executor_params)
+    return executor
+
+
+def render_sbatch(plan: LaunchPlan) -> str:
+    """The sbatch script submitit would submit for `plan` (nothing is written or submitted)."""
+    executor = _slurm_executor(plan, offline=True)
+    return executor._make_submission_file_text(executor._submitit_command_str, "dry-run")
+
+
+def dry_run_text(spec: JobSpec, plan: LaunchPlan) -> str:
+    """What `--dry-run` prints: the plan, the complete sbatch script, and the environment of every rank."""
+    launcher = "local" if spec.local else spec.launcher
+    lines = [
+        f"# ddpslurm dry run: nothing is submitted. Job folder: {spec.folder}/job_<jobid>/",
+        f"# script: {spec.script}",
+        f"# script args: {json.dumps(list(spec.script_args))}",
+        f"# ranks: {spec.nodes} node(s) x {spec.tasks_per_node} = {spec.world_size}, launcher {launcher}",
+        f"# signal {plan.signal} (seconds before the time limit), max requeues {plan.max_requeues}, "
+        f"grace {plan.worker.grace_s}s for a script that ignores the flag",
+    ]
+    if spec.local:
+        lines += [f"# local run through submitit's LocalExecutor: {json.dumps(plan.executor_params, sort_keys=True)}"]
+    else:
+        lines += ["", "# ---- sbatch script ----", render_sbatch(plan).rstrip("\n"), "# ---- end ----"]
+    width = max(len(name) for name, _ in plan.rank_env)
+    lines += ["", "# environment of every rank"]
+    lines += [f"{name.ljust(width)}  {value}" for name, value in plan.rank_env]
+    return "\n".join(lines) + "\n"
+
+
+def check_folder(folder: Path) -> None:
+    """Create the jobs folder if needed and prove it is writable, or raise a one-line SubmitError."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".ddpslurm-write-test-"):
+            pass
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise SubmitError(f"job folder {str(folder)!r} is not writable ({reason})",
+                          "Pass --folder with a writable directory that all nodes can see") from None
+
+
+def job_record(spec: JobSpec, plan: LaunchPlan, job_id: str, unix: float) -> dict[str, Any]:
+    """The job-level record `ddpslurm.json`."""
+    spec_fields = asdict(spec)
+    spec_fields.update(script=str(spec.script), folder=str(spec.folder),
+                       script_args=list(spec.script_args), sbatch_args=[list(p) for p in spec.sbatch_args])
+    from ddpslurm.launch.records import timestamp
+
+    return {
+        "schema": 1, "kind": "job", "version": __version__, "job_id": job_id, "executor": plan.executor,
+        "submit_time": timestamp(unix), "submit_unix": unix, "spec": spec_fields,
+        "launcher": "local" if spec.local else spec.launcher, "world_size": spec.world_size,
+        "sbatch_options": plan.executor_params, "srun_args": list(plan.srun_args), "signal": plan.signal,
+        "max_requeues": plan.max_requeues, "env_defaults": {name: value for name, value, _ in ENV_DEFAULTS},
+    }
+
+
+def _write_job_record(spec: JobSpec, plan: LaunchPlan, job_id: str, unix: float) -> Path:
+    from ddpslurm.launch.records import job_folder, write_json
+
+    folder = job_folder(spec.folder, job_id)
+    write_json(folder / "ddpslurm.json", job_record(spec, plan, job_id, unix))
+    return folder
+
+
+def submit(spec: JobSpec, plan: LaunchPlan) -> Submitted:
+    """Submit through submitit (Slurm, or the local executor with --local); returns the job id and folder."""
+    from ddpslurm.launch.worker import Worker
+
+    check_folder(spec.folder)
+    if spec.local:
+        return _submit_local(spec, plan)
+    if shutil.which("sbatch") is None:
+        from ddpslurm.scheduler.run import not_found_error
+
+        raise not_found_error("sbatch")
+    from submitit.core.utils import FailedJobError
+
+    unix = time.time()
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):  # submitit echoes sbatch's stderr; we say it in one line
+            job = _slurm_executor(plan).submit(Worker(plan.worker))
+    except FailedJobError as error:
+        text = str(error) or captured.getvalue()
+        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "no error output")
+        raise SubmitError(f"sbatch refused the job: {first}", sbatch_hint(text)) from None
+    folder = _write_job_record(spec, plan, str(job.job_id), unix)
+    return Submitted(str(job.job_id), folder, job)
+
+
+def _submit_local(spec: JobSpec, plan: LaunchPlan) -> Submitted:
+    from submitit import LocalExecutor
+
+    from ddpslurm.launch.worker import Worker
+
+    unix = time.time()
+    executor = LocalExecutor(folder=plan.folder, max_num_timeout=plan.max_requeues)
+    executor.update_parameters(**plan.executor_params)
+    job = executor.submit(Worker(plan.worker))
+    folder = _write_job_record(spec, plan, str(job.job_id), unix)
+    return Submitted(str(job.job_id), folder, job)
+
+
+def wait_local(submitted: Submitted, poll_s: float = 0.5) -> int:
+    """Wait for a --local job; its exit status is the worst of the ranks' (from their exit records)."""
+    job = submitted.job
+    while not job.done():
+        time.sleep(poll_s)
+    return local_outcome(submitted.folder, job.num_tasks)
+
+
+def local_outcome(job_dir: Path, world_size: int) -> int:
+    """0 when every rank's exit record says ok, else the first non-zero exit code (1 when one is missing)."""
+    codes = []
+    for rank in range(world_size):
+        path = job_dir / "attempt_0" / f"rank_{rank}.exit.json"
+        try:
+            codes.append(int(json.loads(path.read_text(encoding="utf-8"))["exit_code"]))
+        except (OSError, ValueError, KeyError):
+            codes.append(1)
+    return next((code for code in codes if code), 0)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a waited-for job ended."""
+
+    state: str
+    ok: bool
+    detail: str = ""
+
+
+def wait_slurm(job_id: str, poll_s: float = 2.0, settle_polls: int = 2) -> Outcome:
+    """Poll sacct until the job is in a terminal state (seen `settle_polls` times in a row, so the
+    short window of a requeue is not taken for the end)."""
+    from ddpslurm.scheduler.accounting import job_accounting
+    from ddpslurm.scheduler.states import SUCCESS
+
+    seen = 0
+    while True:
+        accounting = job_accounting(job_id)
+        if accounting is not None and accounting.terminal:
+            seen += 1
+            if seen >= settle_polls:
+                state = accounting.state
+                detail = f"exit code {accounting.exit_code}" if accounting.exit_code is not None else ""
+                if accounting.requeue_count:
+                    detail = f"{detail}, requeued {accounting.requeue_count} time(s)".lstrip(", ")
+                return Outcome(state.value, state in SUCCESS, detail)
+        else:
+            seen = 0
+        time.sleep(poll_s)

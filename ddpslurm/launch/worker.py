@@ -1,0 +1,435 @@
+"""What runs on every task before the user's script (submitit calls a pickled `Worker`).
+
+Per rank: derive and export the torch.distributed variables, set post-mortem / fail-fast defaults
+(each overridable by the person's environment), choose the network interface, capture fds 1 and 2
+into `attempt_<N>/rank_<R>.log`, write start and exit records, run the script as `__main__`, and
+after the preemption signal let global rank 0 requeue the job. With `--launcher torchrun` the task
+is a per-node agent that runs torchrun in-process; each torchrun child re-enters here through
+`python -m ddpslurm.launch.child`.
+
+Process-group timeout: scripts call `init_process_group()` themselves; when they pass no timeout
+the worker passes `DDPSLURM_PG_TIMEOUT` seconds (default 600) instead of torch's 10-30 minutes.
+TORCH_NCCL_BLOCKING_WAIT is left alone (asynchronous error handling aborts failed collectives
+without making every wait blocking); TORCH_DISTRIBUTED_DEBUG is never set (DETAIL segfaults DDP on
+some torch versions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import runpy
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Mapping, MutableMapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from ddpslurm import __version__, preemption
+from ddpslurm.launch import records
+from ddpslurm.launch.plan import NCCL_TIMESTAMP_ENV, NCCL_TIMESTAMP_MIN_VERSION, WorkerConfig
+
+CONFIG_ENV = "DDPSLURM_WORKER_CONFIG"
+ATTEMPT_START_ENV = "DDPSLURM_ATTEMPT_START"
+
+
+class GraceExpired(BaseException):
+    """Raised in the script when it ignored the preemption flag for the whole grace period."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the script ended."""
+
+    status: str  # records.STATUSES
+    exit_code: int
+    signal: str | None = None
+    exception: dict[str, str] | None = None
+
+
+class Worker:
+    """The callable submitit runs on every Slurm task (or local process)."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+
+    def __call__(self) -> int:
+        if self.config.launcher == "torchrun":
+            code = run_torchrun_agent(self.config)
+        else:
+            code = run_rank(self.config, self.config.launcher)
+        if code:
+            sys.exit(code)  # SystemExit passes through submitit: the task's exit status is the script's
+        return 0
+
+
+# --- environment -------------------------------------------------------------------------------------
+
+
+def local_dist_env(environ: Mapping[str, str]) -> Any:
+    """DistEnv of a process started by submitit's LocalExecutor (one host, MASTER_ADDR 127.0.0.1)."""
+    from ddpslurm.env import DistEnv, master_port_for
+
+    job_id = environ["SUBMITIT_LOCAL_JOB_ID"]
+    world = int(environ.get("SUBMITIT_LOCAL_NTASKS", "1"))
+    port = environ.get("MASTER_PORT", "").strip()
+    return DistEnv(
+        rank=int(environ["SUBMITIT_LOCAL_GLOBALID"]), local_rank=int(environ["SUBMITIT_LOCAL_LOCALID"]),
+        world_size=world, local_world_size=world, node_rank=0, master_addr="127.0.0.1",
+        master_port=int(port) if port.isdigit() else master_port_for(job_id),
+        hostnames=(socket.gethostname(),), job_id=job_id, tasks_per_node=(world,),
+    )
+
+
+def torchrun_child_dist_env(environ: Mapping[str, str]) -> Any:
+    """DistEnv of a torchrun child: ranks from torchrun's variables, job and hosts from Slurm's."""
+    from ddpslurm.env import DistEnv
+    from ddpslurm.scheduler.hostlist import expand_hostlist
+
+    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST") or socket.gethostname()
+    return DistEnv(
+        rank=int(environ["RANK"]), local_rank=int(environ["LOCAL_RANK"]), world_size=int(environ["WORLD_SIZE"]),
+        local_world_size=int(environ["LOCAL_WORLD_SIZE"]), node_rank=int(environ.get("GROUP_RANK", "0")),
+        master_addr=environ["MASTER_ADDR"], master_port=int(environ["MASTER_PORT"]),
+        hostnames=tuple(expand_hostlist(nodelist)), job_id=environ.get("SLURM_JOB_ID", "0"),
+        step_id=environ.get("SLURM_STEP_ID"),
+    )
+
+
+def derive(launcher: str, environ: Mapping[str, str]) -> Any:
+    """The DistEnv of this process for its launcher."""
+    if launcher == "local":
+        return local_dist_env(environ)
+    if launcher == "torchrun":
+        return torchrun_child_dist_env(environ)
+    from ddpslurm.env import derive_dist_env
+
+    return derive_dist_env(environ)
+
+
+def apply_defaults(defaults: tuple[tuple[str, str], ...], environ: MutableMapping[str, str]) -> None:
+    """Set each default unless the person's environment already has the variable."""
+    for name, value in defaults:
+        environ.setdefault(name, value)
+
+
+def apply_interface(cfg: WorkerConfig, dist: Any, environ: MutableMapping[str, str]) -> None:
+    """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: --interface wins, then the person's, then the routed one."""
+    names = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+    if cfg.interface:
+        environ.update(dict.fromkeys(names, cfg.interface))
+        return
+    if all(environ.get(n) for n in names):
+        return
+    if cfg.launcher == "local":
+        chosen: str | None = "lo"
+    else:
+        from ddpslurm.launch.netif import choose_interface
+
+        chosen = choose_interface(dist.hostnames, dist.node_rank, dist.master_addr)
+    if chosen:
+        for name in names:
+            environ.setdefault(name, chosen)
+
+
+def _version_tuple(version: Any) -> tuple[int, ...]:
+    if isinstance(version, tuple):
+        return tuple(int(v) for v in version)
+    if isinstance(version, int):  # old torch: 2708 -> (2, 7, 8)
+        return (version // 1000, version % 1000 // 100, version % 100)
+    return ()
+
+
+def versions_and_nccl_defaults(environ: MutableMapping[str, str]) -> dict[str, str | None]:
+    """Python/torch/NCCL/ddpslurm versions; NCCL timestamps where NCCL supports them (CUDA only)."""
+    found: dict[str, str | None] = {"python": sys.version.split()[0], "torch": None, "nccl": None,
+                                    "ddpslurm": __version__}
+    try:
+        import torch
+    except ImportError:
+        return found
+    found["torch"] = torch.__version__
+    if torch.cuda.is_available():
+        try:
+            nccl = _version_tuple(torch.cuda.nccl.version())
+        except Exception:  # no NCCL in this build
+            nccl = ()
+        if nccl:
+            found["nccl"] = ".".join(str(v) for v in nccl)
+        if nccl >= NCCL_TIMESTAMP_MIN_VERSION:
+            environ.setdefault(*NCCL_TIMESTAMP_ENV)
+    return found
+
+
+def patch_pg_timeout(environ: Mapping[str, str]) -> None:
+    """Give init_process_group() a finite default timeout (DDPSLURM_PG_TIMEOUT seconds) when torch exists."""
+    text = environ.get("DDPSLURM_PG_TIMEOUT", "").strip()
+    if not text.isdigit() or int(text) <= 0:
+        return
+    try:
+        import torch.distributed as tdist
+        import torch.distributed.distributed_c10d as c10d
+    except ImportError:
+        return
+    original = c10d.init_process_group
+    if getattr(original, "_ddpslurm", False):
+        return
+    from datetime import timedelta
+
+    default = timedelta(seconds=int(text))
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        if len(args) < 3 and kwargs.get("timeout") is None:
+            kwargs["timeout"] = default
+        return original(*args, **kwargs)
+
+    init_process_group._ddpslurm = True  # type: ignore[attr-defined]
+    c10d.init_process_group = init_process_group
+    tdist.init_process_group = init_process_group
+
+
+# --- running the script ------------------------------------------------------------------------------
+
+
+def _exception_info(error: BaseException) -> dict[str, str]:
+    kind = type(error)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return {"type": name, "message": str(error),
+            "traceback": "".join(traceback.format_exception(kind, error, error.__traceback__))}
+
+
+def run_script(script: str, args: tuple[str, ...]) -> Outcome:
+    """Run `script` as `__main__` with `args`, as `python script args...` would; never raises."""
+    sys.argv = [script, *args]
+    sys.path.insert(0, str(Path(script).parent))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as done:
+        code = done.code
+        if code is None or code == 0:
+            return Outcome("ok", 0)
+        if isinstance(code, int):
+            return Outcome("exit", code)
+        print(code, file=sys.stderr)
+        return Outcome("exit", 1)
+    except GraceExpired:
+        print("ddpslurm: the script ignored the preemption flag for the grace period; stopping it",
+              file=sys.stderr)
+        return Outcome("ok", 0)
+    except KeyboardInterrupt:
+        return Outcome("signal", 130, signal="SIGINT")
+    except BaseException as error:
+        traceback.print_exc()
+        return Outcome("exception", 1, exception=_exception_info(error))
+    return Outcome("ok", 0)
+
+
+class _RankState:
+    """What the signal handlers of one rank need."""
+
+    def __init__(self, cfg: WorkerConfig, dist: Any, attempt: int, paths: dict[str, Path], tee: Any) -> None:
+        self.cfg, self.dist, self.attempt, self.paths, self.tee = cfg, dist, attempt, paths, tee
+        self.final_code: int | None = None
+        self.signal_unix: float | None = None
+
+    def exit_record(self, status: str, exit_code: int, **fields: Any) -> None:
+        record = records.exit_record(rank=self.dist.rank, host=socket.gethostname(), pid=os.getpid(),
+                                     job_id=self.dist.job_id, attempt=self.attempt, status=status,
+                                     exit_code=exit_code, unix=time.time(), **fields)
+        records.write_json(self.paths["exit"], record)
+        self.final_code = exit_code
+
+    def on_preemption(self, signum: int) -> None:
+        if self.signal_unix is None:
+            self.signal_unix = time.time()
+            print(f"ddpslurm: rank {self.dist.rank} got {signal.Signals(signum).name}: the script should "
+                  f"checkpoint and return (ddpslurm.preemption_requested()); stopping it in {self.cfg.grace_s}s",
+                  file=sys.stderr, flush=True)
+            signal.alarm(self.cfg.grace_s)
+
+    def on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        raise GraceExpired()
+
+    def on_terminate(self, signum: int, frame: FrameType | None) -> None:
+        """SIGTERM (scancel, srun ending the step): record it, unless a final record exists, and exit."""
+        name = signal.Signals(signum).name
+        if self.final_code is None:
+            print(f"ddpslurm: rank {self.dist.rank} terminated by {name}", file=sys.stderr, flush=True)
+            self.exit_record("signal", 128 + signum, signal=name)
+            code = 128 + signum
+        else:
+            code = self.final_code
+        self.tee.stop(timeout=0.5)
+        os._exit(code)
+
+
+def _attempt_start(environ: MutableMapping[str, str]) -> float:
+    return float(environ.setdefault(ATTEMPT_START_ENV, repr(time.time())))
+
+
+def _job_dirs(cfg: WorkerConfig, job_id: str, attempt: int,
+              environ: MutableMapping[str, str]) -> tuple[Path, Path]:
+    job_dir = records.job_folder(cfg.folder, job_id)
+    attempt_dir = records.attempt_folder(job_dir, attempt)
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    (job_dir / "checkpoints").mkdir(exist_ok=True)
+    environ["DDPSLURM_JOB_FOLDER"] = str(job_dir)
+    environ["DDPSLURM_ATTEMPT"] = str(attempt)
+    return job_dir, attempt_dir
+
+
+def _after_preemption(state: _RankState, attempt_start: float) -> None:
+    """The script stopped after the signal: record `preempted`; global rank 0 requeues (up to the cap)."""
+    from ddpslurm.launch.requeue import decide, requeue_job
+
+    cfg, dist = state.cfg, state.dist
+    signalled = state.signal_unix or time.time()
+    decision = decide(elapsed_s=signalled - attempt_start, limit_s=cfg.time_limit_s, attempt=state.attempt,
+                      max_requeues=cfg.max_requeues, can_requeue=cfg.launcher != "local")
+    requeued = decision.requeue and dist.rank == 0
+    extra: dict[str, Any] = {"reason": decision.reason, "requeue": decision.requeue,
+                             "max_requeues": cfg.max_requeues}
+    if not decision.requeue:
+        print(f"ddpslurm: {decision.reason.replace('_', ' ')} after attempt {state.attempt}: not requeued "
+              f"(--max-requeues {cfg.max_requeues})", file=sys.stderr, flush=True)
+    state.exit_record("preempted", decision.exit_code, **extra)
+    if requeued:
+        print(f"ddpslurm: {decision.reason.replace('_', ' ')}: requeuing job {dist.job_id} "
+              f"(attempt {state.attempt + 1} of at most {cfg.max_requeues + 1})", file=sys.stderr, flush=True)
+        try:
+            requeue_job(dist.job_id)
+        except Exception as error:  # the record must say so; the job then simply ends
+            print(f"ddpslurm: requeue failed: {error}", file=sys.stderr, flush=True)
+            state.exit_record("preempted", 1, requeue_error=str(error), **extra)
+
+
+def run_rank(cfg: WorkerConfig, launcher: str) -> int:
+    """Run the user's script as one rank; returns the exit status."""
+    from ddpslurm.launch.tee import FdTee
+
+    environ = os.environ
+    attempt_start = _attempt_start(environ)
+    dist = derive(launcher, environ)
+    from ddpslurm.env import export_dist_env
+
+    export_dist_env(dist, environ)
+    apply_defaults(cfg.env_defaults, environ)
+    apply_interface(cfg, dist, environ)
+    attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    _, attempt_dir = _job_dirs(cfg, dist.job_id, attempt, environ)
+    paths = records.rank_paths(attempt_dir, dist.rank)
+    tee = FdTee(paths["log"])
+    tee.start()
+    state = _RankState(cfg, dist, attempt, paths, tee)
+    try:
+        preemption.reset()
+        preemption.install_handler(on_signal=state.on_preemption)
+        signal.signal(signal.SIGALRM, state.on_alarm)
+        signal.signal(signal.SIGTERM, state.on_terminate)
+        versions = versions_and_nccl_defaults(environ)
+        patch_pg_timeout(environ)
+        now = time.time()
+        records.write_json(paths["start"], records.start_record(
+            rank=dist.rank, local_rank=dist.local_rank, node_rank=dist.node_rank, world_size=dist.world_size,
+            local_world_size=dist.local_world_size, host=socket.gethostname(), pid=os.getpid(),
+            job_id=dist.job_id, step_id=environ.get("SLURM_STEP_ID"), attempt=attempt, launcher=launcher,
+            master_addr=dist.master_addr, master_port=dist.master_port, unix=now, versions=versions,
+            env=records.selected_env(environ)))
+        outcome = run_script(cfg.script, cfg.script_args)
+        signal.alarm(0)
+        if preemption.preemption_requested() and outcome.status == "ok":
+            _after_preemption(state, attempt_start)
+        else:
+            if outcome.status != "ok":
+                print(f"ddpslurm: rank {dist.rank} on {socket.gethostname()} ended: {outcome.status} "
+                      f"(exit code {outcome.exit_code})", file=sys.stderr, flush=True)
+            state.exit_record(outcome.status, outcome.exit_code, signal=outcome.signal,
+                              exception=outcome.exception)
+        return state.final_code or 0
+    finally:
+        signal.alarm(0)
+        tee.stop()
+
+
+# --- torchrun ----------------------------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of `pid` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1] == str(pid):
+            out.append(int(entry))
+    return out
+
+
+def _forward(signum: int) -> None:
+    """Forward the preemption signal to torchrun's children (the agent does not handle it)."""
+    for child in _children(os.getpid()):
+        with contextlib.suppress(OSError):
+            os.kill(child, signum)
+
+
+def config_to_env(cfg: WorkerConfig) -> str:
+    return json.dumps(asdict(cfg))
+
+
+def config_from_env(text: str) -> WorkerConfig:
+    data = json.loads(text)
+    data["script_args"] = tuple(data["script_args"])
+    data["env_defaults"] = tuple(tuple(pair) for pair in data["env_defaults"])
+    return WorkerConfig(**data)
+
+
+def torchrun_argv(cfg: WorkerConfig, environ: Mapping[str, str]) -> list[str]:
+    """torchrun's argv for this node: Slurm-derived c10d rendezvous, children through ddpslurm's child entry."""
+    from ddpslurm.env import derive_torchrun_args
+
+    args = derive_torchrun_args(environ, cfg.tasks_per_node)
+    return [*args.argv(), "--max-restarts=0", "--module", "ddpslurm.launch.child", cfg.script, *cfg.script_args]
+
+
+def run_torchrun_agent(cfg: WorkerConfig) -> int:
+    """One task per node: run torchrun in this process; ranks write their own records and logs."""
+    from ddpslurm.env import derive_dist_env
+
+    environ = os.environ
+    _attempt_start(environ)
+    node = derive_dist_env(environ)
+    apply_defaults(cfg.env_defaults, environ)
+    apply_interface(cfg, node, environ)
+    attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    _job_dirs(cfg, node.job_id, attempt, environ)
+    environ[CONFIG_ENV] = config_to_env(cfg)
+    argv = torchrun_argv(cfg, environ)
+    preemption.reset()
+    preemption.install_handler(on_signal=_forward)
+    print(f"ddpslurm: node {node.node_rank} ({socket.gethostname()}): torchrun {' '.join(argv)}",
+          file=sys.stderr, flush=True)
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun_main
+
+    try:
+        torchrun_main(argv)
+    except ChildFailedError as failed:
+        print(f"ddpslurm: torchrun on node {node.node_rank}: {failed}", file=sys.stderr, flush=True)
+        return 1
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return 0

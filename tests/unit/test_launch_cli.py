@@ -1,0 +1,69 @@
+"""`ddpslurm submit` bad input: one line that says what to do, non-zero exit, no traceback (subprocess)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _submit(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ddpslurm.cli", "submit", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture()
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text("print('hi')\n")
+    return path
+
+
+def _assert_one_line_error(done: subprocess.CompletedProcess, fragment: str, code: int) -> None:
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, done.stderr
+    assert fragment in lines[0]
+
+
+@pytest.mark.parametrize(("args", "fragment", "code"), [
+    (["missing.py", "--nodes", "2"], "script 'missing.py' does not exist", 1),
+    (["train.py", "--nodes", "0"], "--nodes 0 is invalid", 2),
+    (["train.py", "--tasks-per-node", "-1"], "--tasks-per-node -1 is invalid", 2),
+    (["train.py", "--time", "soon"], "--time 'soon' is not a Slurm time limit", 2),
+    (["train.py", "--sbatch-arg", "exclusive"], "has no '='", 2),
+    (["train.py", "--sbatch-arg", "nodes=3"], "Use --nodes instead", 2),
+    (["train.py", "--mem", "much"], "--mem 'much'", 2),
+])
+def test_bad_input_is_one_line(script: Path, args: list[str], fragment: str, code: int) -> None:
+    _assert_one_line_error(_submit([*args, "--dry-run"], script.parent), fragment, code)
+
+
+def test_unwritable_folder(script: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    done = _submit(["train.py", "--folder", str(blocker / "jobs")], script.parent)
+    _assert_one_line_error(done, "is not writable", 1)
+    assert "--folder" in done.stderr
+
+
+def test_sbatch_not_on_path_suggests_local(script: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, PATH=str(tmp_path / "empty-bin"))
+    done = _submit(["train.py", "--folder", str(tmp_path / "jobs")], script.parent, env=env)
+    _assert_one_line_error(done, "sbatch not found on PATH", 1)
+    assert "--local" in done.stderr
+
+
+def test_dry_run_without_slurm_prints_the_script(script: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, PATH=str(tmp_path / "empty-bin"))
+    done = _submit(["train.py", "--nodes", "2", "--dry-run", "--folder", str(tmp_path / "jobs"), "--", "--lr", "1"],
+                   script.parent, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "#SBATCH --nodes=2" in done.stdout
+    assert "srun --unbuffered" in done.stdout
+    assert '["--lr", "1"]' in done.stdout
+    assert not (tmp_path / "jobs").exists()
