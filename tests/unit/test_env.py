@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ddpslurm.env import (
@@ -211,3 +213,43 @@ def test_derive_torchrun_args(environ: dict[str, str], nproc_arg: int | None, ex
 def test_torchrun_mode_refuses_several_tasks_per_node() -> None:
     with pytest.raises(EnvDerivationError, match="one Slurm task per node"):
         derive_torchrun_args(env())
+
+
+# Environments recorded from real srun tasks on the local cluster (tests/data/slurm_env/JOB_STEP_PROCID.env):
+# job 2815402 step 0: -N3 -n5 (tasks per node 3,1(x2)); job 2815403 step 0: `srun -N2 -n3 -r1` on the last
+# two of three job nodes (SLURM_NODELIST still names all three); step 1: -n6 --distribution=cyclic.
+# SLURM_TOPOLOGY_ADDR is the task's own host as Slurm reports it: an independent check of the derivation.
+RECORDED = Path(__file__).resolve().parent.parent / "data" / "slurm_env"
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def _steps() -> dict[str, list[dict[str, str]]]:
+    steps: dict[str, list[dict[str, str]]] = {}
+    for path in sorted(RECORDED.glob("*.env")):
+        job, step, _ = path.stem.split("_")
+        steps.setdefault(f"{job}.{step}", []).append(_read_env(path))
+    return steps
+
+
+@pytest.mark.parametrize(("step", "tasks"), sorted(_steps().items()))
+def test_recorded_real_steps(step: str, tasks: list[dict[str, str]]) -> None:
+    dists = {int(t["SLURM_PROCID"]): derive_dist_env(t) for t in tasks}
+    hosts = {int(t["SLURM_PROCID"]): t["SLURM_TOPOLOGY_ADDR"] for t in tasks}
+    assert sorted(dists) == list(range(len(tasks)))  # every rank of the step was recorded
+    assert {d.world_size for d in dists.values()} == {len(tasks)}
+    assert {d.master_addr for d in dists.values()} == {hosts[0]}  # the host rank 0 really ran on
+    assert {d.master_port for d in dists.values()} == {10000 + int(tasks[0]["SLURM_JOB_ID"]) % 20000}
+    for rank, dist in dists.items():
+        assert dist.hostname == hosts[rank]
+        local_peers = [r for r, h in hosts.items() if h == hosts[rank]]
+        assert dist.local_world_size == len(local_peers)
+    assert len({(d.node_rank, d.local_rank) for d in dists.values()}) == len(tasks)
+
+
+def test_recorded_subset_step_is_the_lightning_17228_case() -> None:
+    task = _read_env(RECORDED / "2815403_0_0.env")
+    assert task["SLURM_JOB_NODELIST"].startswith("h3-n[01")  # the job's first host is h3-n01 ...
+    assert derive_dist_env(task).master_addr == "h3-n02"  # ... but rank 0 of this step runs on h3-n02

@@ -1,0 +1,212 @@
+"""`ddpslurm status`: one job's state from sacct, or from scontrol while accounting does not know it.
+
+Exit codes of `ddpslurm status` (see `exit_code_for`): 0 the status was shown (with `--wait`: the
+job COMPLETED), 1 a ddpslurm error (unknown job, Slurm missing), 2 usage error, 3 with `--wait` only:
+the job ended in failure (failed, cancelled, timeout, out of memory, node failure, preempted).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddpslurm.errors import JobNotFoundError, SlurmCommandError
+from ddpslurm.scheduler.accounting import JobAccounting, job_accounting, step_dict
+from ddpslurm.scheduler.commands import check_job_id, scontrol_show_job_argv
+from ddpslurm.scheduler.hostlist import compress_hostlist
+from ddpslurm.scheduler.parse import StepRecord, parse_elapsed, parse_exit_code, parse_scontrol_show
+from ddpslurm.scheduler.run import run
+from ddpslurm.scheduler.states import SUCCESS, JobState, normalize_state
+
+EXIT_JOB_FAILED = 3
+_FOLDER_NAME = re.compile(r"^job_(\d+(?:_\d+)?)$")
+_SUBMISSION = re.compile(r"^(\d+(?:_\d+)?)_submission\.sh$")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What `ddpslurm status` shows about one job."""
+
+    job_id: str
+    state: JobState
+    raw_state: str
+    terminal: bool
+    exit_code: int | None
+    signal: int | None
+    requeue_count: int
+    nodelist: str | None
+    reason: str | None
+    elapsed_s: int | None
+    source: str
+    name: str | None = None
+    steps: tuple[StepRecord, ...] = field(default=())
+    folder: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Ended, and not successfully."""
+        return self.terminal and self.state not in SUCCESS
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "job_id": self.job_id, "name": self.name, "state": self.state.value, "slurm_state": self.raw_state,
+            "terminal": self.terminal, "exit_code": self.exit_code, "signal": self.signal,
+            "requeue_count": self.requeue_count, "nodelist": self.nodelist, "reason": self.reason,
+            "elapsed_s": self.elapsed_s, "folder": self.folder, "source": self.source,
+            "steps": [step_dict(s) for s in self.steps],
+        }
+
+
+def resolve_job(ref: str) -> tuple[str, str | None]:
+    """A job id, or a ddpslurm job folder `<root>/job_<jobid>/` -> (job id, folder or None)."""
+    text = ref.strip()
+    if re.fullmatch(r"\d+(?:_\d+)?", text):
+        return text, None
+    path = Path(text)
+    match = _FOLDER_NAME.match(path.name)
+    if match:
+        return match.group(1), str(path.resolve()) if path.is_dir() else None
+    if path.is_dir():
+        ids = sorted({m.group(1) for p in path.iterdir() if (m := _SUBMISSION.match(p.name))})
+        if len(ids) == 1:
+            return ids[0], str(path.resolve())
+    if path.exists():
+        raise JobNotFoundError(f"cannot tell the job id of {text!r}",
+                               "Give a job id, or a ddpslurm job folder named job_<jobid>")
+    raise JobNotFoundError(f"{text!r} is neither a Slurm job id nor an existing job folder",
+                           "Give a job id such as 1234, or a folder such as ddpslurm_jobs/job_1234/")
+
+
+def status_from_accounting(acc: JobAccounting, folder: str | None = None) -> JobStatus:
+    """JobStatus from sacct records (pure)."""
+    cur = acc.current
+    return JobStatus(
+        job_id=acc.job_id, state=cur.state, raw_state=cur.raw_state, terminal=cur.terminal,
+        exit_code=cur.exit_code, signal=cur.signal, requeue_count=acc.requeue_count, nodelist=cur.nodelist,
+        reason=None, elapsed_s=cur.elapsed_s, source="sacct", name=cur.name, steps=cur.steps, folder=folder,
+    )
+
+
+def _nodelist(value: str | None) -> str | None:
+    return None if value in (None, "", "(null)", "None assigned") else value
+
+
+def status_from_scontrol(job_id: str, record: Mapping[str, str], folder: str | None = None) -> JobStatus:
+    """JobStatus from one `scontrol show job` record (pure); no step details there."""
+    state, terminal = normalize_state(record.get("JobState", ""))
+    exit_code, signal = parse_exit_code(record.get("ExitCode", ""))
+    restarts = record.get("Restarts", "0")
+    reason = record.get("Reason")
+    return JobStatus(
+        job_id=job_id, state=state, raw_state=record.get("JobState", ""), terminal=terminal,
+        exit_code=exit_code if terminal else None, signal=signal if terminal else None,
+        requeue_count=int(restarts) if restarts.isdigit() else 0, nodelist=_nodelist(record.get("NodeList")),
+        reason=None if reason in (None, "None") else reason, elapsed_s=parse_elapsed(record.get("RunTime", "")),
+        source="scontrol", name=record.get("JobName"), folder=folder,
+    )
+
+
+def _scontrol_record(job_id: str, env: Mapping[str, str] | None) -> dict[str, str] | None:
+    done = run(scontrol_show_job_argv(job_id), env=env, check=False, timeout=30)
+    if done.returncode != 0:
+        if "invalid job id" in (done.stderr + done.stdout).lower():
+            return None
+        raise SlurmCommandError(scontrol_show_job_argv(job_id), done.returncode, done.stderr or done.stdout)
+    records = parse_scontrol_show(done.stdout)
+    return records[0] if records else None
+
+
+def merge(sacct: JobStatus, live: JobStatus) -> JobStatus:
+    """sacct's steps and exit codes, with the controller's requeue count and pending reason (pure)."""
+    return JobStatus(**{**sacct.__dict__, "requeue_count": max(sacct.requeue_count, live.requeue_count),
+                        "reason": live.reason, "source": "sacct+scontrol"})
+
+
+def job_status(job_ref: str, *, env: Mapping[str, str] | None = None) -> JobStatus:
+    """The status of a job id or job folder: sacct first; scontrol for jobs it does not (yet) know."""
+    job_id, folder = resolve_job(job_ref)
+    check_job_id(job_id)
+    acc = job_accounting(job_id, env=env)
+    from_sacct = status_from_accounting(acc, folder) if acc is not None else None
+    if from_sacct is not None and from_sacct.terminal:
+        return from_sacct
+    record = _scontrol_record(job_id, env)
+    live = status_from_scontrol(job_id, record, folder) if record is not None else None
+    if from_sacct is not None and live is not None:
+        return merge(from_sacct, live)
+    if live is not None:
+        return live
+    if from_sacct is not None:
+        return from_sacct
+    raise JobNotFoundError(f"Slurm knows no job {job_id} (neither sacct nor scontrol)",
+                           "Check the id with `squeue --me` or `sacct -X`")
+
+
+def poll_until_terminal(
+    poll: Callable[[], JobStatus],
+    *,
+    on_update: Callable[[JobStatus], None] = lambda s: None,
+    first_interval: float = 1.0,
+    factor: float = 1.5,
+    max_interval: float = 30.0,
+    timeout: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> JobStatus:
+    """Call `poll` until the status is terminal (or `timeout` seconds passed: the last status).
+
+    The interval grows from 1 s to 30 s, so a long wait does not hammer slurmctld (submitit#1759).
+    """
+    start, interval = clock(), first_interval
+    while True:
+        status = poll()
+        on_update(status)
+        if status.terminal or (timeout is not None and clock() - start >= timeout):
+            return status
+        sleep(interval)
+        interval = min(interval * factor, max_interval)
+
+
+def wait_for_job(job_ref: str, *, env: Mapping[str, str] | None = None,
+                 on_update: Callable[[JobStatus], None] = lambda s: None, timeout: float | None = None) -> JobStatus:
+    """`job_status` until the job has ended."""
+    return poll_until_terminal(lambda: job_status(job_ref, env=env), on_update=on_update, timeout=timeout)
+
+
+def exit_code_for(status: JobStatus, waited: bool) -> int:
+    """The exit code of `ddpslurm status` (see the module docstring)."""
+    return EXIT_JOB_FAILED if waited and status.failed else 0
+
+
+def _exit_text(code: int | None, signal: int | None) -> str:
+    if code is None:
+        return "-"
+    return f"{code}" if not signal else f"{code} (signal {signal})"
+
+
+def render_text(status: JobStatus) -> str:
+    """Plain-text status for a terminal or a log (pure)."""
+    head = f"job {status.job_id}" + (f" ({status.name})" if status.name else "")
+    parts = [f"{head}: {status.raw_state or status.state.value.upper()}"]
+    if status.terminal:
+        parts.append(f"exit {_exit_text(status.exit_code, status.signal)}")
+    parts.append(f"requeued {status.requeue_count}x")
+    if status.nodelist:
+        parts.append(f"nodes {status.nodelist}")
+    if status.elapsed_s is not None:
+        parts.append(f"elapsed {status.elapsed_s}s")
+    if status.reason:
+        parts.append(f"reason {status.reason}")
+    lines = ["  ".join(parts)]
+    if status.steps:
+        lines.append(f"  {'step':<12} {'state':<22} {'exit':<16} nodes")
+        for step in status.steps:
+            nodes = compress_hostlist(step.nodes) if step.nodes else (step.nodelist or "-")
+            lines.append(f"  {step.step_id:<12} {step.raw_state:<22} "
+                         f"{_exit_text(step.exit_code, step.signal):<16} {nodes}")
+    if status.folder:
+        lines.append(f"folder: {status.folder}")
+    return "\n".join(lines)

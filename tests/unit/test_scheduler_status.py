@@ -1,0 +1,149 @@
+"""`ddpslurm status` library parts that need no Slurm: job references, record -> status, polling, text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpslurm.errors import JobNotFoundError
+from ddpslurm.scheduler.accounting import accounting_from_records
+from ddpslurm.scheduler.parse import parse_sacct, parse_scontrol_show
+from ddpslurm.scheduler.states import JobState
+from ddpslurm.scheduler.status import (
+    EXIT_JOB_FAILED,
+    JobStatus,
+    exit_code_for,
+    merge,
+    poll_until_terminal,
+    render_text,
+    resolve_job,
+    status_from_accounting,
+    status_from_scontrol,
+)
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "slurm_out"
+RECORDS = parse_sacct((DATA / "sacct_outcomes.txt").read_text())
+
+
+@pytest.mark.parametrize(("ref", "job_id"), [("123", "123"), (" 42 ", "42"), ("7_3", "7_3")])
+def test_resolve_job_ids(ref: str, job_id: str) -> None:
+    assert resolve_job(ref) == (job_id, None)
+
+
+def test_resolve_job_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "ddpslurm_jobs" / "job_2815404"
+    folder.mkdir(parents=True)
+    assert resolve_job(str(folder) + "/") == ("2815404", str(folder))
+
+
+def test_resolve_submitit_folder_by_its_submission_script(tmp_path: Path) -> None:
+    (tmp_path / "991_submission.sh").write_text("#!/bin/bash\n")
+    (tmp_path / "991_0_log.out").write_text("")
+    assert resolve_job(str(tmp_path)) == ("991", str(tmp_path))
+
+
+@pytest.mark.parametrize("ref", ["abc", "12x", "/no/such/folder", ""])
+def test_resolve_job_rejects_unknown_references(ref: str) -> None:
+    with pytest.raises(JobNotFoundError, match="job id"):
+        resolve_job(ref)
+
+
+def test_resolve_job_rejects_a_folder_without_a_job(tmp_path: Path) -> None:
+    with pytest.raises(JobNotFoundError, match="cannot tell the job id"):
+        resolve_job(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("job_id", "state", "exit_code", "requeues", "failed"),
+    [("2815404", JobState.COMPLETED, 0, 0, False), ("2815405", JobState.FAILED, 15, 0, True),
+     ("2815407", JobState.FAILED, 7, 0, True), ("2815408", JobState.CANCELLED, 0, 0, True),
+     ("2815409", JobState.PENDING, 0, 1, False), ("2815410", JobState.RUNNING, 0, 0, False)],
+)
+def test_status_from_recorded_accounting(job_id: str, state: JobState, exit_code: int, requeues: int,
+                                         failed: bool) -> None:
+    acc = accounting_from_records(job_id, RECORDS)
+    assert acc is not None
+    status = status_from_accounting(acc, folder="/f")
+    assert (status.state, status.exit_code, status.requeue_count, status.failed) == (
+        state, exit_code, requeues, failed)
+    assert status.folder == "/f" and status.source == "sacct"
+
+
+def test_accounting_of_unknown_job_is_none() -> None:
+    assert accounting_from_records("1", RECORDS) is None
+
+
+def test_status_from_scontrol_recorded_requeued_pending() -> None:
+    (record,) = parse_scontrol_show((DATA / "scontrol_requeued_pending.txt").read_text())
+    status = status_from_scontrol("2815409", record)
+    assert (status.state, status.terminal, status.requeue_count, status.reason, status.nodelist) == (
+        JobState.PENDING, False, 1, "BeginTime", None)
+    assert status.exit_code is None  # not meaningful before the end
+
+
+def test_merge_takes_steps_from_sacct_and_requeues_and_reason_from_the_controller() -> None:
+    acc = accounting_from_records("2815410", RECORDS)
+    assert acc is not None
+    sacct = status_from_accounting(acc)
+    live = status_from_scontrol("2815410", {"JobState": "RUNNING", "Restarts": "2", "Reason": "None"})
+    merged = merge(sacct, live)
+    assert (merged.requeue_count, merged.steps, merged.source) == (2, sacct.steps, "sacct+scontrol")
+
+
+def _status(state: JobState, terminal: bool) -> JobStatus:
+    return JobStatus(job_id="1", state=state, raw_state=state.value.upper(), terminal=terminal, exit_code=0,
+                     signal=0, requeue_count=0, nodelist=None, reason=None, elapsed_s=None, source="test")
+
+
+def test_poll_backs_off_and_stops_at_a_terminal_state() -> None:
+    states = iter([_status(JobState.PENDING, False)] * 6 + [_status(JobState.COMPLETED, True)])
+    slept: list[float] = []
+    seen: list[JobState] = []
+    final = poll_until_terminal(lambda: next(states), on_update=lambda s: seen.append(s.state),
+                                sleep=slept.append, clock=lambda: 0.0, max_interval=4.0)
+    assert final.state == JobState.COMPLETED
+    assert slept == [1.0, 1.5, 2.25, 3.375, 4.0, 4.0]
+    assert len(seen) == 7
+
+
+def test_poll_gives_up_after_timeout() -> None:
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    final = poll_until_terminal(lambda: _status(JobState.RUNNING, False), sleep=sleep, clock=lambda: now[0],
+                                timeout=10)
+    assert final.state == JobState.RUNNING and now[0] >= 10
+
+
+@pytest.mark.parametrize(
+    ("state", "terminal", "waited", "code"),
+    [(JobState.COMPLETED, True, True, 0), (JobState.FAILED, True, True, EXIT_JOB_FAILED),
+     (JobState.CANCELLED, True, True, EXIT_JOB_FAILED), (JobState.TIMEOUT, True, True, EXIT_JOB_FAILED),
+     (JobState.FAILED, True, False, 0), (JobState.RUNNING, False, True, 0)],
+)
+def test_exit_code_for(state: JobState, terminal: bool, waited: bool, code: int) -> None:
+    assert exit_code_for(_status(state, terminal), waited) == code
+
+
+def test_render_text_shows_state_steps_exit_codes_and_nodes() -> None:
+    acc = accounting_from_records("2815405", RECORDS)
+    assert acc is not None
+    text = render_text(status_from_accounting(acc, folder="/jobs/job_2815405"))
+    lines = text.splitlines()
+    assert lines[0].startswith("job 2815405 (wrap): FAILED  exit 15  requeued 0x  nodes h3-n[01-02]")
+    assert lines[2].split() == ["batch", "FAILED", "15", "h3-n01"]
+    assert lines[3].split() == ["0", "FAILED", "3", "h3-n[01-02]"]
+    assert lines[-1] == "folder: /jobs/job_2815405"
+
+
+def test_to_dict_is_json_ready() -> None:
+    import json
+
+    acc = accounting_from_records("2815406", RECORDS)
+    assert acc is not None
+    data = json.loads(json.dumps(status_from_accounting(acc).to_dict()))
+    assert data["state"] == "failed" and data["exit_code"] == 9
+    assert data["steps"][1] == {**data["steps"][1], "step": "0", "state": "cancelled", "signal": 9}
