@@ -12,7 +12,7 @@ import os
 import shlex
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +60,12 @@ def _cluster_env(name: str) -> dict[str, str]:
             key, _, value = words[1].partition("=")
             env[key] = value
     return env
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster_named() -> Callable[[str], SlurmCluster]:
+    """`name -> SlurmCluster` for a cluster a test brings up and down itself (e.g. `downtest`)."""
+    return lambda name: SlurmCluster(name, _cluster_env(name))
 
 
 @pytest.fixture(scope="session")
