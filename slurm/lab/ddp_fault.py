@@ -1,0 +1,218 @@
+"""A tiny env:// gloo DDP training script with one injectable fault, for the failure lab.
+
+It follows the pattern of examples/train.py (env:// init, gloo, a tiny model on synthetic data,
+DistributedSampler) and knows nothing of ddpslurm. One rank (`--fault-rank`, its GLOBAL rank as
+launched) gets the fault; every other rank trains normally, so what they log is what real victims log.
+
+    ddp_fault.py --fault raise --fault-rank 3 --fault-step 5 --timeout 20
+
+Faults before init (the rank's own configuration is wrong, or it is late):
+  bad-master-addr ARG   MASTER_ADDR := ARG on the faulty rank (an address where nothing listens)
+  bad-ifname ARG        GLOO_SOCKET_IFNAME := ARG on the faulty rank (an interface that does not exist)
+  duplicate-rank ARG    RANK := ARG on the faulty rank (another rank's number)
+  world-size ARG        WORLD_SIZE := ARG on EVERY rank (more ranks than were launched)
+  late-start ARG        the faulty rank sleeps ARG seconds before init_process_group
+Faults in the training loop at `--fault-step` on the faulty rank:
+  raise                 raise an exception (the others wait in the gradient all_reduce)
+  segfault              dereference NULL (SIGSEGV)
+  hang ARG              sleep ARG seconds inside the step (the others' collectives time out)
+  shape-mismatch        all_reduce a metric tensor of a different shape than the other ranks
+  op-mismatch           broadcast where the other ranks all_reduce
+  unused-params         skip a submodule in forward (DDP without find_unused_parameters)
+  oom                   allocate and touch memory until the kernel / Slurm kills the rank
+  dataloader-kill       the rank's DataLoader worker dies by SIGKILL while loading a batch
+  shm                   the rank's DataLoader worker gets a tiny private /dev/shm (mount namespace)
+  none                  no fault (a healthy run; also what scancel/time-limit/node scenarios use)
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import os
+import signal
+import sys
+import time
+
+PRE_INIT_FAULTS = ("bad-master-addr", "bad-ifname", "duplicate-rank", "world-size", "late-start")
+LOOP_FAULTS = ("raise", "segfault", "hang", "shape-mismatch", "op-mismatch", "unused-params", "oom",
+               "dataloader-kill", "shm")
+FAULTS = ("none", *PRE_INIT_FAULTS, *LOOP_FAULTS)
+METRIC_SIZE = 4
+#: Slurm variables that stand in for torch's when the script runs under plain srun (no launcher).
+SLURM_FALLBACK = {"RANK": "SLURM_PROCID", "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_RANK": "SLURM_LOCALID"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: training knobs and the one fault."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fault", choices=FAULTS, default="none")
+    p.add_argument("--fault-rank", type=int, default=-1, help="global rank (as launched) that gets the fault")
+    p.add_argument("--fault-step", type=int, default=3, help="training step at which a loop fault fires")
+    p.add_argument("--fault-arg", default="", help="the fault's argument (address, interface, seconds, rank)")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--step-sleep", type=float, default=0.2, help="seconds per step, to make a job last")
+    p.add_argument("--timeout", type=float, default=20.0, help="process-group timeout in seconds")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--workers", type=int, default=0, help="DataLoader workers (the dataloader faults use 1)")
+    p.add_argument("--no-metric", action="store_true",
+                   help="skip the per-step loss all_reduce (so DDP's own reducer is the only collective)")
+    return p.parse_args(argv)
+
+
+def fill_env_from_slurm(environ: dict[str, str]) -> None:
+    """Under plain srun (no ddpslurm, no torchrun), take RANK and friends from Slurm's variables."""
+    for torch_name, slurm_name in SLURM_FALLBACK.items():
+        if torch_name not in environ and slurm_name in environ:
+            environ[torch_name] = environ[slurm_name]
+
+
+def inject_before_init(args: argparse.Namespace, faulty: bool) -> None:
+    """Pre-init faults: a wrong setting in this rank's environment, or a late start."""
+    if args.fault == "world-size":
+        os.environ["WORLD_SIZE"] = args.fault_arg
+    if not faulty:
+        return
+    if args.fault == "bad-master-addr":
+        os.environ["MASTER_ADDR"] = args.fault_arg
+    elif args.fault == "bad-ifname":
+        os.environ["GLOO_SOCKET_IFNAME"] = args.fault_arg
+    elif args.fault == "duplicate-rank":
+        os.environ["RANK"] = args.fault_arg
+    elif args.fault == "late-start":
+        time.sleep(float(args.fault_arg))
+
+
+def eat_memory() -> None:
+    """Allocate and touch 64 MiB chunks until the process is killed (by the kernel or by Slurm)."""
+    hog = []
+    while True:
+        chunk = bytearray(64 << 20)
+        for i in range(0, len(chunk), 4096):
+            chunk[i] = 1
+        hog.append(chunk)
+        time.sleep(0.05)  # ~1 GiB/s: Slurm's memory accounting (every 2 s here) sees it before the host does
+
+
+def tiny_shm_worker_init(worker_id: int) -> None:
+    """DataLoader worker_init_fn: give this worker a private 64 KiB /dev/shm (needs CAP_SYS_ADMIN).
+
+    Runs in the freshly forked worker, which is single-threaded, so unshare(CLONE_NEWNS) is allowed.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    clone_newns, ms_rec, ms_private = 0x00020000, 0x4000, 0x40000
+    if libc.unshare(clone_newns) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) failed")
+    if libc.mount(b"none", b"/", None, ms_rec | ms_private, None) != 0:
+        raise OSError(ctypes.get_errno(), "making / private failed")
+    if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, b"size=64k") != 0:
+        raise OSError(ctypes.get_errno(), "mounting a small /dev/shm failed")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    fill_env_from_slurm(os.environ)  # type: ignore[arg-type]
+    launched_rank = int(os.environ["RANK"])
+    faulty = launched_rank == args.fault_rank
+    inject_before_init(args, faulty)
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+    torch.set_num_threads(1)
+
+    class Synthetic(Dataset):
+        """A deterministic regression set; item `kill_at` SIGKILLs the worker that loads it."""
+
+        def __init__(self, n: int, kill_at: int = -1, width: int = 16) -> None:
+            g = torch.Generator().manual_seed(0)
+            self.x = torch.randn(n, width, generator=g)
+            self.y = self.x.sum(dim=1, keepdim=True)
+            self.kill_at = kill_at
+
+        def __len__(self) -> int:
+            return len(self.x)
+
+        def __getitem__(self, i: int):
+            if i == self.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return self.x[i], self.y[i]
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Linear(16, 16)
+            self.extra = nn.Linear(16, 16)
+            self.head = nn.Linear(16, 1)
+
+        def forward(self, x, skip_extra: bool = False):
+            h = torch.relu(self.body(x))
+            if not skip_extra:
+                h = h + torch.relu(self.extra(h))
+            return self.head(h)
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    print(f"rank {rank}/{world} on {os.uname().nodename} pid {os.getpid()}: process group ready", flush=True)
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(Net())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    workers = args.workers or (1 if faulty and args.fault in ("dataloader-kill", "shm") else 0)
+    per_rank = args.batch_size * (args.steps + 1)
+    data = Synthetic(per_rank * world)
+    if faulty and args.fault == "dataloader-kill":
+        sampler_order = list(DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False))
+        data.kill_at = sampler_order[args.fault_step * args.batch_size]
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
+    shm_fault = faulty and args.fault == "shm"
+    batch_size = 4096 if shm_fault else args.batch_size  # a batch far larger than the 64 KiB /dev/shm
+    if shm_fault:
+        data = Synthetic(batch_size * 2)
+        sampler = None
+    loader = DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=workers,
+                        worker_init_fn=tiny_shm_worker_init if shm_fault else None)
+
+    loss = torch.zeros(())
+    for step, (x, y) in enumerate(loader):
+        if step >= args.steps:
+            break
+        x, y = x[: args.batch_size], y[: args.batch_size]
+        fire = faulty and step == args.fault_step
+        if fire and args.fault == "raise":
+            raise ValueError(f"lab fault: bad batch at step {step}")
+        if fire and args.fault == "segfault":
+            ctypes.string_at(0)
+        if fire and args.fault == "hang":
+            time.sleep(float(args.fault_arg or 3600))
+        if fire and args.fault == "oom":
+            eat_memory()
+        out = model(x, skip_extra=fire and args.fault == "unused-params")
+        loss = nn.functional.mse_loss(out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if args.no_metric:
+            time.sleep(args.step_sleep)
+            continue
+        metric = torch.full((METRIC_SIZE + (1 if fire and args.fault == "shape-mismatch" else 0),), loss.item())
+        if fire and args.fault == "op-mismatch":
+            dist.broadcast(metric, src=0)
+        else:
+            dist.all_reduce(metric)
+        if rank == 0:
+            print(f"step {step} loss {metric[0].item() / world:.4f}", flush=True)
+        time.sleep(args.step_sleep)
+
+    dist.barrier()
+    print(f"rank {rank} done, final loss {loss.item():.4f}", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,561 @@
+"""The failure lab: run the scenarios of scenarios.toml on a local cluster and keep each job as a case.
+
+Each scenario submits slurm/lab/ddp_fault.py through `ddpslurm submit`, injects its fault (inside the
+script through its arguments, or from outside through a hook: a listener on the master port, an
+nftables rule in a node's namespace, scancel, a crashed node, a link taken down, a preempting job),
+waits for the job to end, and copies the job folder (minus submitit's pickles and checkpoints) to
+`<out>/lab-<cause>-<n>/` with a `label.json` whose culprit comes from the injection, never from analyze.
+
+Used by `slurm/failure-lab` and tests/integration/test_failure_lab.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+LAB = Path(__file__).resolve().parent
+REPO = LAB.parent.parent
+CLUSTER = REPO / "slurm" / "cluster"
+FAULT_SCRIPT = LAB / "ddp_fault.py"
+SCENARIOS = LAB / "scenarios.toml"
+DEFAULT_OUT = REPO / "analyzer" / "cases"
+SKIP_IN_COPY = ("*.pkl", "checkpoints")
+NFT_TABLE = "ddpslurm_lab_fault"
+#: DESIGN.md's cause vocabulary: a scenario's cause must be one of these.
+CAUSES = ("network_unreachable", "port_in_use", "rendezvous_timeout", "rank_config_mismatch", "stale_rendezvous_state",
+          "wrong_interface", "infiniband_error", "nccl_version_mismatch", "duplicate_gpu", "cuda_oom", "host_oom",
+          "gpu_hardware", "collective_timeout", "collective_mismatch", "user_code_exception", "unused_parameters",
+          "slurm_time_limit", "slurm_cancelled", "preempted", "node_failure", "shm_error", "dataloader_worker_killed",
+          "nccl_internal_error", "segfault", "unknown")
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE"}
+
+
+class LabError(Exception):
+    """A scenario could not be run (bad table, cluster trouble, a job that never ended)."""
+
+
+# --- scenarios: data -> frozen objects (pure) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One row of scenarios.toml, defaults applied."""
+
+    name: str
+    cause: str
+    description: str
+    culprit_rank: int | None
+    nodes: int = 3
+    tasks_per_node: int = 2
+    time: str = "5"
+    submit_args: tuple[str, ...] = ()
+    script_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    hook: str | None = None
+    hook_args: tuple[tuple[str, Any], ...] = ()
+    trigger: str | None = None
+    culprit_node: int | None = None
+    max_wait_s: float = 240
+    live: bool = False
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    def hook_arg(self, key: str) -> Any:
+        return dict(self.hook_args)[key]
+
+
+KNOWN_KEYS = {f for f in Scenario.__dataclass_fields__}
+
+
+def parse_scenarios(data: Mapping[str, Any]) -> list[Scenario]:
+    """scenarios.toml's content -> scenarios, validated (unique names, known keys, culprit in range)."""
+    defaults = dict(data.get("defaults", {}))
+    out: list[Scenario] = []
+    for raw in data.get("scenario", []):
+        row = {**defaults, **raw}
+        unknown = set(row) - KNOWN_KEYS
+        if unknown:
+            raise LabError(f"scenario {row.get('name', '?')!r}: unknown keys {sorted(unknown)}")
+        culprit = row.get("culprit_rank")
+        row["culprit_rank"] = None if culprit in (None, "none") else int(culprit)
+        for key in ("submit_args", "script_args"):
+            row[key] = tuple(str(a) for a in row.get(key, ()))
+        for key in ("env", "hook_args"):
+            row[key] = tuple(sorted(dict(row.get(key, {})).items()))
+        scenario = Scenario(**row)
+        if scenario.cause not in CAUSES:
+            raise LabError(f"scenario {scenario.name!r}: cause {scenario.cause!r} is not in DESIGN.md's vocabulary")
+        if scenario.culprit_rank is not None and not 0 <= scenario.culprit_rank < scenario.world_size:
+            raise LabError(f"scenario {scenario.name!r}: culprit_rank {scenario.culprit_rank} is not one of "
+                           f"its {scenario.world_size} ranks")
+        if scenario.hook is not None and scenario.hook not in HOOKS:
+            raise LabError(f"scenario {scenario.name!r}: unknown hook {scenario.hook!r}; known: {sorted(HOOKS)}")
+        out.append(scenario)
+    names = [s.name for s in out]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise LabError(f"duplicate scenario names: {duplicates}")
+    return out
+
+
+def load_scenarios(path: Path = SCENARIOS) -> list[Scenario]:
+    with path.open("rb") as handle:
+        return parse_scenarios(tomllib.load(handle))
+
+
+def select(scenarios: Sequence[Scenario], wanted: Sequence[str]) -> list[Scenario]:
+    """Scenarios named in `wanted` (a scenario name, or a cause for all of its scenarios); all when empty."""
+    if not wanted:
+        return list(scenarios)
+    chosen: list[Scenario] = []
+    for word in wanted:
+        hits = [s for s in scenarios if word in (s.name, s.cause)]
+        if not hits:
+            raise LabError(f"no scenario or cause named {word!r}; `slurm/failure-lab --list` shows them")
+        chosen += [s for s in hits if s not in chosen]
+    return chosen
+
+
+def host_of_rank(nodes: Sequence[str], tasks_per_node: int, rank: int) -> str:
+    """The node that runs global `rank` under srun's default block distribution."""
+    index = rank // tasks_per_node
+    if not 0 <= index < len(nodes):
+        raise LabError(f"rank {rank} does not fit on {len(nodes)} nodes x {tasks_per_node} tasks")
+    return nodes[index]
+
+
+def next_case_dir(out: Path, cause: str) -> Path:
+    """`out/lab-<cause>-<n>` with the first n not taken yet (n counts from 1)."""
+    taken = {int(m.group(1)) for p in out.glob(f"lab-{cause}-*")
+             if (m := re.fullmatch(rf"lab-{re.escape(cause)}-(\d+)", p.name))}
+    n = 1
+    while n in taken:
+        n += 1
+    return out / f"lab-{cause}-{n}"
+
+
+def substitute(args: Iterable[str], nodes: Sequence[str]) -> tuple[str, ...]:
+    """Replace `{nodeK}` (1-based) in script arguments with the cluster's K-th node name."""
+    values = {f"node{i + 1}": name for i, name in enumerate(nodes)}
+    return tuple(re.sub(r"\{(node\d+)\}", lambda m: values[m.group(1)], a) for a in args)
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+
+
+# --- the cluster and its commands ---------------------------------------------------------------------
+
+
+def sh(argv: Sequence[str], env: Mapping[str, str] | None = None, check: bool = True,
+       timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run a command and capture its output; the lab's one place that runs other programs to completion."""
+    done = subprocess.run(list(argv), env=dict(env) if env is not None else None, capture_output=True, text=True,
+                          timeout=timeout)
+    if check and done.returncode != 0:
+        raise LabError(f"`{shlex.join(argv)}` failed ({done.returncode}): {done.stderr.strip()[-400:]}")
+    return done
+
+
+@dataclass
+class Cluster:
+    """A local cluster of slurm/cluster, by name."""
+
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def cluster(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return sh([str(CLUSTER), "--name", self.name, *args], timeout=timeout)
+
+    def ensure_up(self, nodes: int) -> None:
+        """Bring the cluster up (or restart crashed slurmds) and load its environment."""
+        self.cluster("up", "--nodes", str(nodes))
+        self.env = dict(os.environ)
+        for line in self.cluster("env").stdout.splitlines():
+            words = shlex.split(line)
+            if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+                key, _, value = words[1].partition("=")
+                self.env[key] = value
+        self.resume_down_nodes()
+
+    def resume_down_nodes(self, wait_s: float = 60) -> None:
+        """A node left down/drained by an earlier scenario (link down, crash) is resumed and waited for."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            states = dict(line.split() for line in self.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout.splitlines()
+                          if line.strip())
+            bad = [n for n, s in states.items() if s.rstrip("*~#") not in ("idle", "allocated", "mixed")]
+            if not bad:
+                return
+            for node in bad:
+                if states[node].startswith(("down", "drain")):
+                    self.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+            if time.monotonic() > deadline:
+                raise LabError(f"nodes not usable after {wait_s:.0f}s: {bad}")
+            time.sleep(1)
+
+    def run(self, argv: Sequence[str], check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        return sh(argv, env=self.env, check=check, timeout=timeout)
+
+    def nodes(self) -> list[str]:
+        return sorted(self.run(["sinfo", "-h", "-N", "-o", "%N"]).stdout.split())
+
+    def netns(self, node: str) -> str:
+        return f"dds-{node}"
+
+    def node_ip(self, node: str) -> str:
+        out = self.run(["getent", "hosts", node]).stdout.split()
+        if not out:
+            raise LabError(f"cannot resolve node {node}")
+        return out[0]
+
+    def expand(self, hostlist: str) -> list[str]:
+        return self.run(["scontrol", "show", "hostnames", hostlist]).stdout.split()
+
+
+# --- hooks: faults injected from outside the script ---------------------------------------------------
+
+
+@dataclass
+class Context:
+    """What a hook needs: the cluster, the scenario, the job once submitted, and what it did."""
+
+    cluster: Cluster
+    scenario: Scenario
+    nodes: list[str]
+    job_id: str | None = None
+    injected: dict[str, Any] = field(default_factory=dict)
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    def node(self, key: str = "node") -> str:
+        return self.nodes[int(self.scenario.hook_arg(key)) - 1]
+
+    def record(self, command: Sequence[str] | str, host: str | None) -> None:
+        text = command if isinstance(command, str) else shlex.join(command)
+        self.injected.setdefault("commands", []).append(text)
+        self.injected.update({"host": host, "time": utc_now()})
+
+
+class Hook:
+    """A fault from outside the script: `before` the submission, `live` once the trigger is seen, `cleanup`."""
+
+    def before(self, ctx: Context) -> None: ...
+
+    def live(self, ctx: Context) -> None: ...
+
+    def cleanup(self, ctx: Context) -> None: ...
+
+
+LISTENER = ("import socket, sys, time\n"
+            "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "s.bind(('0.0.0.0', int(sys.argv[1]))); s.listen(); print('listening', flush=True); time.sleep(3600)\n")
+
+
+class ListenPort(Hook):
+    """Another process holds the master port on the master node (a listener in the node's namespace)."""
+
+    def before(self, ctx: Context) -> None:
+        node, port = ctx.node(), str(ctx.scenario.hook_arg("port"))
+        argv = ["nsenter", f"--net=/run/netns/{ctx.cluster.netns(node)}", sys.executable, "-c", LISTENER, port]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ctx.processes.append(proc)
+        if proc.stdout is None or proc.stdout.readline().strip() != "listening":
+            raise LabError(f"the listener on {node}:{port} did not start: {proc.stderr.read() if proc.stderr else ''}")
+        ctx.record(["nsenter", f"--net=/run/netns/{ctx.cluster.netns(node)}", "python3", "-c",
+                    f"<listen on 0.0.0.0:{port}>"], node)
+
+    def cleanup(self, ctx: Context) -> None:
+        for proc in ctx.processes:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+class FirewallPort(Hook):
+    """nftables in the master node's namespace drops TCP from one node to the master port."""
+
+    def _nft(self, ctx: Context, *words: str, check: bool = True) -> list[str]:
+        argv = ["nsenter", f"--net=/run/netns/{ctx.cluster.netns(ctx.node())}", "nft", *words]
+        sh(argv, check=check)
+        return argv
+
+    def before(self, ctx: Context) -> None:
+        src = ctx.cluster.node_ip(ctx.node("from_node"))
+        port = str(ctx.scenario.hook_arg("port"))
+        self._nft(ctx, "add", "table", "inet", NFT_TABLE)
+        self._nft(ctx, "add", "chain", "inet", NFT_TABLE, "input",
+                  "{ type filter hook input priority 0 ; policy accept ; }")
+        argv = self._nft(ctx, "add", "rule", "inet", NFT_TABLE, "input", "ip", "saddr", src, "tcp", "dport", port,
+                         "drop")
+        ctx.record(argv, ctx.node())
+        ctx.injected["blocked_from"] = ctx.node("from_node")
+
+    def cleanup(self, ctx: Context) -> None:
+        self._nft(ctx, "delete", "table", "inet", NFT_TABLE, check=False)
+
+
+class Scancel(Hook):
+    def live(self, ctx: Context) -> None:
+        argv = ["scancel", str(ctx.job_id)]
+        ctx.cluster.run(argv)
+        ctx.record(argv, None)
+
+
+class CrashNode(Hook):
+    def live(self, ctx: Context) -> None:
+        argv = [str(CLUSTER), "--name", ctx.cluster.name, "crash-node", ctx.node()]
+        sh(argv)
+        ctx.record(["slurm/cluster", *argv[1:]], ctx.node())
+
+    def cleanup(self, ctx: Context) -> None:
+        ctx.cluster.ensure_up(len(ctx.nodes))
+
+
+class LinkDown(Hook):
+    def live(self, ctx: Context) -> None:
+        argv = ["ip", "-n", ctx.cluster.netns(ctx.node()), "link", "set", "eth0", "down"]
+        sh(argv)
+        ctx.record(argv, ctx.node())
+
+    def cleanup(self, ctx: Context) -> None:
+        sh(["ip", "-n", ctx.cluster.netns(ctx.node()), "link", "set", "eth0", "up"], check=False)
+        ctx.cluster.ensure_up(len(ctx.nodes))
+
+
+class Preempt(Hook):
+    """A higher-priority exclusive job takes every node; Slurm requeues the lab job (PreemptMode=REQUEUE)."""
+
+    def live(self, ctx: Context) -> None:
+        argv = ["sbatch", "--parsable", "-p", "urgent", "-N", str(len(ctx.nodes)), "--exclusive", "-t", "2",
+                "-o", "/dev/null", "-J", "lab-preemptor", "--wrap", "sleep 60"]
+        ctx.injected["preemptor_job"] = ctx.cluster.run(argv).stdout.strip().split(";")[0]
+        ctx.record(argv, None)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:  # the lab job leaves RUNNING: preempted and requeued (PENDING)
+            state = ctx.cluster.run(["squeue", "-h", "-j", str(ctx.job_id), "-o", "%T"], check=False).stdout.strip()
+            if state != "RUNNING":
+                break
+            time.sleep(0.5)
+        time.sleep(3)
+        ctx.cluster.run(["scancel", str(ctx.job_id)], check=False)  # stop the requeued copy before it reruns
+        ctx.injected["then"] = "the requeued (pending) job was cancelled by the lab so it would not run again"
+
+    def cleanup(self, ctx: Context) -> None:
+        if "preemptor_job" in ctx.injected:
+            ctx.cluster.run(["scancel", ctx.injected["preemptor_job"]], check=False)
+
+
+HOOKS: dict[str, Callable[[], Hook]] = {
+    "listen_port": ListenPort, "firewall_port": FirewallPort, "scancel": Scancel, "crash_node": CrashNode,
+    "link_down": LinkDown, "preempt": Preempt,
+}
+
+
+# --- running one scenario -----------------------------------------------------------------------------
+
+
+def submit_argv(scenario: Scenario, folder: Path, script_args: Sequence[str]) -> list[str]:
+    """The `ddpslurm submit` command line of a scenario (pure)."""
+    return [sys.executable, "-m", "ddpslurm.cli", "submit", str(FAULT_SCRIPT), "--nodes", str(scenario.nodes),
+            "--tasks-per-node", str(scenario.tasks_per_node), "--time", scenario.time, "--folder", str(folder),
+            "--job-name", f"lab-{scenario.name}", "--json", *scenario.submit_args, "--", *script_args]
+
+
+def _logs_contain(job_dir: Path, text: str) -> bool:
+    for path in job_dir.rglob("*.log"):
+        try:
+            if text in path.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _job_state(cluster: Cluster, job_id: str) -> str:
+    out = cluster.run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False).stdout.strip()
+    if out:
+        return out
+    acct = cluster.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"], check=False).stdout.split()
+    return acct[0].split()[0] if acct else "UNKNOWN"
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(poll)
+
+
+def copy_job(job_dir: Path, dest: Path) -> int:
+    """Copy the job folder as produced, minus pickles and checkpoints; returns its size in bytes."""
+    shutil.copytree(job_dir, dest, ignore=shutil.ignore_patterns(*SKIP_IN_COPY))
+    return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+
+
+def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = False,
+                 log: Callable[[str], None] = print) -> Path:
+    """Run one scenario end to end; returns the case folder written under `out`."""
+    cluster.ensure_up(scenario.nodes)
+    nodes = cluster.nodes()
+    if len(nodes) < scenario.nodes:
+        raise LabError(f"{scenario.name} needs {scenario.nodes} nodes; cluster {cluster.name} has {len(nodes)}")
+    ctx = Context(cluster, scenario, nodes)
+    hook = HOOKS[scenario.hook]() if scenario.hook else Hook()
+    root = Path(tempfile.mkdtemp(prefix=f"lab-{scenario.name}-", dir="/tmp"))
+    script_args = substitute(scenario.script_args, nodes)
+    argv = submit_argv(scenario, root, script_args)
+    env = {**cluster.env, **dict(scenario.env)}
+    try:
+        hook.before(ctx)
+        submitted_at = utc_now()
+        done = sh(argv, env=env, timeout=120)
+        reply = json.loads(done.stdout.strip().splitlines()[-1])
+        ctx.job_id = str(reply["job_id"])
+        job_dir = Path(reply["folder"])
+        log(f"{scenario.name}: job {ctx.job_id} submitted ({job_dir})")
+        if scenario.trigger:
+            wait_for(lambda: _logs_contain(job_dir, scenario.trigger or ""), scenario.max_wait_s,
+                     f"{scenario.trigger!r} in the logs of job {ctx.job_id}")
+            hook.live(ctx)
+            log(f"{scenario.name}: injected {ctx.injected.get('commands')}")
+        wait_for(lambda: _job_state(cluster, str(ctx.job_id)).split()[0] in TERMINAL, scenario.max_wait_s,
+                 f"job {ctx.job_id} to end")
+    except BaseException:
+        if ctx.job_id:
+            cluster.run(["scancel", ctx.job_id], check=False)
+        raise
+    finally:
+        hook.cleanup(ctx)
+    acct = cluster.run(["sacct", "-X", "-n", "-P", "-j", ctx.job_id, "-o", "State,ExitCode,NodeList,Elapsed"])
+    state, exit_code, nodelist, elapsed = acct.stdout.strip().splitlines()[-1].split("|")
+    allocation = cluster.expand(nodelist) if nodelist and nodelist != "None assigned" else nodes
+    label = make_label(scenario, allocation, ctx, argv, script_args, submitted_at,
+                       {"id": ctx.job_id, "state": state, "exit_code": exit_code, "nodes": allocation,
+                        "elapsed": elapsed})
+    out.mkdir(parents=True, exist_ok=True)
+    dest = next_case_dir(out, scenario.cause)
+    size = copy_job(job_dir, dest)
+    (dest / "label.json").write_text(json.dumps(label, indent=2) + "\n")
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+    log(f"{scenario.name}: job {ctx.job_id} {state} -> {dest} ({size // 1024} KiB)")
+    return dest
+
+
+def make_label(scenario: Scenario, allocation: Sequence[str], ctx: Context, argv: Sequence[str],
+               script_args: Sequence[str], submitted_at: str, job: Mapping[str, Any]) -> dict[str, Any]:
+    """label.json: the ground truth from the injection (which rank, which node), never from analyze."""
+    rank = scenario.culprit_rank
+    if scenario.culprit_node is not None:
+        host: str | None = allocation[scenario.culprit_node - 1]
+    elif rank is not None:
+        host = host_of_rank(allocation, scenario.tasks_per_node, rank)
+    else:
+        host = None
+    launch = "ddpslurm submit " + shlex.join(argv[argv.index("submit") + 1:]).replace(str(REPO) + "/", "")
+    how = f"{scenario.hook} hook" if scenario.hook else "fault injected by slurm/lab/ddp_fault.py " + " ".join(
+        script_args[:2])
+    injected: dict[str, Any] = {"rank": rank, "host": host, "time": submitted_at,
+                                "time_is": "submission time (an in-script fault fires at its --fault-step)",
+                                "script_args": list(script_args), "env": dict(scenario.env)}
+    injected.update(ctx.injected)
+    if ctx.injected.get("time"):
+        injected["time_is"] = "when the hook ran"
+    if not ctx.injected.get("commands"):
+        injected["commands"] = [launch]
+    return {
+        "cause": scenario.cause,
+        "first_failing_rank": rank,
+        "first_failing_host": host,
+        "source": f"lab: real failure on the local cluster, {how}, launched with `ddpslurm submit` "
+                  f"(slurm/failure-lab scenario {scenario.name})",
+        "description": scenario.description,
+        "injected": injected,
+        "launch": launch,
+        "job": dict(job),
+        "world_size": scenario.world_size,
+        "recorded": utc_now(),
+    }
+
+
+# --- command line -------------------------------------------------------------------------------------
+
+
+def analyze_check(case: Path) -> tuple[bool, dict[str, Any]]:
+    """Run `ddpslurm analyze --json` on a case (everything but label.json) and compare with its label."""
+    label = json.loads((case / "label.json").read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp) / case.name
+        shutil.copytree(case, logs, ignore=shutil.ignore_patterns("label.json"))
+        done = sh([sys.executable, "-m", "ddpslurm.cli", "analyze", "--json", str(logs)], check=False, timeout=300)
+    try:
+        got = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return False, {"error": (done.stderr or done.stdout).strip()[-500:]}
+    ok = got.get("cause") == label["cause"] and got.get("first_failing_rank") == label["first_failing_rank"]
+    if label.get("first_failing_host") is not None:
+        ok = ok and got.get("first_failing_host") == label["first_failing_host"]
+    return ok, got
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="slurm/failure-lab", description=__doc__.split("\n\n")[0])
+    p.add_argument("cases", nargs="*", metavar="CASE", help="scenario names or causes (default: all)")
+    p.add_argument("--cluster", default=os.environ.get("DDPSLURM_LAB_CLUSTER", "lab"), help="cluster name")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the lab-<cause>-<n>/ cases go")
+    p.add_argument("--check", action="store_true", help="run `ddpslurm analyze` on each new case and compare")
+    p.add_argument("--keep", action="store_true", help="keep the temporary job folders")
+    args = p.parse_args(argv)
+    try:
+        scenarios = select(load_scenarios(), args.cases)
+    except LabError as error:
+        print(f"failure-lab: error: {error}", file=sys.stderr)
+        return 2
+    if args.list:
+        for s in scenarios:
+            where = "none" if s.culprit_rank is None else f"rank {s.culprit_rank}"
+            print(f"{s.name:24} {s.cause:26} {s.nodes}x{s.tasks_per_node}  culprit {where:8} "
+                  f"{'hook ' + s.hook if s.hook else ' '.join(s.script_args[:2])}")
+        return 0
+    cluster = Cluster(args.cluster)
+    failures = 0
+    for scenario in scenarios:
+        try:
+            case = run_scenario(cluster, scenario, args.out, keep=args.keep)
+        except (LabError, subprocess.TimeoutExpired) as error:
+            print(f"failure-lab: {scenario.name}: {error}", file=sys.stderr)
+            failures += 1
+            continue
+        if args.check:
+            ok, got = analyze_check(case)
+            verdict = "RIGHT" if ok else "WRONG"
+            print(f"{scenario.name}: analyze {verdict}: cause={got.get('cause')} rank={got.get('first_failing_rank')} "
+                  f"host={got.get('first_failing_host')} {got.get('error', '')}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
