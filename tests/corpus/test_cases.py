@@ -1,0 +1,229 @@
+"""The labelled case corpus: every case in analyzer/cases/<name>/ must be diagnosed as its label says.
+
+A case is a folder of logs plus `label.json` (see analyzer/cases/README.md). `analyze_paths` runs on every
+file of the folder except label.json; the test compares cause, first_failing_rank, first_failing_host (when
+the label names one) and the optional keys. Folders named `lab-*` come from real failures on the local
+cluster and are checked the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+CASES_DIR = REPO / "analyzer" / "cases"
+CAUSES_TOML = REPO / "analyzer" / "causes.toml"
+LABEL_KEYS = {"cause", "first_failing_rank", "first_failing_host", "source", "description"}
+#: Optional keys that the corpus test checks; other keys (lab metadata such as `injected`, `job`) are kept as notes.
+OPTIONAL_KEYS = {"confidence_at_least", "exclude_nodes", "retry"}
+CONFIDENCE_ORDER = {"low": 0, "medium": 1, "high": 2}
+RETRY_VALUES = {"requeue", "stop", "unknown"}
+ROLE_VALUES = {"culprit", "victim", "ok", "unknown"}
+
+#: DESIGN.md's vocabulary, used only when analyzer/causes.toml does not exist.
+DESIGN_CAUSES = (
+    "network_unreachable", "port_in_use", "rendezvous_timeout", "rank_config_mismatch", "stale_rendezvous_state",
+    "wrong_interface", "infiniband_error", "nccl_version_mismatch", "duplicate_gpu", "cuda_oom", "host_oom",
+    "gpu_hardware", "collective_timeout", "collective_mismatch", "user_code_exception", "unused_parameters",
+    "slurm_time_limit", "slurm_cancelled", "preempted", "node_failure", "shm_error", "dataloader_worker_killed",
+    "nccl_internal_error", "segfault", "unknown",
+)
+
+
+def vocabulary() -> list[str]:
+    """The cause names: the tables of analyzer/causes.toml, else DESIGN.md's list."""
+    if CAUSES_TOML.is_file():
+        return list(tomllib.loads(CAUSES_TOML.read_text()))
+    return list(DESIGN_CAUSES)
+
+
+def case_dirs() -> list[Path]:
+    return sorted(p for p in CASES_DIR.iterdir() if p.is_dir() and (p / "label.json").is_file())
+
+
+def case_files(case: Path) -> list[Path]:
+    """Every file of a case except its label, in a stable order."""
+    return sorted(p for p in case.rglob("*") if p.is_file() and p.name != "label.json")
+
+
+def load_label(case: Path) -> dict[str, Any]:
+    return json.loads((case / "label.json").read_text())
+
+
+CASES = case_dirs()
+
+
+def _explain(label: dict[str, Any], got: dict[str, Any]) -> str:
+    """Expected vs got, with the diagnosis summary and its evidence, for a failing case."""
+    keys = ("cause", "first_failing_rank", "first_failing_host", "confidence", "retry", "exclude_nodes")
+    lines = ["expected vs got:"]
+    for key in keys:
+        want = label.get(key, "-") if key != "confidence" else label.get("confidence_at_least", "-")
+        lines.append(f"  {key:20} {want!r:28} {got.get(key)!r}")
+    lines.append(f"summary: {got.get('summary')}")
+    for ev in got.get("evidence", [])[:6]:
+        lines.append(f"  evidence {ev.get('file')}:{ev.get('line')} rank={ev.get('rank')}: {str(ev.get('text'))[:160]}")
+    lines.append(f"case: {label.get('description')}")
+    return "\n".join(lines)
+
+
+def test_there_are_cases() -> None:
+    assert len(CASES) >= 25, f"only {len(CASES)} cases under {CASES_DIR}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_label_is_valid(case: Path) -> None:
+    label = load_label(case)
+    causes = set(vocabulary())
+    missing = LABEL_KEYS - set(label)
+    assert not missing, f"label.json lacks {sorted(missing)}"
+    assert label["cause"] in causes, f"cause {label['cause']!r} is not in the vocabulary"
+    rank = label["first_failing_rank"]
+    assert rank is None or (isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0), f"bad rank {rank!r}"
+    host = label["first_failing_host"]
+    assert host is None or (isinstance(host, str) and host), f"bad host {host!r}"
+    assert isinstance(label["source"], str) and label["source"].strip(), "source must say where the format comes from"
+    assert isinstance(label["description"], str) and label["description"].strip()
+    if "confidence_at_least" in label:
+        assert label["confidence_at_least"] in CONFIDENCE_ORDER
+    if "retry" in label:
+        assert label["retry"] in RETRY_VALUES
+    if "exclude_nodes" in label:
+        assert isinstance(label["exclude_nodes"], list) and all(isinstance(n, str) for n in label["exclude_nodes"])
+    assert case_files(case), "a case needs at least one log file besides label.json"
+
+
+def test_every_cause_has_a_case() -> None:
+    covered = {load_label(c)["cause"] for c in CASES}
+    missing = [c for c in vocabulary() if c not in covered]
+    assert not missing, f"causes without a case: {missing}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_case_is_diagnosed(case: Path) -> None:
+    from ddpslurm.analyze.api import analyze_paths
+
+    label = load_label(case)
+    got = analyze_paths(case_files(case)).to_dict()
+    why = _explain(label, got)
+    assert got["cause"] == label["cause"], why
+    assert got["first_failing_rank"] == label["first_failing_rank"], why
+    if label["first_failing_host"] is not None:
+        assert got["first_failing_host"] == label["first_failing_host"], why
+    if "confidence_at_least" in label:
+        assert CONFIDENCE_ORDER[got["confidence"]] >= CONFIDENCE_ORDER[label["confidence_at_least"]], why
+    if "retry" in label:
+        assert got["retry"] == label["retry"], why
+    if "exclude_nodes" in label:
+        assert sorted(got["exclude_nodes"]) == sorted(label["exclude_nodes"]), why
+
+
+def validate_schema(obj: dict[str, Any], causes: set[str]) -> list[str]:
+    """Problems with a `ddpslurm analyze --json` object against DESIGN.md's schema (empty list = valid)."""
+    problems: list[str] = []
+    expected = {"cause", "first_failing_rank", "first_failing_host", "confidence", "summary", "advice", "evidence",
+                "ranks", "retry", "exclude_nodes"}
+    if set(obj) != expected:
+        problems.append(f"keys differ: missing {sorted(expected - set(obj))}, extra {sorted(set(obj) - expected)}")
+        return problems
+    if obj["cause"] not in causes:
+        problems.append(f"cause {obj['cause']!r} not in vocabulary")
+    if not (obj["first_failing_rank"] is None or type(obj["first_failing_rank"]) is int):
+        problems.append("first_failing_rank must be int or null")
+    if not (obj["first_failing_host"] is None or isinstance(obj["first_failing_host"], str)):
+        problems.append("first_failing_host must be str or null")
+    if obj["confidence"] not in CONFIDENCE_ORDER:
+        problems.append(f"confidence {obj['confidence']!r}")
+    if not isinstance(obj["summary"], str) or not obj["summary"].strip():
+        problems.append("summary must be a non-empty string")
+    if not (isinstance(obj["advice"], list) and all(isinstance(a, str) for a in obj["advice"])):
+        problems.append("advice must be a list of strings")
+    if obj["retry"] not in RETRY_VALUES:
+        problems.append(f"retry {obj['retry']!r}")
+    if not (isinstance(obj["exclude_nodes"], list) and all(isinstance(n, str) for n in obj["exclude_nodes"])):
+        problems.append("exclude_nodes must be a list of strings")
+    if not isinstance(obj["evidence"], list):
+        problems.append("evidence must be a list")
+    else:
+        for ev in obj["evidence"]:
+            if not isinstance(ev, dict) or set(ev) != {"file", "line", "rank", "time", "text"}:
+                problems.append(f"evidence item has keys {sorted(ev) if isinstance(ev, dict) else ev!r}")
+                continue
+            if not isinstance(ev["file"], str) or not isinstance(ev["text"], str):
+                problems.append("evidence file/text must be strings")
+            if not (ev["line"] is None or type(ev["line"]) is int):
+                problems.append("evidence line must be int or null")
+            if not (ev["rank"] is None or type(ev["rank"]) is int):
+                problems.append("evidence rank must be int or null")
+            if not (ev["time"] is None or isinstance(ev["time"], str)):
+                problems.append("evidence time must be str or null")
+    if not isinstance(obj["ranks"], list):
+        problems.append("ranks must be a list")
+    else:
+        for row in obj["ranks"]:
+            if not isinstance(row, dict) or set(row) != {"rank", "host", "role", "first_error"}:
+                problems.append(f"ranks row has keys {sorted(row) if isinstance(row, dict) else row!r}")
+                continue
+            if type(row["rank"]) is not int:
+                problems.append("ranks[].rank must be int")
+            if row["role"] not in ROLE_VALUES:
+                problems.append(f"ranks[].role {row['role']!r}")
+            if not (row["host"] is None or isinstance(row["host"], str)):
+                problems.append("ranks[].host must be str or null")
+            if not (row["first_error"] is None or isinstance(row["first_error"], str)):
+                problems.append("ranks[].first_error must be str or null")
+    return problems
+
+
+@pytest.mark.parametrize(("obj", "problem"), [
+    ({"cause": "cuda_oom"}, "keys differ"),
+    ({"cause": "made_up", "first_failing_rank": None, "first_failing_host": None, "confidence": "high", "summary": "s",
+      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": []}, "not in vocabulary"),
+    ({"cause": "unknown", "first_failing_rank": "3", "first_failing_host": None, "confidence": "high", "summary": "s",
+      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": []}, "first_failing_rank"),
+    ({"cause": "unknown", "first_failing_rank": None, "first_failing_host": None, "confidence": "sure", "summary": "s",
+      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": []}, "confidence"),
+    ({"cause": "unknown", "first_failing_rank": None, "first_failing_host": None, "confidence": "low", "summary": "s",
+      "advice": [], "evidence": [], "ranks": [{"rank": 0, "host": None, "role": "boss", "first_error": None}],
+      "retry": "maybe", "exclude_nodes": []}, "retry"),
+])
+def test_schema_validator_rejects(obj: dict[str, Any], problem: str) -> None:
+    """The validator used by the CLI test must itself catch wrong objects."""
+    assert any(problem in p for p in validate_schema(obj, set(vocabulary())))
+
+
+CLI_CASES = [c for c in CASES if c.name.split("-")[0] in {"cuda", "host", "collective"}][:3] + \
+            [c for c in CASES if c.name.startswith("unknown-truncated")]
+
+
+def _cli_has_analyze() -> bool:
+    out = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "--help"], capture_output=True, text=True, timeout=60)
+    return re.search(r"^\s+analyze\b", out.stdout, re.M) is not None
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c.name for c in CLI_CASES])
+def test_cli_json_schema(case: Path) -> None:
+    if not _cli_has_analyze():
+        pytest.fail("`ddpslurm analyze` is not wired into the CLI yet")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    files = [str(f) for f in case_files(case)]
+    proc = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "analyze", *files, "--json"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    obj = json.loads(proc.stdout)
+    problems = validate_schema(obj, set(vocabulary()))
+    assert not problems, "\n".join(problems)
+    assert obj["cause"] == load_label(case)["cause"], _explain(load_label(case), obj)
