@@ -189,6 +189,33 @@ def template(name: str | None, train_args: tuple[str, ...], list_only: bool, out
     else:
         click.echo(text, nl=False)
 
+
+@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("inputs", nargs=-1, required=True, metavar="PATH_OR_JOBID...")
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as one JSON object (same as --format json).")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True,
+              help="Report format; markdown suits a support ticket.")
+@click.option("--signatures", "signature_dirs", multiple=True, metavar="DIR",
+              help="Extra folder of *.toml failure signatures (also $DDPSLURM_SIGNATURES).")
+@click.option("--attempt", default=None, metavar="N|all", help="Which attempt of a requeued job [default: the last].")
+@click.option("--jobs", type=int, default=None, help="Worker processes for large inputs [default: CPU count].")
+@click.option("--folder", "folders", multiple=True, metavar="ROOT", help="Where job folders are, for a JOBID.")
+def analyze(inputs: tuple[str, ...], as_json: bool, fmt: str, signature_dirs: tuple[str, ...], attempt: str | None,
+            jobs: int | None, folders: tuple[str, ...]) -> None:
+    """Tell why a multi-node job failed: the cause and the first failing rank.
+
+    PATH is a job folder, a torchrun --log-dir, a folder of slurm-*.out files, or log files; a JOBID
+    (all digits) finds ./ddpslurm_jobs/job_<id> (or under --folder) and adds sacct's view. Exit 0 when a
+    diagnosis was made (even `unknown`), 1 when the input cannot be read, 2 on a usage error.
+    """
+    from ddpslurm.analyze.command import run_analyze
+
+    code = run_analyze(inputs, output="json" if as_json else fmt, signature_dirs=signature_dirs, attempt=attempt,
+                       jobs=jobs, folders=folders, echo=click.echo)
+    if code:
+        sys.exit(code)
+
+
 def _debug_requested(argv: list[str]) -> bool:
     """`--debug` may come before the subcommand only; look for it without parsing everything."""
     for arg in argv:

@@ -1,0 +1,139 @@
+"""The library entry points: `analyze_paths` (files and folders) and `find_job_folder` (a job id)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ddpslurm.analyze.diagnose import diagnose
+from ddpslurm.analyze.diagnosis import Diagnosis
+from ddpslurm.analyze.discover import discover, is_record, select_attempt
+from ddpslurm.analyze.events import Event, FileSummary, SourceFile
+from ddpslurm.analyze.records import record_events
+from ddpslurm.analyze.scan import scan_files
+from ddpslurm.analyze.signatures import SignatureSet, load_signatures
+from ddpslurm.errors import AnalyzeInputError, JobNotFoundError
+
+
+def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, progress: bool = False,
+                  signature_dirs: Sequence[str | Path] = (), attempt: str | int | None = None,
+                  signatures: SignatureSet | None = None) -> Diagnosis:
+    """Read the logs under `paths` and say why the job failed (see DESIGN.md, Analyze)."""
+    if not paths:
+        raise AnalyzeInputError("no path given", "give a job folder, log files, or a job id")
+    sigs = signatures or load_signatures(signature_dirs)
+    sources = select_attempt(discover(paths), attempt)
+    records = [s for s in sources if is_record(s)]
+    logs = [s for s in sources if not is_record(s)]
+    if not sources:
+        raise AnalyzeInputError(f"no log files found under {', '.join(map(str, paths))}",
+                                "give a job folder, a torchrun --log-dir, slurm-*.out files or a pasted log")
+    events: list[Event] = []
+    facts: dict[str, Any] = {}
+    for rec in records:
+        evs, found = record_events(rec, sigs)
+        events.extend(evs)
+        for key, value in found.items():
+            facts[key] = max(facts.get(key, 0), value) if isinstance(value, int) else value
+    year = _year(events, logs)
+    with _progress(progress, sum(s.size for s in logs)) as advance:
+        results = scan_files(logs, sigs, years=[year] * len(logs), workers=workers, progress=advance)
+    summaries: list[FileSummary] = []
+    for file_events, summary in results:
+        events.extend(file_events)
+        summaries.append(summary)
+    if logs and all(s.binary for s in summaries) and not records:
+        raise AnalyzeInputError(f"{', '.join(map(str, paths))}: only binary files, no text logs",
+                                "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
+    diagnosis = diagnose(events, sources, summaries, sigs, facts)
+    skipped = [s.file for s in summaries if s.binary]
+    if skipped:
+        diagnosis.notes.append(f"skipped {len(skipped)} binary file(s)")
+    truncated = sum(s.truncated_lines for s in summaries)
+    if truncated:
+        diagnosis.notes.append(f"truncated {truncated} overlong line(s)")
+    unreadable = [f"{s.file} ({s.error})" for s in summaries if s.error]
+    if unreadable:
+        diagnosis.notes.append("could not read: " + ", ".join(unreadable[:5]))
+    return diagnosis
+
+
+def _year(events: list[Event], logs: Sequence[SourceFile]) -> int | None:
+    """The year for year-less timestamps (glog): from a record's time, else the newest file's mtime."""
+    for e in events:
+        if e.time is not None and e.time_family == "record":
+            return _dt.datetime.fromtimestamp(e.time, _dt.timezone.utc).year
+    mtimes = []
+    for s in logs[:200]:
+        try:
+            mtimes.append(os.stat(s.path).st_mtime)
+        except OSError:
+            continue
+    return _dt.datetime.fromtimestamp(max(mtimes), _dt.timezone.utc).year if mtimes else None
+
+
+class _progress:
+    """A rich progress bar on stderr when asked for and stderr is a terminal; else a no-op."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled = enabled and total > (32 << 20) and os.isatty(2)
+        self.total = total
+        self.bar: Any = None
+
+    def __enter__(self) -> Callable[[int], None] | None:
+        if not self.enabled:
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+        self.bar = Progress("scanning logs", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.bar.start()
+        task = self.bar.add_task("scan", total=self.total)
+        return lambda n: self.bar.advance(task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def find_job_folder(job_id: str, folders: Sequence[str | Path] = ()) -> Path:
+    """`<folder>/job_<id>` for the given folders, then ./ddpslurm_jobs; a clear error when absent."""
+    candidates = [Path(f) / f"job_{job_id}" for f in folders] + [Path("ddpslurm_jobs") / f"job_{job_id}"]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    raise JobNotFoundError(f"no job folder for job {job_id} (looked in {', '.join(str(c) for c in candidates)})",
+                           "pass the job folder path, or --folder ROOT where ddpslurm put the job")
+
+
+def job_accounting(job_id: str) -> dict[str, Any] | None:
+    """sacct's view of the job through ddpslurm.scheduler, when that module and sacct are available."""
+    try:
+        from ddpslurm import scheduler
+    except ImportError:
+        return None
+    fn = getattr(scheduler, "job_accounting", None)
+    if fn is None:
+        try:
+            from ddpslurm.scheduler import accounting as mod  # type: ignore[attr-defined]
+
+            fn = getattr(mod, "job_accounting", None)
+        except ImportError:
+            fn = None
+    if fn is None:
+        return None
+    try:
+        result = fn(job_id)
+    except Exception:  # sacct missing or failing must not stop the log analysis
+        return None
+    if result is None:
+        return None
+    if hasattr(result, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(result)
+    return result if isinstance(result, dict) else {"accounting": str(result)}

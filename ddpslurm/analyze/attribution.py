@@ -1,0 +1,157 @@
+"""Who said a line: rank, local rank and host from line prefixes and from file names (pure functions).
+
+Prefixes are peeled from the front of a line, several may be stacked (`node02: [rank3]: ...`,
+`[default0]:[rank3]:`, `3: ` from `srun --label`, `[1,3]<stdout>:` from Open MPI, `[pod] ` from cloud
+pods, CI timestamps). A bracketed number such as `[80746]` is a log viewer's line number, not a rank.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePath
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def clean(text: str) -> str:
+    """Remove ANSI escape sequences and control characters (keeps tabs); keep what follows a last `\\r`."""
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    return _CONTROL.sub("", text)
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """What the prefixes of one line tell; `text` is the line without them."""
+
+    text: str
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    time_text: str | None = None
+
+
+_HOST = r"(?:[A-Za-z][A-Za-z0-9_-]*\d[A-Za-z0-9_.-]*|\d{1,3}(?:\.\d{1,3}){3})"
+# Each rule: (regex anchored at the start, what the groups mean). Order matters only for overlaps.
+_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+    # CI / collector timestamps in front: `2024-05-08T08:47:31.1234567Z `, `[2024-05-08 08:47:31] `
+    (re.compile(r"\[?(?P<time>(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?:?\s+"
+                r"(?=\S)(?!\[?[A-Z]?[a-z]*(?:\]|,\d))"), "time"),
+    # log viewer line numbers: `[80746] ` or `80746| ` (never a rank)
+    (re.compile(r"\[\d{3,}\]\s+|\d+\s*\|\s"), "lineno"),
+    # Open MPI --tag-output: `[1,3]<stdout>:`
+    (re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:\s?"), "rank"),
+    # torch >= 2.2: `[rank3]:`, also `[Rank 3]:`
+    (re.compile(r"\[[Rr]ank ?(?P<rank>\d+)\]:\s?"), "rank"),
+    # torchrun --tee / --log-line-prefix: `[default0]:`, `[trainer3]:`
+    (re.compile(r"\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<local>\d+)\]:\s?"), "local"),
+    # srun --label: `3: ` (padded with spaces)
+    (re.compile(r" *(?P<rank>\d{1,6}): (?=\S)"), "rank"),
+    # pdsh / DeepSpeed: `node02: `, `10.0.0.2: `
+    (re.compile(rf"(?P<host>{_HOST}):\s+(?=\S)"), "host"),
+    # cloud pods: `[trainer-worker-1] `
+    (re.compile(r"\[(?=[a-z0-9.-]*[a-z])(?=[a-z0-9.]*[-\d])(?P<host>[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)\] (?=\S)"),
+     "host"),
+)
+_NCCL_SOURCE = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+
+
+def strip_prefixes(line: str, max_prefixes: int = 6) -> Prefix:
+    """Peel the known prefixes off `line`; returns the rest and what they said."""
+    rank = local_rank = None
+    host = time_text = None
+    text = line
+    for _ in range(max_prefixes):
+        for pattern, meaning in _RULES:
+            m = pattern.match(text)
+            if not m or m.end() == 0:
+                continue
+            if meaning == "rank":
+                rank = int(m["rank"]) if rank is None else rank
+            elif meaning == "local":
+                local_rank = int(m["local"]) if local_rank is None else local_rank
+            elif meaning == "host":
+                if _NCCL_SOURCE.match(text):
+                    continue
+                host = m["host"] if host is None else host
+            elif meaning == "time":
+                time_text = m["time"] if time_text is None else time_text
+            text = text[m.end():]
+            break
+        else:
+            break
+    return Prefix(text=text, rank=rank, local_rank=local_rank, host=host, time_text=time_text)
+
+
+def nccl_source(text: str) -> tuple[str, int] | None:
+    """`(host, pid)` from NCCL's `host:pid:tid [dev] ` line head, or None."""
+    m = _NCCL_SOURCE.match(text)
+    return (m["host"], int(m["pid"])) if m else None
+
+
+@dataclass(frozen=True)
+class PathInfo:
+    """What a file's path tells about its writer."""
+
+    rank: int | None = None
+    local_rank: int | None = None
+    host: str | None = None
+    attempt: int | None = None
+    kind: str = "log"
+
+
+_SUBMITIT = re.compile(r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_(?:log\.(?:out|err)|result\.pkl|submitted\.pkl)$")
+_DDP_RANK = re.compile(r"^rank_(?P<rank>\d+)(?P<rec>\.start\.json|\.exit\.json|\.log|\.out|\.err)?$")
+_ATTEMPT = re.compile(r"^attempt_(?P<n>\d+)$")
+_HOSTDIR = re.compile(rf"^(?:node[-_]?rank[-_]?\d+[-_])?(?P<host>{_HOST})$")
+_RANKDIR = re.compile(r"^(?:rank[_-]?)?(?P<n>\d{1,5})$")
+
+
+def path_info(relative: PurePath) -> PathInfo:
+    """Rank/host/attempt from a path relative to the folder given to analyze.
+
+    `%j_%t_log.out` -> task id = global rank; `attempt_N/rank_R.log` (ddpslurm); torchrun's
+    `[host/]attempt_N/<local_rank>/{stdout,stderr}.log|error.json` -> local rank (host from a parent folder).
+    """
+    parts = relative.parts
+    name = parts[-1] if parts else ""
+    attempt = None
+    for i, part in enumerate(parts[:-1]):
+        m = _ATTEMPT.match(part)
+        if m:
+            attempt = int(m["n"])
+            host = _host_from(parts[:i])
+            rest = parts[i + 1:-1]
+            if rest and _RANKDIR.match(rest[0]):
+                kind = "elastic_error" if name == "error.json" else "log"
+                return PathInfo(local_rank=int(_RANKDIR.match(rest[0])["n"]), host=host, attempt=attempt, kind=kind)
+            break
+    m = _SUBMITIT.match(name)
+    if m:
+        return PathInfo(rank=int(m["task"]), attempt=attempt, host=_host_from(parts[:-1]))
+    m = _DDP_RANK.match(name)
+    if m:
+        rec = m["rec"] or ""
+        kind = {".start.json": "start_record", ".exit.json": "exit_record"}.get(rec, "log")
+        return PathInfo(rank=int(m["rank"]), attempt=attempt, kind=kind)
+    if name == "ddpslurm.json":
+        return PathInfo(kind="job_record")
+    if name == "error.json":
+        return PathInfo(attempt=attempt, kind="elastic_error", host=_host_from(parts[:-1]))
+    return PathInfo(attempt=attempt, host=_host_from(parts[:-1]))
+
+
+def _host_from(parents: tuple[str, ...]) -> str | None:
+    """The nearest parent folder that looks like a host name (`node02`, `gpu-a100-3`)."""
+    for part in reversed(parents):
+        if _ATTEMPT.match(part) or _RANKDIR.match(part) or part.startswith("job_") or part.startswith("torchelastic_"):
+            continue
+        m = _HOSTDIR.match(part)
+        if m and not re.fullmatch(r"(?:logs?|out|outputs?|run\d*)", part):
+            return m["host"]
+    return None

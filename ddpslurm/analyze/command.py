@@ -1,0 +1,58 @@
+"""What `ddpslurm analyze` does between parsing its options and exiting (kept out of cli.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ddpslurm.errors import UsageError
+
+
+def resolve_inputs(args: Sequence[str], folders: Sequence[str]) -> tuple[list[Path], str | None]:
+    """PATHs as given; an all-digit argument that is not a path is a job id -> its job folder."""
+    from ddpslurm.analyze.api import find_job_folder
+
+    paths: list[Path] = []
+    job_id = None
+    for arg in args:
+        if arg.isdigit() and not os.path.exists(arg):
+            job_id = arg
+            paths.append(find_job_folder(arg, folders))
+        else:
+            paths.append(Path(arg))
+    return paths, job_id
+
+
+def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[str], attempt: str | None,
+                jobs: int | None, folders: Sequence[str], echo) -> int:
+    """Analyze and print in `output` format (text | markdown | json); returns the exit code."""
+    from ddpslurm.analyze.api import analyze_paths, job_accounting
+    from ddpslurm.analyze.report import render_text, to_json, to_markdown
+
+    if attempt is not None and attempt not in ("all", "last") and not attempt.isdigit():
+        raise UsageError(f"--attempt {attempt!r} is not a number", "use --attempt N, --attempt last or --attempt all")
+    if jobs is not None and jobs < 1:
+        raise UsageError("--jobs must be at least 1", "use --jobs 1 for a single process")
+    paths, job_id = resolve_inputs(inputs, folders)
+    diagnosis = analyze_paths(paths, workers=jobs, progress=output == "text" and sys.stderr.isatty(),
+                              signature_dirs=signature_dirs, attempt=attempt)
+    if job_id is not None:
+        accounting = job_accounting(job_id)
+        if accounting:
+            diagnosis.accounting = accounting
+            diagnosis.notes.append(f"sacct: {_accounting_line(accounting)}")
+    if output == "json":
+        echo(to_json(diagnosis))
+    elif output == "markdown":
+        echo(to_markdown(diagnosis), nl=False)
+    else:
+        render_text(diagnosis)
+    return 0
+
+
+def _accounting_line(accounting: dict) -> str:
+    keys = ("state", "State", "exit_code", "ExitCode", "nodes", "NodeList")
+    parts = [f"{k}={accounting[k]}" for k in keys if k in accounting and accounting[k] not in (None, "")]
+    return ", ".join(parts) if parts else str(accounting)[:300]

@@ -1,0 +1,76 @@
+"""The typed, frozen `Event` every parser yields, and the vocabulary shared by the analyzer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: The cause vocabulary (DESIGN.md). `unknown` is kept for "nothing matched".
+CAUSES: tuple[str, ...] = (
+    "network_unreachable", "port_in_use", "rendezvous_timeout", "rank_config_mismatch",
+    "stale_rendezvous_state", "wrong_interface", "infiniband_error", "nccl_version_mismatch",
+    "duplicate_gpu", "cuda_oom", "host_oom", "gpu_hardware", "collective_timeout", "collective_mismatch",
+    "user_code_exception", "unused_parameters", "slurm_time_limit", "slurm_cancelled", "preempted",
+    "node_failure", "shm_error", "dataloader_worker_killed", "nccl_internal_error", "segfault", "unknown",
+)
+ROLES = ("culprit", "victim", "either")
+RETRY = ("requeue", "stop", "unknown")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One fact found in a log: who said it (rank/host/pid), when, what kind, and the matched fields."""
+
+    file: str
+    line: int
+    kind: str
+    text: str
+    rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    local_rank: int | None = None
+    time: float | None = None
+    time_family: str | None = None
+    cause: str | None = None
+    role: str | None = None
+    signature: str | None = None
+    priority: int = 0
+    fields: tuple[tuple[str, str], ...] = field(default=())
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        """The value of field `name` (a named group of the signature, or a parser field)."""
+        for key, value in self.fields:
+            if key == name:
+                return value
+        return default
+
+    def order_key(self) -> tuple[str, int]:
+        """Stable order inside the input: file, then line."""
+        return (self.file, self.line)
+
+
+@dataclass
+class SourceFile:
+    """A file to scan, with what its path tells about the writer (rank, host, attempt)."""
+
+    path: str
+    display: str
+    rank: int | None = None
+    host: str | None = None
+    local_rank: int | None = None
+    attempt: int | None = None
+    kind: str = "log"  # log | start_record | exit_record | job_record | elastic_error
+    size: int = 0
+
+
+@dataclass
+class FileSummary:
+    """What the scanner keeps per file besides events: small and bounded."""
+
+    file: str
+    lines: int = 0
+    bytes: int = 0
+    tail: list[str] = field(default_factory=list)
+    ranks_seen: set[int] = field(default_factory=set)
+    binary: bool = False
+    truncated_lines: int = 0
+    error: str | None = None

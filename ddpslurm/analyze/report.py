@@ -1,0 +1,140 @@
+"""Render a Diagnosis: rich terminal text, Markdown for a support ticket, JSON. Log text is never markup."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+
+from ddpslurm.analyze.diagnosis import Diagnosis, RankRow
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+MAX_ROWS = 40
+
+
+def safe(text: str | None) -> str:
+    """Log text without control characters (no terminal escapes get through)."""
+    return _CONTROL.sub("", text or "")
+
+
+def to_json(diagnosis: Diagnosis) -> str:
+    """The `--json` object, one per run."""
+    return json.dumps(diagnosis.to_dict(), indent=2, ensure_ascii=False)
+
+
+def collapse_rows(rows: Iterable[RankRow], max_rows: int = MAX_ROWS) -> list[tuple[str, RankRow, int]]:
+    """Runs of consecutive ranks with the same role, host-agnostic error and no culprit are collapsed.
+
+    Returns (rank label, representative row, count); `rank label` is `7` or `8-511`.
+    """
+    out: list[tuple[str, RankRow, int]] = []
+    run: list[RankRow] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        label = str(run[0].rank) if len(run) == 1 else f"{run[0].rank}-{run[-1].rank}"
+        out.append((label, run[0], len(run)))
+        run.clear()
+
+    for row in rows:
+        if run and (row.role == "culprit" or run[0].role == "culprit" or row.role != run[0].role
+                    or _shape(row.first_error) != _shape(run[0].first_error) or row.rank != run[-1].rank + 1):
+            flush()
+        run.append(row)
+    flush()
+    return out
+
+
+def _shape(text: str | None) -> str:
+    """An error message with numbers masked, so that rows differing only in rank/pid/seq collapse."""
+    return re.sub(r"\d+", "N", text or "")
+
+
+def render_text(diagnosis: Diagnosis, console=None) -> None:
+    """Print the report with rich (to stdout by default)."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = console or Console(highlight=False, soft_wrap=False)
+    d = diagnosis
+    colour = {"high": "green", "medium": "yellow", "low": "red"}.get(d.confidence, "white")
+    head = Text()
+    head.append("Cause: ", style="bold")
+    head.append(d.cause, style="bold red" if d.cause != "unknown" else "bold")
+    head.append("   confidence: ")
+    head.append(d.confidence, style=colour)
+    console.print(head)
+    who = Text("First failing rank: ", style="bold")
+    who.append(str(d.first_failing_rank) if d.first_failing_rank is not None else "unknown")
+    who.append("   host: ", style="bold")
+    who.append(safe(d.first_failing_host) or "unknown")
+    console.print(who)
+    console.print(Text(safe(d.summary)))
+    if d.evidence:
+        console.print(Text("\nEvidence", style="bold underline"))
+        for ev in d.evidence:
+            line = Text("  ")
+            line.append(f"{safe(ev.file)}:{ev.line}", style="cyan")
+            if ev.rank is not None:
+                line.append(f" [rank {ev.rank}]", style="magenta")
+            if ev.time:
+                line.append(f" {ev.time}", style="dim")
+            line.append("\n    " + safe(ev.text))
+            console.print(line)
+    if d.ranks:
+        table = Table(title="Ranks", show_lines=False, title_justify="left")
+        for name in ("rank", "host", "role", "first error"):
+            table.add_column(name, overflow="fold")
+        groups = collapse_rows(d.ranks)
+        for label, row, count in groups[:MAX_ROWS]:
+            role = row.role + (f" (x{count})" if count > 1 else "")
+            style = {"culprit": "bold red", "victim": "yellow", "ok": "green"}.get(row.role, "")
+            table.add_row(Text(label), Text(safe(row.host) or "-"), Text(role, style=style),
+                          Text(safe(row.first_error)[:160] or "-"))
+        if len(groups) > MAX_ROWS:
+            table.add_row(Text("..."), Text(""), Text(f"{len(groups) - MAX_ROWS} more groups"), Text(""))
+        console.print(table)
+    if d.advice:
+        console.print(Text("What to do", style="bold underline"))
+        for item in d.advice:
+            console.print(Text(f"  - {safe(item)}"))
+    retry = {"requeue": "yes, resubmitting may succeed", "stop": "no, fix the cause first",
+             "unknown": "unknown"}.get(d.retry, d.retry)
+    console.print(Text(f"Retry: {retry}"))
+    if d.exclude_nodes:
+        console.print(Text(f"Exclude nodes: --exclude={','.join(safe(n) for n in d.exclude_nodes)}"))
+    for note in d.notes:
+        console.print(Text(f"note: {safe(note)}", style="dim"))
+
+
+def _md(text: str | None) -> str:
+    return safe(text).replace("|", "\\|").replace("`", "'")
+
+
+def to_markdown(diagnosis: Diagnosis) -> str:
+    """A support-ticket friendly report."""
+    d = diagnosis
+    rank = d.first_failing_rank if d.first_failing_rank is not None else "unknown"
+    out = [f"## ddpslurm analyze: `{d.cause}` (confidence: {d.confidence})", "",
+           f"**First failing rank:** {rank} on host {_md(d.first_failing_host) or 'unknown'}", "",
+           _md(d.summary), ""]
+    if d.evidence:
+        out += ["### Evidence", "", "```"]
+        for ev in d.evidence:
+            who = f" [rank {ev.rank}]" if ev.rank is not None else ""
+            when = f" {ev.time}" if ev.time else ""
+            out.append(f"{safe(ev.file)}:{ev.line}{who}{when}: {safe(ev.text).replace('```', '')}")
+        out += ["```", ""]
+    if d.ranks:
+        out += ["### Ranks", "", "| rank | host | role | first error |", "|---|---|---|---|"]
+        for label, row, count in collapse_rows(d.ranks)[:MAX_ROWS]:
+            role = row.role + (f" (x{count})" if count > 1 else "")
+            out.append(f"| {label} | {_md(row.host) or '-'} | {role} | {_md((row.first_error or '-')[:160])} |")
+        out.append("")
+    if d.advice:
+        out += ["### What to do", ""] + [f"- {_md(a)}" for a in d.advice] + [""]
+    exclude = f"  **Exclude nodes:** {', '.join(d.exclude_nodes)}" if d.exclude_nodes else ""
+    out.append(f"**Retry:** {d.retry}{exclude}")
+    return "\n".join(out) + "\n"

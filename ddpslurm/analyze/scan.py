@@ -1,0 +1,292 @@
+"""Streaming scan of log files: bounded chunks, a cheap anchor prefilter, then per-line parsing.
+
+A file is read in binary, in chunks of `CHUNK` bytes, cut at line ends; overlong lines are truncated
+to `MAX_LINE` bytes (the rest is skipped without being held in memory). Only lines containing one of the
+signature set's anchors are decoded and parsed, except inside a traceback or a torchelastic failure block,
+where every line is read until the block ends. Per-file state is small; files are scanned in parallel
+worker processes when the input is large, and their events merged in input order.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ddpslurm.analyze.attribution import clean, nccl_source, strip_prefixes
+from ddpslurm.analyze.events import Event, FileSummary, SourceFile
+from ddpslurm.analyze.signatures import SignatureSet
+from ddpslurm.analyze.timestamps import parse_time
+from ddpslurm.analyze.tracebacks import ElasticBlock, Exc, TracebackAssembler
+
+CHUNK = 1 << 20
+MAX_LINE = 16 * 1024
+TAIL_LINES = 6
+PARALLEL_MIN_BYTES = 8 << 20
+
+_NCCL_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
+                        r"(?: cudaDev (?P<dev>\d+))?.*?Init (?:COMPLETE|START)")
+_NCCL_INIT_OLD = re.compile(r"Init COMPLETE|Init START")
+
+
+def is_binary(head: bytes) -> bool:
+    """Heuristic: NUL bytes or mostly non-text bytes in the first block."""
+    if not head:
+        return False
+    if head.count(b"\x00") > max(1, len(head) // 200):
+        return True
+    text = sum(1 for b in head if b >= 0x20 or b in (9, 10, 13, 27))
+    return text / len(head) < 0.7
+
+
+def iter_blocks(handle, chunk: int = CHUNK, max_line: int = MAX_LINE) -> Iterator[tuple[bytes, int]]:
+    """Blocks of complete lines from a binary handle, each ending with b'\\n', and how many were truncated."""
+    carry = b""
+    discarding = False
+    while True:
+        data = handle.read(chunk)
+        if not data:
+            if carry:
+                yield carry + b"\n", 0
+            return
+        if discarding:
+            nl = data.find(b"\n")
+            if nl < 0:
+                continue
+            data, discarding = data[nl + 1:], False
+        buf = carry + data if carry else data
+        last = buf.rfind(b"\n")
+        if last < 0:
+            if len(buf) > max_line:
+                yield buf[:max_line] + b"\n", 1
+                carry, discarding = b"", True
+            else:
+                carry = buf
+            continue
+        block, carry = buf[:last + 1], buf[last + 1:]
+        yield block, 0
+        if len(carry) > max_line:
+            yield carry[:max_line] + b"\n", 1
+            carry, discarding = b"", True
+
+
+def candidate_starts(block: bytes, anchors: Sequence[bytes]) -> list[int]:
+    """Sorted offsets of the lines of `block` that contain at least one anchor."""
+    starts: set[int] = set()
+    find, rfind = block.find, block.rfind
+    for anchor in anchors:
+        pos = find(anchor)
+        while pos >= 0:
+            starts.add(rfind(b"\n", 0, pos) + 1)
+            end = find(b"\n", pos)
+            if end < 0:
+                break
+            pos = find(anchor, end)
+    return sorted(starts)
+
+
+@dataclass
+class _FileState:
+    source: SourceFile
+    sigs: SignatureSet
+    year: int | None
+    events: list[Event] = field(default_factory=list)
+    summary: FileSummary | None = None
+    tracebacks: TracebackAssembler = field(default_factory=TracebackAssembler)
+    elastic: ElasticBlock = field(default_factory=ElasticBlock)
+    streams: dict[object, tuple[int | None, int | None, str | None]] = field(default_factory=dict)
+    last_time: tuple[float, str] | None = None
+
+    @property
+    def line_mode(self) -> bool:
+        return self.tracebacks.is_open() or self.elastic.active
+
+    def handle(self, raw: bytes, lineno: int) -> None:
+        text = clean(raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\n"))
+        if not text:
+            return
+        p = strip_prefixes(text)
+        src = self.source
+        rank = p.rank if p.rank is not None else src.rank
+        local = p.local_rank if p.local_rank is not None else src.local_rank
+        host = p.host or src.host
+        if p.rank is not None and self.summary is not None and len(self.summary.ranks_seen) < 100_000:
+            self.summary.ranks_seen.add(p.rank)
+        stream = (p.rank, p.local_rank, p.host)
+        self.streams[stream] = (rank, local, host)
+        body = p.text
+        if self.elastic.active:
+            consumed, entries = self.elastic.feed(body, lineno)
+            for entry in entries:
+                self._elastic_event(entry, host)
+            if consumed:
+                return
+        consumed, finished = self.tracebacks.feed(stream, body, lineno)
+        for exc in finished:
+            self._exception(exc, stream)
+        if consumed:
+            return
+        if "Init " in body:
+            m = _NCCL_INIT.search(body)
+            ns = nccl_source(body)
+            if m:
+                self._emit(lineno, "nccl_init", body, rank, host if not ns else ns[0], ns[1] if ns else None, local,
+                           p.time_text, fields=(("nccl_rank", m["rank"]), ("nranks", m["nranks"]), ("comm", m["comm"])))
+                return
+        hit = self.sigs.match(body)
+        if hit is None:
+            return
+        sig, m = hit
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        ns = nccl_source(body)
+        ev_host = host or (ns[0] if ns else None) or groups.get("host")
+        pid = ns[1] if ns else (int(groups["pid"]) if groups.get("pid", "").isdigit() else None)
+        if rank is None and groups.get("rank", "").isdigit() and sig.kind not in ("slurm_task",):
+            rank = int(groups["rank"])
+        if local is None and groups.get("local_rank", "").isdigit():
+            local = int(groups["local_rank"])
+        self._emit(lineno, sig.kind, body, rank, ev_host, pid, local, p.time_text, sig=sig,
+                   fields=tuple(sorted(groups.items())))
+        if "ChildFailedError" in body:
+            self.elastic.start()
+
+    def _time(self, time_text: str | None, body: str) -> tuple[float | None, str | None]:
+        found = parse_time(time_text, self.year) if time_text else None
+        found = found or parse_time(body, self.year)
+        return (found[0], found[1]) if found else (None, None)
+
+    def _emit(self, lineno: int, kind: str, body: str, rank: int | None, host: str | None, pid: int | None,
+              local: int | None, time_text: str | None, sig=None, fields: tuple = (), time: float | None = None,
+              family: str | None = None) -> None:
+        if time is None:
+            time, family = self._time(time_text, body)
+        self.events.append(Event(
+            file=self.source.display, line=lineno, kind=kind, text=body[:2000], rank=rank, host=host, pid=pid,
+            local_rank=local, time=time, time_family=family,
+            cause=sig.cause if sig else None, role=sig.role if sig else None, signature=sig.id if sig else None,
+            priority=sig.priority if sig else 0, fields=fields))
+
+    def _exception(self, exc: Exc, stream: object) -> None:
+        rank, local, host = self.streams.get(stream, (self.source.rank, self.source.local_rank, self.source.host))
+        hit = self.sigs.match(exc.text)
+        extra = (("where", exc.where),) if exc.where else ()
+        extra += (("traceback_line", str(exc.start_line)),)
+        if hit:
+            sig, m = hit
+            groups = tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None))
+            self._emit(exc.line, "exception", exc.text, rank, host, None, local, None, sig=sig, fields=groups + extra)
+        else:
+            sig = self.sigs.by_id("python-exception")
+            self._emit(exc.line, "exception", exc.text, rank, host, None, local, None, sig=sig, fields=extra)
+        if "ChildFailedError" in exc.text:
+            self.elastic.start()
+
+    def _elastic_event(self, entry: dict[str, str], host: str | None) -> None:
+        from ddpslurm.analyze.timestamps import parse_record_time
+
+        sig_id = "elastic-root-cause" if entry.get("section") == "root" else "elastic-other-failure"
+        sig = self.sigs.by_id(sig_id)
+        rank = int(entry["rank"]) if entry.get("rank", "").lstrip("-").isdigit() else None
+        local = int(entry["local_rank"]) if entry.get("local_rank", "").isdigit() else None
+        pid = int(entry["pid"]) if entry.get("pid", "").isdigit() else None
+        when = parse_record_time(entry.get("time", "")) if entry.get("time") else None
+        text = entry.get("exception") or entry.get("traceback") or f"exitcode {entry.get('exitcode')}"
+        fields = tuple(sorted((k, v) for k, v in entry.items() if k not in ("line",)))
+        rank = rank if rank is not None and rank >= 0 else None
+        self._emit(int(entry.get("line", "0")), "elastic_failure", text, rank,
+                   entry.get("host") or host, pid, local, None, sig=sig, fields=fields, time=when,
+                   family="iso" if when is not None else None)
+
+    def finish(self) -> None:
+        for entry in self.elastic.finish() if self.elastic.active else []:
+            self._elastic_event(entry, self.source.host)
+        for stream, exc in self.tracebacks.close_all():
+            self._exception(exc, stream)
+
+
+def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
+              on_bytes: Callable[[int], None] | None = None) -> tuple[list[Event], FileSummary]:
+    """Scan one log file; never raises on content, only records an unreadable file in the summary."""
+    summary = FileSummary(file=source.display)
+    state = _FileState(source=source, sigs=sigs, year=year, summary=summary)
+    anchors = sigs.anchors
+    every_line = bool(sigs.always)
+    tail: deque[bytes] = deque(maxlen=TAIL_LINES)
+    lineno = 0
+    try:
+        with open(source.path, "rb") as handle:
+            head = handle.read(8192)
+            if is_binary(head):
+                summary.binary = True
+                return [], summary
+            handle.seek(0)
+            for block, truncated in iter_blocks(handle):
+                summary.truncated_lines += truncated
+                summary.bytes += len(block)
+                lineno = _scan_block(block, lineno, state, anchors, every_line)
+                for piece in block[-4 * MAX_LINE:].splitlines()[-TAIL_LINES:]:
+                    tail.append(piece[:400])
+                if on_bytes:
+                    on_bytes(len(block))
+    except OSError as error:
+        summary.error = error.strerror or str(error)
+        return state.events, summary
+    state.finish()
+    summary.lines = lineno
+    summary.tail = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
+    return state.events, summary
+
+
+def _scan_block(block: bytes, lineno: int, state: _FileState, anchors: Sequence[bytes], every_line: bool) -> int:
+    """Process one block of complete lines; returns the line count after it."""
+    n = len(block)
+    cur = 0
+    starts = None if every_line else candidate_starts(block, anchors)
+    idx = 0
+    while cur < n:
+        if not (every_line or state.line_mode):
+            while idx < len(starts) and starts[idx] < cur:
+                idx += 1
+            if idx >= len(starts):
+                lineno += block.count(b"\n", cur, n)
+                break
+            nxt = starts[idx]
+            lineno += block.count(b"\n", cur, nxt)
+            cur = nxt
+        end = block.find(b"\n", cur)
+        if end < 0:
+            end = n
+        lineno += 1
+        state.handle(block[cur:min(end, cur + MAX_LINE)], lineno)
+        cur = end + 1
+    return lineno
+
+
+def _scan_job(args: tuple[SourceFile, SignatureSet, int | None]) -> tuple[list[Event], FileSummary]:
+    source, sigs, year = args
+    return scan_file(source, sigs, year)
+
+
+def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequence[int | None] | None = None,
+               workers: int | None = None, progress: Callable[[int], None] | None = None
+               ) -> list[tuple[list[Event], FileSummary]]:
+    """Scan every file, in parallel processes when the input is large; results in the order of `sources`."""
+    years = list(years) if years is not None else [None] * len(sources)
+    total = sum(s.size for s in sources)
+    count = workers if workers is not None else min(os.cpu_count() or 1, 8)
+    if count <= 1 or len(sources) < 2 or total < PARALLEL_MIN_BYTES:
+        return [scan_file(s, sigs, y, progress) for s, y in zip(sources, years, strict=False)]
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    order = sorted(range(len(sources)), key=lambda i: -sources[i].size)
+    results: dict[int, tuple[list[Event], FileSummary]] = {}
+    with ctx.Pool(min(count, len(sources))) as pool:
+        jobs = [(sources[i], sigs, years[i]) for i in order]
+        for i, result in zip(order, pool.imap(_scan_job, jobs, chunksize=1), strict=False):
+            results[i] = result
+            if progress:
+                progress(sources[i].size)
+    return [results[i] for i in range(len(sources))]

@@ -1,0 +1,119 @@
+"""Timestamps in every common log form, normalized to float seconds since the epoch (UTC assumed).
+
+Each parse returns `(seconds, family)`. Families with a known zone (`iso-tz`, `record`, `epoch`) compare
+with each other; naive families (`iso`, `glog`, `ctime`, `syslog`) are the nodes' local time and compare
+with each other only, since their zone is unknown. glog (`E0217 08:19:10.679000`) carries no year: the caller
+passes one (from a ddpslurm record or the file's mtime).
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as _dt
+
+import regex
+
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+                                       "Nov", "Dec"), start=1)}
+
+_ISO = regex.compile(
+    r"(?<!\d)(?P<y>(?:19|20)\d\d)-(?P<mo>[01]\d)-(?P<d>[0-3]\d)[T _](?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)"
+    r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-][01]\d:?[0-5]\d)?(?!\d)"
+)
+_GLOG = regex.compile(
+    r"(?<![\w])[IWEF](?P<mo>[01]\d)(?P<d>[0-3]\d) (?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)(?:\.(?P<frac>\d{1,9}))?"
+)
+_CTIME = regex.compile(
+    r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) "
+    r"(?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)(?:\.(?P<frac>\d{1,9}))?(?: [A-Z]{3,4})? (?P<y>(?:19|20)\d\d)"
+)
+_SYSLOG = regex.compile(
+    r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) "
+    r"(?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)\b"
+)
+
+
+def _frac(text: str | None) -> float:
+    return float("0." + text) if text else 0.0
+
+
+def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
+    try:
+        return float(calendar.timegm((y, mo, d, h, mi, min(s, 59), 0, 0, 0)))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _tz_offset(tz: str | None) -> float:
+    if not tz or tz == "Z":
+        return 0.0
+    sign = -1 if tz[0] == "-" else 1
+    digits = tz[1:].replace(":", "")
+    return sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
+
+
+def parse_time(text: str, year: int | None = None) -> tuple[float, str] | None:
+    """The first timestamp found in `text` as (epoch seconds, family), or None.
+
+    `year` fills in formats without one (glog, syslog); without it those use the current year.
+    """
+    if not any(c.isdigit() for c in text[:200]):
+        return None
+    m = _ISO.search(text)
+    if m:
+        base = _epoch(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        if base is not None:
+            family = "iso-tz" if m["tz"] else "iso"
+            return base + _frac(m["frac"]) - _tz_offset(m["tz"]), family
+    fill = year or _dt.datetime.now(_dt.timezone.utc).year
+    m = _GLOG.search(text)
+    if m:
+        base = _epoch(fill, int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        if base is not None:
+            return base + _frac(m["frac"]), "glog"
+    m = _CTIME.search(text)
+    if m:
+        base = _epoch(int(m["y"]), _MONTHS[m["mon"]], int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        if base is not None:
+            return base + _frac(m["frac"]), "ctime"
+    m = _SYSLOG.search(text)
+    if m:
+        base = _epoch(fill, _MONTHS[m["mon"]], int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        if base is not None:
+            return base, "syslog"
+    return None
+
+
+def parse_record_time(value: object) -> float | None:
+    """A `unix` float or an ISO string from a JSON record, as epoch seconds (UTC)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if regex.fullmatch(r"\d{9,11}(?:\.\d+)?", text):
+            return float(text)
+        found = parse_time(text.replace("_", "T", 1) if regex.match(r"\d{4}-\d\d-\d\d_", text) else text)
+        if found:
+            return found[0]
+    return None
+
+
+_ZONED = {"iso-tz", "record", "epoch"}
+
+
+def comparable(family_a: str | None, family_b: str | None) -> bool:
+    """Whether two times can be ordered: both zoned (UTC), or both naive (the nodes' local time)."""
+    if family_a is None or family_b is None:
+        return False
+    return (family_a in _ZONED) == (family_b in _ZONED)
+
+
+def format_time(seconds: float | None) -> str | None:
+    """ISO 8601 UTC with milliseconds, for reports."""
+    if seconds is None:
+        return None
+    try:
+        moment = _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

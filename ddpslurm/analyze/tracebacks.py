@@ -1,0 +1,210 @@
+"""Python tracebacks and torchelastic failure blocks, assembled per rank stream (pure, line-fed).
+
+A traceback opens on `Traceback (most recent call last):` and its event is the final exception line;
+chained tracebacks (`During handling of the above exception...`, `The above exception was the direct
+cause...`) keep it open, so the last exception of the chain is the one reported. Lines of other streams
+(other ranks in an interleaved log, NCCL or glog lines written by C++ threads) do not disturb it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_START = "Traceback (most recent call last):"
+_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+_FOREIGN = re.compile(r"^(?:[\w.-]+:\d+:\d+ \[\d+\] |[IWEF]\d{4} \d\d:|\[[IWEF] |\[\d{4}-\d\d-\d\d |"
+                      r"(?:INFO|WARNING|ERROR|DEBUG):[\w.]+:|srun: |slurmstepd: )")
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)")
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?')
+
+
+@dataclass(frozen=True)
+class Exc:
+    """A finished traceback: the final exception line, where it was raised, and its first line number."""
+
+    text: str
+    line: int
+    start_line: int
+    where: str | None = None
+    chained: bool = False
+
+
+@dataclass
+class _Open:
+    start_line: int
+    where: str | None = None
+    exc: str | None = None
+    exc_line: int = 0
+    chained: bool = False
+    awaiting_chain: bool = False
+    idle: int = 0
+
+
+@dataclass
+class TracebackAssembler:
+    """Feed (stream, text, line number); get finished exceptions back."""
+
+    max_idle: int = 200
+    open: dict[object, _Open] = field(default_factory=dict)
+
+    def is_open(self) -> bool:
+        """Whether some stream is inside a traceback (the scanner then reads every line)."""
+        return bool(self.open)
+
+    def feed(self, stream: object, text: str, lineno: int) -> tuple[bool, list[Exc]]:
+        """Returns (consumed, finished): `consumed` means the line belongs to a traceback."""
+        finished: list[Exc] = []
+        for key in list(self.open):
+            if key != stream:
+                state = self.open[key]
+                state.idle += 1
+                if state.idle > self.max_idle:
+                    finished.extend(self._close(key))
+        if _START in text:
+            state = self.open.get(stream)
+            if state and state.awaiting_chain:
+                state.awaiting_chain, state.exc, state.chained = False, None, True
+            else:
+                finished.extend(self._close(stream))
+                self.open[stream] = _Open(start_line=lineno)
+            return True, finished
+        state = self.open.get(stream)
+        if state is None:
+            return False, finished
+        state.idle = 0
+        stripped = text.strip()
+        if not stripped:
+            return True, finished
+        if any(marker in text for marker in _CHAIN):
+            state.awaiting_chain = True
+            return True, finished
+        if _FOREIGN.match(text):
+            return False, finished
+        frame = _FRAME.match(text)
+        if frame:
+            if state.exc is not None:
+                finished.extend(self._close(stream))
+                return False, finished
+            state.where = f'{frame["file"]}:{frame["line"]}' + (f' in {frame["func"]}' if frame["func"] else "")
+            return True, finished
+        if text[:1].isspace() or text.startswith("^") or text.startswith("~"):
+            return True, finished  # source line / caret markers / message continuation
+        if state.exc is None and _EXC_LINE.match(stripped):
+            state.exc, state.exc_line = stripped, lineno
+            return True, finished
+        finished.extend(self._close(stream))
+        return False, finished
+
+    def _close(self, stream: object) -> list[Exc]:
+        state = self.open.pop(stream, None)
+        if state is None or state.exc is None:
+            return []
+        return [Exc(text=state.exc, line=state.exc_line, start_line=state.start_line, where=state.where,
+                    chained=state.chained)]
+
+    def close_all(self) -> list[tuple[object, Exc]]:
+        """End of input: finish every open traceback."""
+        out: list[tuple[object, Exc]] = []
+        for key in list(self.open):
+            out.extend((key, exc) for exc in self._close(key))
+        return out
+
+
+_ENTRY = re.compile(r"^\s*\[(?P<idx>\d+)\]:\s*$")
+_KV = re.compile(r"^\s{1,4}(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<value>.*)$")
+_RANK = re.compile(r"(?P<rank>-?\d+)(?: \(local_rank: (?P<local>\d+)\))?")
+_EXIT = re.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+_SIG = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
+
+
+@dataclass
+class ElasticBlock:
+    """torchelastic's ChildFailedError summary: `Failures:`/`Other Failures:` and `Root Cause` entries."""
+
+    active: bool = False
+    section: str = "other"
+    entries: list[dict[str, str]] = field(default_factory=list)
+    current: dict[str, str] | None = None
+    in_traceback: bool = False
+    budget: int = 0
+
+    def start(self) -> None:
+        """A ChildFailedError was seen: read the block that follows."""
+        self.active, self.budget = True, 400
+
+    def feed(self, text: str, lineno: int) -> tuple[bool, list[dict[str, str]]]:
+        """Returns (consumed, finished entries); each entry has section, idx, time, host, rank, ..."""
+        if not self.active:
+            return False, []
+        self.budget -= 1
+        stripped = text.strip()
+        if stripped.startswith("Root Cause"):
+            self._flush()
+            self.section = "root"
+            return True, []
+        if stripped.startswith(("Other Failures", "Failures:")):
+            self._flush()
+            self.section = "other"
+            return True, []
+        m = _ENTRY.match(text)
+        if m:
+            self._flush()
+            self.current = {"section": self.section, "idx": m["idx"], "line": str(lineno)}
+            return True, []
+        if self.current is not None:
+            kv = _KV.match(text)
+            if kv:
+                self.in_traceback = kv["key"] == "traceback"
+                self._set(kv["key"], kv["value"].strip())
+                return True, []
+            if self.in_traceback and stripped and not set(stripped) <= set("=-"):
+                if not text[:1].isspace() and _EXC_LINE.match(stripped) and "Traceback" not in stripped:
+                    self.current["exception"] = stripped
+                return True, []
+        if stripped and set(stripped) <= set("=-") and len(stripped) > 10:
+            self.in_traceback = False
+            if stripped[0] == "=" and self.entries and self.current is None and self.section == "root":
+                return True, self.finish()
+            self._flush()
+            if stripped[0] == "=" and any(e["section"] == "root" for e in self.entries):
+                return True, self.finish()
+            return True, []
+        if self.budget <= 0:
+            return False, self.finish()
+        return (self.current is not None or not stripped), []
+
+    def _set(self, key: str, value: str) -> None:
+        cur = self.current
+        assert cur is not None
+        if key == "rank":
+            m = _RANK.match(value)
+            if m:
+                cur["rank"] = m["rank"]
+                if m["local"]:
+                    cur["local_rank"] = m["local"]
+        elif key == "exitcode":
+            m = _EXIT.match(value)
+            if m:
+                cur["exitcode"] = m["code"]
+                if m["pid"]:
+                    cur["pid"] = m["pid"]
+        elif key == "traceback":
+            cur["traceback"] = value
+            m = _SIG.search(value)
+            if m:
+                cur["signal"] = m["name"]
+        else:
+            cur[key] = value
+
+    def _flush(self) -> None:
+        if self.current is not None:
+            self.entries.append(self.current)
+            self.current = None
+
+    def finish(self) -> list[dict[str, str]]:
+        """End the block; return its entries."""
+        self._flush()
+        out, self.entries = self.entries, []
+        self.active, self.section, self.in_traceback = False, "other", False
+        return out

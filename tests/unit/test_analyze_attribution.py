@@ -1,0 +1,81 @@
+"""Who said a line: prefixes and file names -> rank, local rank, host (table-driven)."""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+
+import pytest
+
+from ddpslurm.analyze.attribution import clean, nccl_source, path_info, strip_prefixes
+
+
+@pytest.mark.parametrize(("line", "rank", "local_rank", "host", "text"), [
+    ("[rank3]:RuntimeError: boom", 3, None, None, "RuntimeError: boom"),
+    ("[rank12]: Traceback (most recent call last):", 12, None, None, "Traceback (most recent call last):"),
+    ("[default0]:[rank3]: RuntimeError: x", 3, 0, None, "RuntimeError: x"),
+    ("[default5]:hello", None, 5, None, "hello"),
+    ("[trainer2]:loss=1.0", None, 2, None, "loss=1.0"),
+    ("3: RuntimeError: boom", 3, None, None, "RuntimeError: boom"),
+    (" 12: Traceback", 12, None, None, "Traceback"),
+    ("[1,3]<stdout>:epoch 1", 3, None, None, "epoch 1"),
+    ("[0,15]<stderr>:Error", 15, None, None, "Error"),
+    ("node02: [rank5]: Traceback", 5, None, "node02", "Traceback"),
+    ("10.0.0.2: [rank3]: x", 3, None, "10.0.0.2", "x"),
+    ("gpu-st-p4d-24xlarge-1: loss", None, None, "gpu-st-p4d-24xlarge-1", "loss"),
+    ("[trainer-worker-1] RuntimeError: x", None, None, "trainer-worker-1", "RuntimeError: x"),
+    # a log viewer's line number is not a rank
+    ("[80746] RuntimeError: x", None, None, None, "RuntimeError: x"),
+    ("2024-05-08T08:47:31.1234567Z [rank2]: boom", 2, None, None, "boom"),
+    # not prefixes
+    ("RuntimeError: x", None, None, None, "RuntimeError: x"),
+    ("srun: error: node02: task 3: Killed", None, None, None, "srun: error: node02: task 3: Killed"),
+    ("slurmstepd: error: *** JOB 1 ON n1 CANCELLED", None, None, None, "slurmstepd: error: *** JOB 1 ON n1 CANCELLED"),
+    ("node02:1234:5678 [0] NCCL WARN x", None, None, None, "node02:1234:5678 [0] NCCL WARN x"),
+    ("[info] starting", None, None, None, "[info] starting"),
+])
+def test_strip_prefixes(line: str, rank: int | None, local_rank: int | None, host: str | None, text: str) -> None:
+    got = strip_prefixes(line)
+    assert (got.rank, got.local_rank, got.host, got.text) == (rank, local_rank, host, text)
+
+
+def test_time_prefix_is_kept_as_time() -> None:
+    got = strip_prefixes("[2024-05-08 08:47:31,261] torch.distributed.elastic: [WARNING] x")
+    assert got.time_text == "2024-05-08 08:47:31,261"
+    assert got.host is None
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("node02:1234:5678 [3] NCCL INFO x", ("node02", 1234)),
+    ("gpu-a.cluster:99:100 [0] NCCL WARN y", ("gpu-a.cluster", 99)),
+    ("NCCL INFO no source", None),
+])
+def test_nccl_source(line: str, expected: tuple[str, int] | None) -> None:
+    assert nccl_source(line) == expected
+
+
+@pytest.mark.parametrize(("path", "rank", "local_rank", "host", "attempt", "kind"), [
+    ("123_4_log.out", 4, None, None, None, "log"),
+    ("123_17_log.err", 17, None, None, None, "log"),
+    ("45_2_7_log.out", 7, None, None, None, "log"),
+    ("attempt_0/rank_3.log", 3, None, None, 0, "log"),
+    ("attempt_2/rank_3.exit.json", 3, None, None, 2, "exit_record"),
+    ("attempt_1/rank_0.start.json", 0, None, None, 1, "start_record"),
+    ("node02/attempt_0/3/stdout.log", None, 3, "node02", 0, "log"),
+    ("logs/attempt_0/2/error.json", None, 2, None, 0, "elastic_error"),
+    ("ddpslurm.json", None, None, None, None, "job_record"),
+    ("slurm-123.out", None, None, None, None, "log"),
+    ("node02/slurm-1.out", None, None, "node02", None, "log"),
+])
+def test_path_info(path: str, rank, local_rank, host, attempt, kind) -> None:
+    info = path_info(PurePath(path))
+    assert (info.rank, info.local_rank, info.host, info.attempt, info.kind) == (rank, local_rank, host, attempt, kind)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("\x1b[31mRuntimeError\x1b[0m: x", "RuntimeError: x"),
+    ("progress 10%\rprogress 100%\rRuntimeError: y", "RuntimeError: y"),
+    ("bell\x07 and nul\x00", "bell and nul"),
+    ("tab\tkept", "tab\tkept"),
+])
+def test_clean(raw: str, expected: str) -> None:
+    assert clean(raw) == expected
