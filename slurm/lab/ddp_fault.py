@@ -16,7 +16,7 @@ Faults in the training loop at `--fault-step` on the faulty rank:
   raise                 raise an exception (the others wait in the gradient all_reduce)
   segfault              dereference NULL (SIGSEGV)
   hang ARG              sleep ARG seconds inside the step (the others' collectives time out)
-  shape-mismatch        all_reduce a metric tensor of a different shape than the other ranks
+  shape-mismatch [ARG]  all_reduce a metric tensor of ARG (default 5) floats where the others use 4
   op-mismatch           broadcast where the other ranks all_reduce
   unused-params         skip a submodule in forward (DDP without find_unused_parameters)
   oom                   allocate and touch memory until the kernel / Slurm kills the rank
@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_metric:
             time.sleep(args.step_sleep)
             continue
-        metric = torch.full((METRIC_SIZE + (1 if fire and args.fault == "shape-mismatch" else 0),), loss.item())
+        size = int(args.fault_arg or METRIC_SIZE + 1) if fire and args.fault == "shape-mismatch" else METRIC_SIZE
+        metric = torch.full((size,), loss.item())
         if fire and args.fault == "op-mismatch":
             dist.broadcast(metric, src=0)
         else:
