@@ -44,6 +44,8 @@ class JobStatus:
     name: str | None = None
     steps: tuple[StepRecord, ...] = field(default=())
     folder: str | None = None
+    #: The controller says the job ended but sacct does not know yet (its steps may be out of date).
+    accounting_lags: bool = False
 
     @property
     def failed(self) -> bool:
@@ -56,6 +58,7 @@ class JobStatus:
             "terminal": self.terminal, "exit_code": self.exit_code, "signal": self.signal,
             "requeue_count": self.requeue_count, "nodelist": self.nodelist, "reason": self.reason,
             "elapsed_s": self.elapsed_s, "folder": self.folder, "source": self.source,
+            "accounting_lags": self.accounting_lags,
             "steps": [step_dict(s) for s in self.steps],
         }
 
@@ -120,9 +123,15 @@ def _scontrol_record(job_id: str, env: Mapping[str, str] | None) -> dict[str, st
 
 
 def merge(sacct: JobStatus, live: JobStatus) -> JobStatus:
-    """sacct's steps and exit codes, with the controller's requeue count and pending reason (pure)."""
-    return JobStatus(**{**sacct.__dict__, "requeue_count": max(sacct.requeue_count, live.requeue_count),
-                        "reason": live.reason, "source": "sacct+scontrol"})
+    """A job sacct still sees as unfinished: the controller's state (slurmdbd lags behind it), requeue
+    count and pending reason, with sacct's steps (pure)."""
+    return JobStatus(**{
+        **sacct.__dict__, "state": live.state, "raw_state": live.raw_state, "terminal": live.terminal,
+        "exit_code": live.exit_code, "signal": live.signal, "nodelist": live.nodelist or sacct.nodelist,
+        "elapsed_s": live.elapsed_s if live.elapsed_s is not None else sacct.elapsed_s,
+        "requeue_count": max(sacct.requeue_count, live.requeue_count), "reason": live.reason,
+        "source": "sacct+scontrol", "accounting_lags": live.terminal,
+    })
 
 
 def job_status(job_ref: str, *, env: Mapping[str, str] | None = None) -> JobStatus:
@@ -153,10 +162,11 @@ def poll_until_terminal(
     factor: float = 1.5,
     max_interval: float = 30.0,
     timeout: float | None = None,
+    done: Callable[[JobStatus], bool] = lambda s: s.terminal,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> JobStatus:
-    """Call `poll` until the status is terminal (or `timeout` seconds passed: the last status).
+    """Call `poll` until `done(status)` (default: terminal) or `timeout` seconds passed (the last status).
 
     The interval grows from 1 s to 30 s, so a long wait does not hammer slurmctld (submitit#1759).
     """
@@ -164,16 +174,31 @@ def poll_until_terminal(
     while True:
         status = poll()
         on_update(status)
-        if status.terminal or (timeout is not None and clock() - start >= timeout):
+        if done(status) or (timeout is not None and clock() - start >= timeout):
             return status
         sleep(interval)
         interval = min(interval * factor, max_interval)
 
 
+#: How long `wait_for_job` gives sacct to catch up with a job the controller says has ended.
+ACCOUNTING_GRACE_S = 15.0
+
+
 def wait_for_job(job_ref: str, *, env: Mapping[str, str] | None = None,
-                 on_update: Callable[[JobStatus], None] = lambda s: None, timeout: float | None = None) -> JobStatus:
-    """`job_status` until the job has ended."""
-    return poll_until_terminal(lambda: job_status(job_ref, env=env), on_update=on_update, timeout=timeout)
+                 on_update: Callable[[JobStatus], None] = lambda s: None, timeout: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> JobStatus:
+    """`job_status` until the job has ended and sacct knows its steps (or ACCOUNTING_GRACE_S passed)."""
+    ended_at: list[float] = []
+
+    def done(status: JobStatus) -> bool:
+        if not status.terminal:
+            return False
+        if not ended_at:
+            ended_at.append(clock())
+        return not status.accounting_lags or clock() - ended_at[0] >= ACCOUNTING_GRACE_S
+
+    return poll_until_terminal(lambda: job_status(job_ref, env=env), on_update=on_update, timeout=timeout,
+                               done=done, clock=clock)
 
 
 def exit_code_for(status: JobStatus, waited: bool) -> int:

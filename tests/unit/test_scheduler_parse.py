@@ -150,3 +150,14 @@ def test_parse_scontrol_values_with_blanks_and_several_records() -> None:
 def test_parse_scontrol_rejects_error_text() -> None:
     with pytest.raises(SlurmOutputError, match="scontrol"):
         parse_scontrol_show("slurm_load_jobs error: Invalid job id specified")
+
+
+def test_parse_sacct_recorded_requeue_then_completion_and_timeout() -> None:
+    """Job 2815409 was requeued by `scontrol requeue` and then completed; 2815410 hit --time=1."""
+    jobs = parse_sacct(read("sacct_requeued_and_timeout.txt"))
+    attempts = [j for j in jobs if j.job_id == "2815409"]
+    assert [(a.state, a.nodelist) for a in attempts] == [(JobState.REQUEUED, "h3-n02"), (JobState.COMPLETED, "h3-n01")]
+    assert [s.state for s in attempts[0].steps] == [JobState.CANCELLED, JobState.CANCELLED]
+    assert [s.signal for s in attempts[0].steps] == [15, 15]
+    (timeout,) = [j for j in jobs if j.job_id == "2815410"]
+    assert (timeout.state, timeout.terminal, timeout.elapsed_s) == (JobState.TIMEOUT, True, 84)

@@ -82,13 +82,24 @@ def test_status_from_scontrol_recorded_requeued_pending() -> None:
     assert status.exit_code is None  # not meaningful before the end
 
 
-def test_merge_takes_steps_from_sacct_and_requeues_and_reason_from_the_controller() -> None:
-    acc = accounting_from_records("2815410", RECORDS)
+def test_merge_takes_steps_from_sacct_and_state_requeues_reason_from_the_controller() -> None:
+    acc = accounting_from_records("2815410", RECORDS)  # sacct: RUNNING
     assert acc is not None
     sacct = status_from_accounting(acc)
     live = status_from_scontrol("2815410", {"JobState": "RUNNING", "Restarts": "2", "Reason": "None"})
     merged = merge(sacct, live)
-    assert (merged.requeue_count, merged.steps, merged.source) == (2, sacct.steps, "sacct+scontrol")
+    assert (merged.state, merged.requeue_count, merged.steps, merged.source) == (
+        JobState.RUNNING, 2, sacct.steps, "sacct+scontrol")
+    assert not merged.accounting_lags
+
+
+def test_merge_when_sacct_lags_behind_the_controller() -> None:
+    acc = accounting_from_records("2815410", RECORDS)  # sacct still says RUNNING ...
+    assert acc is not None
+    live = status_from_scontrol("2815410", {"JobState": "TIMEOUT", "ExitCode": "0:15", "NodeList": "h3-n03"})
+    merged = merge(status_from_accounting(acc), live)  # ... the controller says it ended
+    assert (merged.state, merged.terminal, merged.signal, merged.accounting_lags) == (
+        JobState.TIMEOUT, True, 15, True)
 
 
 def _status(state: JobState, terminal: bool) -> JobStatus:
@@ -147,3 +158,25 @@ def test_to_dict_is_json_ready() -> None:
     data = json.loads(json.dumps(status_from_accounting(acc).to_dict()))
     assert data["state"] == "failed" and data["exit_code"] == 9
     assert data["steps"][1] == {**data["steps"][1], "step": "0", "state": "cancelled", "signal": 9}
+
+
+def test_requeued_then_completed_job_counts_one_requeue() -> None:
+    records = parse_sacct((DATA / "sacct_requeued_and_timeout.txt").read_text())
+    acc = accounting_from_records("2815409", records)
+    assert acc is not None
+    status = status_from_accounting(acc)
+    assert (status.state, status.requeue_count, status.nodelist) == (JobState.COMPLETED, 1, "h3-n01")
+    assert exit_code_for(status, waited=True) == 0
+
+
+def test_status_without_slurm_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """No Slurm binary on PATH: one line naming the binary, exit 1, no traceback (nothing reaches Slurm)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "status", "123"], capture_output=True, text=True,
+                          env={"PATH": str(tmp_path), "HOME": str(tmp_path)}, timeout=60)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "not found on PATH" in done.stderr
