@@ -77,6 +77,7 @@ class Scenario:
     culprit_node: int | None = None
     max_wait_s: float = 240
     live: bool = False
+    node_logs: bool = False
 
     @property
     def world_size(self) -> int:
@@ -255,7 +256,7 @@ class Context:
     def record(self, command: Sequence[str] | str, host: str | None) -> None:
         text = command if isinstance(command, str) else shlex.join(command)
         self.injected.setdefault("commands", []).append(text)
-        self.injected.update({"host": host, "time": utc_now()})
+        self.injected.update({"where": host, "time": utc_now()})
 
 
 class Hook:
@@ -408,6 +409,27 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: flo
         time.sleep(poll)
 
 
+def job_lines(lines: Iterable[str], job_id: str) -> list[str]:
+    """The lines of a Slurm daemon log that name `job_id` (as JobId=, StepId=, [id.step] or plain)."""
+    pattern = re.compile(rf"(?<![0-9]){re.escape(job_id)}(?![0-9])")
+    return [line for line in lines if pattern.search(line)]
+
+
+def attach_node_logs(log_dir: Path, job_id: str, dest: Path) -> list[str]:
+    """Copy what slurmctld and every slurmd logged about the job into `dest/slurm-daemon-logs/`.
+
+    What an administrator attaches to a ticket: the daemons' own lines for that job, from every node.
+    """
+    written = []
+    for log in sorted(log_dir.glob("slurm*.log")):
+        lines = job_lines(log.read_text(errors="replace").splitlines(keepends=True), job_id)
+        if lines:
+            (dest / "slurm-daemon-logs").mkdir(exist_ok=True)
+            (dest / "slurm-daemon-logs" / log.name).write_text("".join(lines))
+            written.append(log.name)
+    return written
+
+
 def copy_job(job_dir: Path, dest: Path) -> int:
     """Copy the job folder as produced, minus pickles and checkpoints; returns its size in bytes."""
     shutil.copytree(job_dir, dest, ignore=shutil.ignore_patterns(*SKIP_IN_COPY))
@@ -457,6 +479,11 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
     out.mkdir(parents=True, exist_ok=True)
     dest = next_case_dir(out, scenario.cause)
     size = copy_job(job_dir, dest)
+    daemon_logs = Path(cluster.env.get("DDPSLURM_CLUSTER_LOGS", "/nonexistent"))
+    if scenario.node_logs and attach_node_logs(daemon_logs, str(ctx.job_id), dest):
+        label["attached"] = ("slurm-daemon-logs/: the lines slurmctld and each node's slurmd logged about this "
+                             "job, copied by the lab after the job ended (what an administrator attaches); "
+                             "everything else is the job folder as produced")
     (dest / "label.json").write_text(json.dumps(label, indent=2) + "\n")
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
