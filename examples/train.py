@@ -31,6 +31,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -71,8 +72,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+_stop_signal_received = False
+
+
+def _on_stop_signal(signum: int, frame: object) -> None:
+    global _stop_signal_received
+    _stop_signal_received = True
+
+
+def install_stop_handler() -> None:
+    """Under a plain sbatch script (sbatch_templates/requeue.sbatch forwards USR2 to every rank) nobody
+    handles USR2: make it set a flag instead of killing the rank. ddpslurm's worker's handler is kept."""
+    if signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL:
+        signal.signal(signal.SIGUSR2, _on_stop_signal)
+
+
 def preemption_requested() -> bool:
-    """Ask ddpslurm if it is installed; a script run by any other launcher is simply never preempted."""
+    """USR2 seen by our own handler, or ddpslurm's flag when ddpslurm is installed."""
+    if _stop_signal_received:
+        return True
     try:
         import ddpslurm
     except ImportError:
@@ -157,6 +175,7 @@ def log(rank: int, message: str) -> None:
 
 
 def train(args: argparse.Namespace) -> int:
+    install_stop_handler()
     rank, world_size, device = init_distributed(args.timeout)
     dataset = synthetic_dataset(args.steps_per_epoch * args.batch_size * world_size, args.seed)
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=args.seed,

@@ -1,0 +1,184 @@
+"""The sbatch templates on the real local Slurm cluster: sbatch --test-only for all of them, real 2-node
+gloo DDP runs of the CPU variant of each launch model, a failing run, and the requeue template surviving
+a USR2 (checkpoint, `scontrol requeue`, resume at a step > 0, finish).
+
+The cluster has no GPUs: GPU templates are rendered with `--gpus-per-node 0` for --test-only (the
+default rendering is refused only for its GRES request, which one test shows).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpslurm import templates
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "examples" / "train.py"
+SMALL = {"cpus_per_task": 1, "time": "5"}  # the local nodes have 4 cores and 4 GB each
+
+
+def _values(name: str, **extra: object) -> dict:
+    """Small resources, this interpreter, the real example script, the nodes' interface."""
+    values = {**SMALL, "python": sys.executable, "script": str(TRAIN)}
+    params = templates.TEMPLATES[name].params
+    if "gpus_per_node" in params:
+        values.update(gpus_per_node=0, nccl_socket_ifname="eth0")
+    if "tasks_per_node" in params:
+        values["tasks_per_node"] = 1
+    if "nodes" in params:
+        values["nodes"] = 2 if name != "sweep" else 1
+    values.update(extra)
+    return values
+
+
+def _write(tmp_path: Path, name: str, values: dict, args: list[str]) -> Path:
+    path = tmp_path / f"{name}.sbatch"
+    path.write_text(templates.render(name, values, args))
+    return path
+
+
+def _submit(cluster, script: Path) -> str:
+    done = cluster.run(["sbatch", "--parsable", script.name], cwd=script.parent)
+    return done.stdout.strip().split(";")[0]
+
+
+def _state(cluster, job_id: str) -> tuple[str, str]:
+    """(state of the job allocation, its ExitCode) from sacct."""
+    out = cluster.run(["sacct", "-X", "-n", "-P", "-j", job_id, "--format=State,ExitCode"], check=False).stdout
+    line = next((ln for ln in out.splitlines() if ln.strip()), "|")
+    state, _, code = line.partition("|")
+    return state.split()[0] if state else "", code
+
+
+def _wait_gone(cluster, job_id: str, limit: float, on_pending=None) -> tuple[str, str]:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        queued = cluster.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], check=False).stdout.strip()
+        if not queued:
+            return _state(cluster, job_id)
+        if on_pending and queued.startswith("PENDING"):
+            on_pending(queued)
+        time.sleep(1)
+    cluster.run(["scancel", job_id], check=False)
+    pytest.fail(f"job {job_id} still queued after {limit:.0f}s")
+
+
+def _finals(lines: list[str]) -> list[dict]:
+    """The training script's final JSON records in log lines (torchrun's [defaultN]: prefix removed)."""
+    out = []
+    for line in lines:
+        text = re.sub(r"^\[default\d+\]:", "", line).strip()
+        if text.startswith('{"event": "final"'):
+            out.append(json.loads(text))
+    return out
+
+
+def _analyze(cluster, log_dir: Path) -> None:
+    done = cluster.run([sys.executable, "-m", "ddpslurm.cli", "analyze", str(log_dir), "--json"], check=False)
+    if "No such command" in done.stderr:
+        pytest.skip("`ddpslurm analyze` is not there yet")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert "cause" in report and "ranks" in report
+
+
+# --- sbatch --test-only ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(templates.TEMPLATES))
+def test_sbatch_test_only_accepts_every_template(slurm_cluster, tmp_path: Path, name: str) -> None:
+    script = _write(tmp_path, name, _values(name), [])
+    done = slurm_cluster.run(["sbatch", "--test-only", script.name], cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "to start at" in done.stderr
+
+
+def test_default_gpu_rendering_is_refused_only_for_its_gpus(slurm_cluster, tmp_path: Path) -> None:
+    """The local cluster has no GRES: the GPU request is the one thing it rejects."""
+    with_gpus = _write(tmp_path, "srun-gpu", _values("srun-gpu", gpus_per_node=2), [])
+    done = slurm_cluster.run(["sbatch", "--test-only", with_gpus.name], cwd=tmp_path, check=False)
+    assert done.returncode != 0
+    assert "gres" in done.stderr.lower()
+
+
+# --- real runs of the CPU variants -------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["srun-cpu", "torchrun-cpu"])
+def test_cpu_template_runs_two_node_ddp_to_completion(slurm_cluster, tmp_path: Path, name: str) -> None:
+    script = _write(tmp_path, name, _values(name, tasks_per_node=2),
+                    ["--epochs", "1", "--steps-per-epoch", "8", "--checkpoint-dir", str(tmp_path / "ckpt")])
+    job_id = _submit(slurm_cluster, script)
+    state, code = _wait_gone(slurm_cluster, job_id, 150)
+    log_dir = tmp_path / "logs" / job_id
+    batch = (tmp_path / f"ddp-{name}_{job_id}.out").read_text()
+    assert (state, code) == ("COMPLETED", "0:0"), batch
+    pattern = "*_log.out" if name == "srun-cpu" else "*_node*.out"
+    files = sorted(log_dir.glob(pattern))
+    assert len(files) == (4 if name == "srun-cpu" else 2)  # one per rank / one per node
+    finals = _finals([ln for f in files for ln in f.read_text().splitlines()])
+    assert sorted(r["rank"] for r in finals) == [0, 1, 2, 3]
+    assert {r["world_size"] for r in finals} == {4} and {r["status"] for r in finals} == {"done"}
+    assert len({r["params_sha256"] for r in finals}) == 1
+    assert len({r["host"] for r in finals}) == 2
+    if name == "srun-cpu":  # %t = global rank: the rank in the file name is the rank that wrote it
+        for f in files:
+            assert _finals(f.read_text().splitlines())[0]["rank"] == int(f.name.split("_")[1])
+    else:  # torchrun's own per-worker tree, one per node
+        assert len(list(log_dir.glob("torchrun_node*/*/attempt_0/*/stdout.log"))) == 4
+    _analyze(slurm_cluster, log_dir)
+
+
+def test_failing_step_fails_the_job_and_points_at_the_post_mortem(slurm_cluster, tmp_path: Path) -> None:
+    script = _write(tmp_path, "srun-cpu", _values("srun-cpu"), ["--epochs", "0"])  # argparse error, exit 2
+    job_id = _submit(slurm_cluster, script)
+    state, code = _wait_gone(slurm_cluster, job_id, 90)
+    # srun reports the worst task: 2 from the failing rank, or 15 for its peer that --kill-on-bad-exit ended
+    assert state == "FAILED" and code in ("2:0", "15:0")
+    batch = (tmp_path / f"ddp-srun-cpu_{job_id}.out").read_text()
+    assert f"Post-mortem: ddpslurm analyze logs/{job_id}" in batch
+    assert "--epochs must be at least 1" in (tmp_path / "logs" / job_id / f"{job_id}_0_log.err").read_text()
+
+
+# --- requeue -----------------------------------------------------------------------------------------
+
+def test_requeue_template_checkpoints_on_usr2_requeues_and_resumes(slurm_cluster, tmp_path: Path) -> None:
+    script = _write(tmp_path, "requeue", _values("requeue", checkpoint_dir=str(tmp_path / "ckpt")),
+                    ["--epochs", "2", "--steps-per-epoch", "15", "--step-sleep", "0.3", "--checkpoint-every", "0"])
+    job_id = _submit(slurm_cluster, script)
+    first = tmp_path / "logs" / job_id / "restart_0"
+    deadline = time.monotonic() + 90
+    while "step 10 " not in "".join(f.read_text() for f in first.glob("*_0_log.out")):  # training is under way
+        assert time.monotonic() < deadline, "the first attempt never reached step 10"
+        time.sleep(0.5)
+    slurm_cluster.run(["scancel", "--signal=USR2", "--batch", job_id])
+
+    def skip_requeue_delay(_: str) -> None:
+        # Slurm makes a requeued job wait ~2 minutes (EligibleTime); the test does not need that pause.
+        slurm_cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False)
+
+    state, code = _wait_gone(slurm_cluster, job_id, 170, on_pending=skip_requeue_delay)
+    batch = (tmp_path / f"ddp-requeue_{job_id}.out").read_text()
+    assert (state, code) == ("COMPLETED", "0:0"), batch
+    assert "batch shell got SIGUSR2" in batch and f"requeueing job {job_id} (restart 1 of at most 3)" in batch
+    assert "=== job" in batch and batch.count("=== job") == 2  # --open-mode=append kept both attempts
+
+    stopped = _finals([ln for f in first.glob("*_log.out") for ln in f.read_text().splitlines()])
+    assert {r["status"] for r in stopped} == {"preempted"} and len(stopped) == 2
+    stop_step = stopped[0]["step"]
+    assert 10 <= stop_step < 30
+
+    second = tmp_path / "logs" / job_id / "restart_1"
+    rank0 = (second / f"{job_id}_0_log.out").read_text()
+    assert f"resumed from {tmp_path / 'ckpt' / job_id / 'last.pt'} at step {stop_step}" in rank0
+    done = _finals([ln for f in second.glob("*_log.out") for ln in f.read_text().splitlines()])
+    assert sorted(r["rank"] for r in done) == [0, 1]
+    assert {r["status"] for r in done} == {"done"} and {r["step"] for r in done} == {30}
+    assert len({r["params_sha256"] for r in done}) == 1
+    assert f"=== job {job_id} attempt 1 (requeue cap 3)" in batch  # SLURM_RESTART_COUNT reached the script
