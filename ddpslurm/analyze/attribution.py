@@ -34,6 +34,8 @@ class Prefix:
     local_rank: int | None = None
     host: str | None = None
     time_text: str | None = None
+    task: int | None = None  # srun --label task id (a node index when torchrun runs one task per node)
+    rank_from_label: bool = False
 
 
 _HOST = r"(?:[A-Za-z][A-Za-z0-9_-]*\d[A-Za-z0-9_.-]*|\d{1,3}(?:\.\d{1,3}){3})"
@@ -51,9 +53,9 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # torchrun --tee / --log-line-prefix: `[default0]:`, `[trainer3]:`
     (re.compile(r"\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<local>\d+)\]:\s?"), "local"),
     # srun --label: `3: ` (padded with spaces)
-    (re.compile(r" *(?P<rank>\d{1,6}): (?=\S)"), "rank"),
+    (re.compile(r" *(?P<rank>\d{1,6}): (?=.)"), "label"),
     # pdsh / DeepSpeed: `node02: `, `10.0.0.2: `
-    (re.compile(rf"(?P<host>{_HOST}):\s+(?=\S)"), "host"),
+    (re.compile(rf"(?P<host>{_HOST}): (?=.)"), "host"),
     # cloud pods: `[trainer-worker-1] `
     (re.compile(r"\[(?=[a-z0-9.-]*[a-z])(?=[a-z0-9.]*[-\d])(?P<host>[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)\] (?=\S)"),
      "host"),
@@ -63,7 +65,7 @@ _NCCL_SOURCE = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<de
 
 def strip_prefixes(line: str, max_prefixes: int = 6) -> Prefix:
     """Peel the known prefixes off `line`; returns the rest and what they said."""
-    rank = local_rank = None
+    rank = local_rank = label = None
     host = time_text = None
     text = line
     for _ in range(max_prefixes):
@@ -71,12 +73,14 @@ def strip_prefixes(line: str, max_prefixes: int = 6) -> Prefix:
             m = pattern.match(text)
             if not m or m.end() == 0:
                 continue
-            if meaning == "rank":
-                rank = int(m["rank"]) if rank is None else rank
+            if meaning == "label":
+                label = int(m["rank"]) if label is None else label
+            elif meaning == "rank":
+                rank = int(m["rank"])  # the innermost explicit rank wins
             elif meaning == "local":
                 local_rank = int(m["local"]) if local_rank is None else local_rank
             elif meaning == "host":
-                if _NCCL_SOURCE.match(text):
+                if _NCCL_SOURCE.match(text) or m["host"].startswith(("slurmstepd", "srun", "slurmd")):
                     continue
                 host = m["host"] if host is None else host
             elif meaning == "time":
@@ -85,7 +89,11 @@ def strip_prefixes(line: str, max_prefixes: int = 6) -> Prefix:
             break
         else:
             break
-    return Prefix(text=text, rank=rank, local_rank=local_rank, host=host, time_text=time_text)
+    from_label = rank is None and label is not None and local_rank is None
+    if from_label:
+        rank = label  # srun --label with one task per rank; with torchrun it numbers nodes, not ranks
+    return Prefix(text=text, rank=rank, local_rank=local_rank, host=host, time_text=time_text,
+                  task=label, rank_from_label=from_label)
 
 
 def nccl_source(text: str) -> tuple[str, int] | None:
@@ -109,6 +117,7 @@ _SUBMITIT = re.compile(r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_(?:log\.(?:out|err
 _DDP_RANK = re.compile(r"^rank_(?P<rank>\d+)(?P<rec>\.start\.json|\.exit\.json|\.log|\.out|\.err)?$")
 _ATTEMPT = re.compile(r"^attempt_(?P<n>\d+)$")
 _HOSTDIR = re.compile(rf"^(?:node[-_]?rank[-_]?\d+[-_])?(?P<host>{_HOST})$")
+_ELASTIC_RUN = re.compile(r"^[\w.-]+_[a-z0-9]{8}$")  # torchrun --log-dir: <run_id>_<random>
 _RANKDIR = re.compile(r"^(?:rank[_-]?)?(?P<n>\d{1,5})$")
 
 
@@ -149,7 +158,8 @@ def path_info(relative: PurePath) -> PathInfo:
 def _host_from(parents: tuple[str, ...]) -> str | None:
     """The nearest parent folder that looks like a host name (`node02`, `gpu-a100-3`)."""
     for part in reversed(parents):
-        if _ATTEMPT.match(part) or _RANKDIR.match(part) or part.startswith("job_") or part.startswith("torchelastic_"):
+        if _ATTEMPT.match(part) or _RANKDIR.match(part) or part.startswith(("job_", "torchelastic_")) \
+                or _ELASTIC_RUN.match(part):
             continue
         m = _HOSTDIR.match(part)
         if m and not re.fullmatch(r"(?:logs?|out|outputs?|run\d*)", part):

@@ -13,6 +13,7 @@ Order of reasoning (each step only when the previous one found nothing):
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -54,6 +55,11 @@ class Facts:
     exited: dict[int, Event] = field(default_factory=dict)
     srun_order: dict[int, int] = field(default_factory=dict)
     ip_host: dict[str, str] = field(default_factory=dict)
+    torchrun: bool = False  # srun task ids then number nodes, not ranks
+    odd_tails: set[int] = field(default_factory=set)
+
+
+_AGENT_KINDS = ("agent_sigterm", "agent_failed", "elastic_failure")
 
 
 def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],
@@ -85,7 +91,7 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
                     worlds.append(int(e.get("world_size")))
             elif e.kind in ("exit", "exit_signal"):
                 facts.exited[e.rank] = e
-        elif e.kind == "slurm_task" and e.get("tasks"):
+        elif e.kind == "slurm_task" and e.get("tasks") and not any(x.kind in _AGENT_KINDS for x in events):
             for r in expand_ranks(e.get("tasks", "")):
                 if e.get("host"):
                     facts.rank_host.setdefault(r, e.get("host"))
@@ -93,11 +99,29 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
         if e.get("world_size", "").isdigit() and e.kind == "store_barrier":
             worlds.append(int(e.get("world_size")))
     hosts = {e.host for e in events if e.host} | {s.host for s in sources if s.host}
+    worker_dir = _worker_dirs(events, sources)
+    pid_hosts: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for (h, pid), (r, _n) in pid_rank.items():
+        pid_hosts[pid].append((r, h))
+    unique_pid = {pid: pairs[0] for pid, pairs in pid_hosts.items() if len(pairs) == 1}
+    facts.torchrun = any(e.kind in _AGENT_KINDS for e in events) or any(s.local_rank is not None for s in sources)
     out: list[Event] = []
     for e in events:
         rank, host = e.rank, e.host
+        if facts.torchrun and e.get("srun_task") is not None and e.local_rank is None:
+            rank = None  # `N: ` from srun --label numbers torchrun's nodes, not ranks
+        if e.kind == "slurm_task" and rank is None and not facts.torchrun:
+            tasks = expand_ranks(e.get("tasks", ""))
+            rank = tasks[0] if tasks else None
+            host = host or e.get("host")
+        known = worker_dir.get(os.path.dirname(e.file))
+        if known is not None:
+            rank = known[0] if rank is None else rank
+            host = host or known[1]
         if rank is None and host and e.pid is not None and (host, e.pid) in pid_rank:
             rank = pid_rank[(host, e.pid)][0]
+        elif rank is None and host is None and e.pid is not None and e.pid in unique_pid:
+            rank, host = unique_pid[e.pid]
         if rank is None and host and e.local_rank is not None and (host, e.local_rank) in local_rank:
             rank = local_rank[(host, e.local_rank)]
         if rank is None and e.local_rank is not None and len(hosts) <= 1 and e.kind != "slurm_task":
@@ -124,7 +148,23 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
     worlds.append(top)
     facts.world_size = max(worlds) if worlds and max(worlds) > 0 else None
     facts.ip_host.update(facts_in.get("ip_host", {}))
+    facts.odd_tails = odd_tails(sources, summaries)
     return out, facts
+
+
+def _worker_dirs(events: list[Event], sources: Sequence[SourceFile]) -> dict[str, tuple[int, str | None]]:
+    """torchrun --log-dir: the files of `attempt_N/<local_rank>/` are one worker; its NCCL init names its rank."""
+    dirs = {os.path.dirname(s.display) for s in sources if s.local_rank is not None}
+    best: dict[str, tuple[int, int, str | None]] = {}
+    for e in events:
+        if e.kind != "nccl_init":
+            continue
+        folder = os.path.dirname(e.file)
+        if folder in dirs:
+            n = int(e.get("nranks", "0"))
+            if folder not in best or n > best[folder][1]:
+                best[folder] = (int(e.get("nccl_rank", "0")), n, e.host)
+    return {d: (r, h) for d, (r, _n, h) in best.items()}
 
 
 def _time_order(candidates: list[Event]) -> Event | None:
@@ -207,12 +247,13 @@ def infer_from_victims(events: list[Event], facts: Facts) -> Suspect | None:
             return Suspect([], "stale_rendezvous_state", f"{count} workers joined a store expecting {size}", "medium",
                            sb[:3])
         reporters = {e.rank for e in events if e.kind == "store_barrier" and e.rank is not None}
-        alive = reporters | {r for r in facts.present if r in facts.started}
-        missing = [r for r in range(size) if r not in reporters and r not in alive]
+        loud = _loud_ranks(events)
+        missing = [r for r in range(size) if r not in reporters and r not in loud]
         if not missing:
             missing = [r for r in range(size) if r not in facts.present]
-        if len(missing) > size - count and size - count > 0:
-            missing = missing[: size - count] if facts.present else missing
+        if len(missing) > size - count > 0:
+            narrowed = [r for r in missing if r in facts.odd_tails]
+            missing = narrowed or missing
         return Suspect(missing, "rendezvous_timeout",
                        f"only {count} of {size} ranks reached the store barrier", "medium" if missing else "low",
                        sb[:3])
@@ -273,6 +314,33 @@ def infer_from_victims(events: list[Event], facts: Facts) -> Suspect | None:
 
 
 _PID_KINDS = ("nccl_init", "start", "agent_failed", "elastic_failure")
+
+
+_QUIET_KINDS = ("exit_signal", "slurm_task", "slurm_job", "agent_sigterm", "agent", "exit")
+
+
+def _loud_ranks(events: Iterable[Event]) -> set[int]:
+    """Ranks that reported an error of their own (not just being terminated by someone else)."""
+    return {e.rank for e in events if e.rank is not None and e.role in ("culprit", "either", "victim")
+            and e.kind not in _QUIET_KINDS and e.signature != "python-keyboard-interrupt"}
+
+
+def odd_tails(sources: Sequence[SourceFile], summaries: Sequence[FileSummary]) -> set[int]:
+    """Ranks whose own log ends differently from most ranks' logs (numbers masked): they stopped early."""
+    rank_of = {s.display: s.rank for s in sources if s.rank is not None and s.kind == "log"}
+    last: dict[int, str] = {}
+    for summary in summaries:
+        rank = rank_of.get(summary.file)
+        if rank is None or not summary.tail:
+            continue
+        lines = [ln for ln in summary.tail if not ln.startswith(("ddpslurm:", "submitit "))] or summary.tail
+        last[rank] = re.sub(r"\d+", "N", lines[-1])
+    if len(last) < 3:
+        return set()
+    (common, n), *_ = Counter(last.values()).most_common(1)
+    if n <= len(last) // 2:
+        return set()
+    return {r for r, tail in last.items() if tail != common}
 
 
 def _worker_pids(events: Iterable[Event]) -> dict[tuple[str | None, int], int]:
@@ -336,7 +404,7 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
     cause, rank, host = "unknown", None, None
     confidence = "low"
     support: list[Event] = []
-    by_time = False
+    by_time = inferred = False
     if culprits:
         chosen, by_time = _choose(culprits, facts, accused)
         cause, rank, host = chosen.cause or "user_code_exception", chosen.rank, chosen.host
@@ -355,11 +423,12 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
             own_cause, own = _cause_for_rank(events, rank, suspect.cause) if rank is not None else (cause, None)
             if suspect.cause == "unknown" or (own is not None and own.priority >= 20):
                 cause = own_cause
+                chosen = own
             if cause == "unknown":
                 cause = _cause_of_silence(events, facts, rank)
             confidence = suspect.confidence
             support = suspect.evidence
-            chosen = own
+            inferred = True
             notes.append(f"rank {rank if rank is not None else '?'} was singled out because {suspect.reason}")
         elif eithers:
             chosen, by_time = _choose(eithers, facts, accused)
@@ -377,16 +446,59 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
                 cause = victims[0].cause or "unknown"
                 if cause != "unknown":
                     confidence = "low"
+    if rank is None and chosen is not None and chosen.cause not in JOB_LEVEL:
+        rank, host = _complete(events, chosen, host, facts)
     hostless = ("oom_kill", "signal", "nccl_warn", "gpu")
-    if rank is None and chosen is not None and chosen.kind in hostless and facts.srun_order:
+    if rank is None and chosen is not None and chosen.kind in hostless and facts.srun_order and not facts.torchrun:
         rank = _rank_from_srun(events, facts, host)
         host = host or (facts.rank_host.get(rank) if rank is not None else None)
     if host is None and rank is not None:
         host = facts.rank_host.get(rank)
-    if cause == "node_failure" and rank is None and host:
-        on_host = _ranks_of_host(facts, host)
-        rank = on_host[0] if on_host else None
+    if cause in JOB_LEVEL:
+        rank = None
+        if chosen is not None and chosen.kind == "slurm_job" and cause != "node_failure":
+            host = None
+    elif chosen is not None and not by_time and rank is not None and not inferred:
+        rank, host = _systemic(events, chosen, rank, host, facts)
     return _build(events, summaries, sigs, facts, cause, rank, host, confidence, chosen, support, by_time, notes)
+
+
+def _complete(events: list[Event], chosen: Event, host: str | None, facts: Facts) -> tuple[int | None, str | None]:
+    """A culprit event without a rank (an OOM-kill notice) takes the rank of an event with the same cause."""
+    same = [e for e in events if e.rank is not None and e.cause == chosen.cause and e.role in ("culprit", "either")
+            and (host is None or e.host in (None, host))]
+    if not same and host is not None:
+        on_host = _ranks_of_host(facts, host)
+        if len(on_host) == 1:
+            return on_host[0], host
+    if not same:
+        vanished = sorted(facts.started - set(facts.exited))
+        if len(vanished) == 1 and chosen.cause in ("host_oom", "segfault", "gpu_hardware", "node_failure"):
+            return vanished[0], facts.rank_host.get(vanished[0])
+        return None, host
+    ranks = {e.rank for e in same}
+    if len(ranks) > 1:
+        return None, host
+    first = same[0]
+    return first.rank, host or first.host
+
+
+#: causes that concern the whole job, not one rank
+JOB_LEVEL = ("slurm_time_limit", "preempted", "slurm_cancelled", "node_failure")
+
+
+def _systemic(events: list[Event], chosen: Event, rank: int, host: str | None,
+              facts: Facts) -> tuple[int | None, str | None]:
+    """Several ranks failed the same way with nothing to order them: no single first rank.
+
+    The host stays when all of them are on one host (a node-local problem), else it is dropped too.
+    """
+    same = {e.rank for e in events if e.rank is not None and e.cause == chosen.cause
+            and e.role in ("culprit", "either")}
+    if len(same) <= 1:
+        return rank, host
+    hosts = {facts.rank_host.get(r) for r in same}
+    return None, (hosts.pop() if len(hosts) == 1 else None)
 
 
 def _cause_of_silence(events: list[Event], facts: Facts, rank: int | None) -> str:
@@ -422,8 +534,6 @@ def _refine(e: Event) -> Event:
         signal = signal or SIGNAL_NAMES.get(-int(code), f"signal {-int(code)}")
     if signal:
         cause, role = SIGNAL_CAUSES.get(signal, ("unknown", "either"))
-        if e.kind == "elastic_failure" and e.get("section") == "root" and role == "victim":
-            role = "either"
         if e.kind == "elastic_failure" and e.get("section") != "root":
             role = "victim" if role != "culprit" else "either"
         return replace(e, cause=cause, role=role)

@@ -19,7 +19,7 @@ SIGNAL_CAUSES: dict[str, tuple[str, str]] = {
     "SIGKILL": ("host_oom", "culprit"),
     "SIGSEGV": ("segfault", "culprit"),
     "SIGBUS": ("shm_error", "culprit"),
-    "SIGABRT": ("nccl_internal_error", "either"),
+    "SIGABRT": ("unknown", "victim"),  # mostly the NCCL watchdog taking the process down
     "SIGILL": ("segfault", "culprit"),
     "SIGFPE": ("segfault", "culprit"),
     "SIGTERM": ("unknown", "victim"),
@@ -95,10 +95,12 @@ def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], 
         hit = sigs.match(first_line) or sigs.match(text[:4000])
         sig = hit[0] if hit else sigs.by_id("python-exception")
         groups = tuple(sorted((k, v) for k, v in hit[1].groupdict().items() if v is not None)) if hit else ()
-        return [_sig_event(base, "exit", first_line[:2000], sig, fields + groups)], facts
+        marker = Event(kind="exit", text=first_line[:2000], fields=fields, **base)
+        kind = sig.kind if sig is not None and sig.kind not in ("signature", "exit") else "exception"
+        return [marker, _sig_event(base, kind, first_line[:2000], sig, fields + groups)], facts
     if status == "preempted":
-        return [_sig_event(base, "exit", f"rank {rank} stopped for preemption", sigs.by_id("ddpslurm-preempted"),
-                           fields)], facts
+        marker = Event(kind="exit", text=f"rank {rank} stopped for preemption", fields=fields, **base)
+        return [marker, _sig_event(base, "slurm_job", marker.text, sigs.by_id("ddpslurm-preempted"), fields)], facts
     if signal:
         cause, role = SIGNAL_CAUSES.get(signal, ("unknown", "either"))
         return [Event(kind="exit_signal", text=f"rank {rank} was killed by {signal}", cause=cause, role=role,

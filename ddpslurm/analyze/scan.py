@@ -31,6 +31,14 @@ _NCCL_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nrank
 _NCCL_INIT_OLD = re.compile(r"Init COMPLETE|Init START")
 
 
+_SLURM_HEAD = re.compile(r"^(?:srun|slurmstepd|slurmd|sbatch)(?:-[\w.-]+)?: ")
+
+
+def body_is_slurm(text: str) -> bool:
+    """Lines written by srun/slurmstepd into a task's output file."""
+    return bool(_SLURM_HEAD.match(text))
+
+
 def is_binary(head: bytes) -> bool:
     """Heuristic: NUL bytes or mostly non-text bytes in the first block."""
     if not head:
@@ -98,6 +106,7 @@ class _FileState:
     elastic: ElasticBlock = field(default_factory=ElasticBlock)
     streams: dict[object, tuple[int | None, int | None, str | None]] = field(default_factory=dict)
     last_time: tuple[float, str] | None = None
+    label_rank: int | None = None
 
     @property
     def line_mode(self) -> bool:
@@ -114,6 +123,9 @@ class _FileState:
         host = p.host or src.host
         if p.rank is not None and self.summary is not None and len(self.summary.ranks_seen) < 100_000:
             self.summary.ranks_seen.add(p.rank)
+        if body_is_slurm(p.text):
+            rank, local, host = p.rank, p.local_rank, p.host  # srun/slurmstepd speak for the job, not this file's rank
+        self.label_rank = p.rank if p.rank_from_label else None
         stream = (p.rank, p.local_rank, p.host)
         self.streams[stream] = (rank, local, host)
         body = p.text
@@ -162,6 +174,8 @@ class _FileState:
               family: str | None = None) -> None:
         if time is None:
             time, family = self._time(time_text, body)
+        if self.label_rank and rank is not None and rank == self.label_rank:
+            fields = (*fields, ("srun_task", str(rank)))
         self.events.append(Event(
             file=self.source.display, line=lineno, kind=kind, text=body[:2000], rank=rank, host=host, pid=pid,
             local_rank=local, time=time, time_family=family,
@@ -176,7 +190,8 @@ class _FileState:
         if hit:
             sig, m = hit
             groups = tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None))
-            self._emit(exc.line, "exception", exc.text, rank, host, None, local, None, sig=sig, fields=groups + extra)
+            kind = sig.kind if sig.kind != "signature" else "exception"
+            self._emit(exc.line, kind, exc.text, rank, host, None, local, None, sig=sig, fields=groups + extra)
         else:
             sig = self.sigs.by_id("python-exception")
             self._emit(exc.line, "exception", exc.text, rank, host, None, local, None, sig=sig, fields=extra)
