@@ -134,24 +134,39 @@ def merge(sacct: JobStatus, live: JobStatus) -> JobStatus:
     })
 
 
+#: Terminal in sacct for the attempt, but Slurm may have requeued the job: ask the controller too.
+MAY_REQUEUE = frozenset({JobState.PREEMPTED, JobState.NODE_FAIL})
+
+
+def needs_controller(from_sacct: JobStatus | None) -> bool:
+    """Whether scontrol must be asked after sacct (pure)."""
+    return from_sacct is None or not from_sacct.terminal or from_sacct.state in MAY_REQUEUE
+
+
+def combine(from_sacct: JobStatus | None, live: JobStatus | None) -> JobStatus | None:
+    """One status from what sacct and the controller said (either may be None). Pure."""
+    if from_sacct is None or live is None:
+        return from_sacct or live
+    if from_sacct.terminal and (from_sacct.state not in MAY_REQUEUE or live.terminal):
+        return from_sacct
+    return merge(from_sacct, live)
+
+
 def job_status(job_ref: str, *, env: Mapping[str, str] | None = None) -> JobStatus:
     """The status of a job id or job folder: sacct first; scontrol for jobs it does not (yet) know."""
     job_id, folder = resolve_job(job_ref)
     check_job_id(job_id)
     acc = job_accounting(job_id, env=env)
     from_sacct = status_from_accounting(acc, folder) if acc is not None else None
-    if from_sacct is not None and from_sacct.terminal:
-        return from_sacct
-    record = _scontrol_record(job_id, env)
-    live = status_from_scontrol(job_id, record, folder) if record is not None else None
-    if from_sacct is not None and live is not None:
-        return merge(from_sacct, live)
-    if live is not None:
-        return live
-    if from_sacct is not None:
-        return from_sacct
-    raise JobNotFoundError(f"Slurm knows no job {job_id} (neither sacct nor scontrol)",
-                           "Check the id with `squeue --me` or `sacct -X`")
+    live = None
+    if needs_controller(from_sacct):
+        record = _scontrol_record(job_id, env)
+        live = status_from_scontrol(job_id, record, folder) if record is not None else None
+    status = combine(from_sacct, live)
+    if status is None:
+        raise JobNotFoundError(f"Slurm knows no job {job_id} (neither sacct nor scontrol)",
+                               "Check the id with `squeue --me` or `sacct -X`")
+    return status
 
 
 def poll_until_terminal(

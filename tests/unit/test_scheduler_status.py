@@ -180,3 +180,55 @@ def test_status_without_slurm_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert "not found on PATH" in done.stderr
+
+
+def _st(state: JobState, terminal: bool, requeues: int = 0, source: str = "sacct") -> JobStatus:
+    return JobStatus(job_id="1", state=state, raw_state=state.value.upper(), terminal=terminal, exit_code=0,
+                     signal=0, requeue_count=requeues, nodelist=None, reason=None, elapsed_s=None, source=source)
+
+
+P, R, C, F = JobState.PENDING, JobState.RUNNING, JobState.COMPLETED, JobState.FAILED
+
+
+@pytest.mark.parametrize(
+    ("sacct", "live", "asks_controller", "state", "source"),
+    [
+        (None, None, True, None, None),
+        (None, _st(R, False, source="scontrol"), True, R, "scontrol"),
+        (_st(C, True), None, False, C, "sacct"),
+        (_st(F, True), _st(F, True, source="scontrol"), False, F, "sacct"),
+        (_st(P, False), _st(R, False, source="scontrol"), True, R, "sacct+scontrol"),
+        (_st(R, False), None, True, R, "sacct"),
+        # preempted / node failure: the controller may already have the job pending again
+        (_st(JobState.PREEMPTED, True), _st(P, False, 1, "scontrol"), True, P, "sacct+scontrol"),
+        (_st(JobState.NODE_FAIL, True), _st(JobState.NODE_FAIL, True, 0, "scontrol"), True, JobState.NODE_FAIL,
+         "sacct"),
+    ],
+)
+def test_combine_sacct_and_controller(sacct, live, asks_controller: bool, state, source) -> None:
+    from ddpslurm.scheduler.status import combine, needs_controller
+
+    assert needs_controller(sacct) == asks_controller
+    result = combine(sacct, live)
+    assert (result.state if result else None, result.source if result else None) == (state, source)
+
+
+def test_recorded_preemption_by_a_higher_tier_partition() -> None:
+    """Job 2815444 (partition debug, --requeue) was preempted by 2815445 (partition urgent) and requeued."""
+    records = parse_sacct((DATA / "sacct_preempted_requeued.txt").read_text())
+    acc = accounting_from_records("2815444", records)
+    assert acc is not None
+    assert [a.state for a in acc.attempts] == [JobState.PREEMPTED, JobState.PENDING]
+    assert [s.state for s in acc.attempts[0].steps] == [JobState.FAILED, JobState.CANCELLED]
+    (record,) = parse_scontrol_show((DATA / "scontrol_preempted_pending.txt").read_text())
+    live = status_from_scontrol("2815444", record)
+    status = merge(status_from_accounting(acc), live)
+    assert (status.state, status.terminal, status.requeue_count, status.reason) == (
+        JobState.PENDING, False, 1, "BeginTime")
+    # the window where sacct's newest record is still the PREEMPTED attempt
+    first_only = accounting_from_records("2815444", records[:1])
+    assert first_only is not None
+    from ddpslurm.scheduler.status import combine
+
+    combined = combine(status_from_accounting(first_only), live)
+    assert combined is not None and (combined.state, combined.terminal) == (JobState.PENDING, False)
