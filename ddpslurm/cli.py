@@ -84,7 +84,7 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
              signal_delay_s=signal_delay, interface=interface, local=local, job_name=job_name),
         dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo)
     if code:
-        raise click.exceptions.Exit(code)
+        sys.exit(code)  # click.exceptions.Exit would be swallowed by standalone_mode=False
 
 
 @cli.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,8 +1,11 @@
 """After the preemption / time-limit signal: was it the time limit, and should the job be requeued?
 
-Slurm sends the same signal (USR2, `--signal-delay` seconds early) for both; like submitit, a signal
-that arrives after min(0.8 T, T - 10 min) of a T-second limit counts as the time limit, an earlier
-one as a preemption. Requeues are capped by SLURM_RESTART_COUNT (the attempt number).
+Slurm sends the same signal (USR2, `--signal-delay` D seconds early) for both. Like submitit, the
+elapsed time of the attempt tells them apart, but with the signal delay in the rule: a signal after
+min(0.8 T, T - D - 60 s) of a T-second limit is the time limit, an earlier one a preemption. (submitit's
+min(0.8 T, T - 10 min) calls every signal in a job shorter than 10 minutes a time limit; the 60 s
+cover the start-up between the job's start and the worker's clock.) Requeues are capped by
+SLURM_RESTART_COUNT (the attempt number).
 """
 
 from __future__ import annotations
@@ -15,9 +18,14 @@ PREEMPTION = "preemption"
 CAP_REACHED_EXIT = 75
 
 
-def is_time_limit(elapsed_s: float, limit_s: float) -> bool:
-    """True when a signal after `elapsed_s` of a `limit_s` job means the time limit (submitit's rule)."""
-    return elapsed_s >= min(0.8 * limit_s, limit_s - 600)
+#: Start-up allowance (s) between the job's start and the worker's clock.
+START_SLACK_S = 60
+
+
+def is_time_limit(elapsed_s: float, limit_s: float, signal_delay_s: float) -> bool:
+    """True when a signal after `elapsed_s` of a `limit_s` job (signalled `signal_delay_s` early) means
+    the time limit, False when it means a preemption."""
+    return elapsed_s >= min(0.8 * limit_s, limit_s - signal_delay_s - START_SLACK_S)
 
 
 @dataclass(frozen=True)
@@ -27,10 +35,10 @@ class RequeueDecision:
     exit_code: int  # what this rank exits with
 
 
-def decide(*, elapsed_s: float, limit_s: float, attempt: int, max_requeues: int, can_requeue: bool = True,
-           ) -> RequeueDecision:
+def decide(*, elapsed_s: float, limit_s: float, signal_delay_s: float, attempt: int, max_requeues: int,
+           can_requeue: bool = True) -> RequeueDecision:
     """What a rank does once the script has stopped after the signal."""
-    reason = TIME_LIMIT if is_time_limit(elapsed_s, limit_s) else PREEMPTION
+    reason = TIME_LIMIT if is_time_limit(elapsed_s, limit_s, signal_delay_s) else PREEMPTION
     if can_requeue and attempt < max_requeues:
         return RequeueDecision(reason, True, 0)
     return RequeueDecision(reason, False, CAP_REACHED_EXIT)

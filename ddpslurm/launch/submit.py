@@ -182,6 +182,8 @@ def wait_local(submitted: Submitted, poll_s: float = 0.5) -> int:
     job = submitted.job
     while not job.done():
         time.sleep(poll_s)
+    with contextlib.suppress(OSError):  # submitit's local controller creates the unformatted `job_%j` folder
+        (submitted.folder.parent / "job_%j").rmdir()
     return local_outcome(submitted.folder, job.num_tasks)
 
 

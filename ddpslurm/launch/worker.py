@@ -286,17 +286,18 @@ def _job_dirs(cfg: WorkerConfig, job_id: str, attempt: int,
     return job_dir, attempt_dir
 
 
-def _after_preemption(state: _RankState, attempt_start: float) -> None:
+def _after_preemption(state: _RankState, attempt_start: float, outcome: Outcome) -> None:
     """The script stopped after the signal: record `preempted`; global rank 0 requeues (up to the cap)."""
     from ddpslurm.launch.requeue import decide, requeue_job
 
     cfg, dist = state.cfg, state.dist
     signalled = state.signal_unix or time.time()
-    decision = decide(elapsed_s=signalled - attempt_start, limit_s=cfg.time_limit_s, attempt=state.attempt,
-                      max_requeues=cfg.max_requeues, can_requeue=cfg.launcher != "local")
+    decision = decide(elapsed_s=signalled - attempt_start, limit_s=cfg.time_limit_s,
+                      signal_delay_s=cfg.signal_delay_s, attempt=state.attempt, max_requeues=cfg.max_requeues,
+                      can_requeue=cfg.launcher != "local")
     requeued = decision.requeue and dist.rank == 0
     extra: dict[str, Any] = {"reason": decision.reason, "requeue": decision.requeue,
-                             "max_requeues": cfg.max_requeues}
+                             "max_requeues": cfg.max_requeues, "exception": outcome.exception}
     if not decision.requeue:
         print(f"ddpslurm: {decision.reason.replace('_', ' ')} after attempt {state.attempt}: not requeued "
               f"(--max-requeues {cfg.max_requeues})", file=sys.stderr, flush=True)
@@ -345,8 +346,10 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
             env=records.selected_env(environ)))
         outcome = run_script(cfg.script, cfg.script_args)
         signal.alarm(0)
-        if preemption.preemption_requested() and outcome.status == "ok":
-            _after_preemption(state, attempt_start)
+        if preemption.preemption_requested() and outcome.status != "signal":
+            # Once Slurm announced the end, peers leave at slightly different steps and a rank may die in
+            # a collective: the job is still requeued; the record keeps the exception for post-mortems.
+            _after_preemption(state, attempt_start, outcome)
         else:
             if outcome.status != "ok":
                 print(f"ddpslurm: rank {dist.rank} on {socket.gethostname()} ended: {outcome.status} "

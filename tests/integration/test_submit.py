@@ -1,0 +1,284 @@
+"""`ddpslurm submit` end to end on the real local Slurm cluster (slurm/cluster), real submitit, real gloo DDP.
+
+Slurm holds a requeued job back (reason BeginTime, about 2 minutes); the preemption and time-limit
+tests release it with `scontrol update JobId=J StartTime=now` to keep the suite short. Everything
+else is what a person gets.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import SlurmCluster
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "examples" / "train.py"
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+FAULT = SCRIPTS / "fault.py"
+ECHO = SCRIPTS / "echo_args.py"
+FAIL_FAST_S = 30
+
+
+def submit(cluster: SlurmCluster, folder: Path, script: Path, args: list[str], *flags: str,
+           timeout: float = 300) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "ddpslurm.cli", "submit", str(script), "--folder", str(folder), "--time", "5",
+            *flags, "--", *args]
+    return cluster.run(argv, check=False, timeout=timeout, cwd=str(folder.parent))
+
+
+def job_dir(folder: Path) -> Path:
+    dirs = sorted(folder.glob("job_*"))
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def job_id(folder: Path) -> str:
+    return job_dir(folder).name.removeprefix("job_")
+
+
+def read_records(attempt: Path, kind: str) -> dict[int, dict]:
+    out = {}
+    for path in attempt.glob(f"rank_*.{kind}.json"):
+        record = json.loads(path.read_text())
+        out[record["rank"]] = record
+    return out
+
+
+def finals(attempt: Path) -> dict[int, dict]:
+    """The final JSON line examples/train.py prints, per rank, from the per-rank logs."""
+    out = {}
+    for log in attempt.glob("rank_*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("{") and '"final"' in line:
+                record = json.loads(line)
+                out[record["rank"]] = record
+    return out
+
+
+def assert_identical_finish(attempt: Path, world_size: int, steps: int) -> None:
+    done = finals(attempt)
+    assert sorted(done) == list(range(world_size)), f"final lines of ranks {sorted(done)} in {attempt}"
+    assert {r["status"] for r in done.values()} == {"done"}
+    assert {r["step"] for r in done.values()} == {steps}
+    assert len({r["params_sha256"] for r in done.values()}) == 1, "ranks ended with different parameters"
+    exits = read_records(attempt, "exit")
+    assert {r["status"] for r in exits.values()} == {"ok"} and len(exits) == world_size
+
+
+def sacct_end_unix(cluster: SlurmCluster, jid: str) -> float:
+    text = cluster.run(["sacct", "-X", "-n", "-P", "-o", "End", "-j", jid]).stdout.split()[-1]
+    return datetime.fromisoformat(text).timestamp()  # sacct prints local time; the node clock is the host's
+
+
+def squeue_reason(cluster: SlurmCluster, jid: str) -> str:
+    return cluster.run(["squeue", "-h", "-j", jid, "-o", "%T %r"], check=False).stdout.strip()
+
+
+def release_when_held(cluster: SlurmCluster, jid: str) -> None:
+    """Start a requeued job now instead of after Slurm's requeue hold-off."""
+    if squeue_reason(cluster, jid).endswith("BeginTime"):
+        cluster.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=False)
+
+
+def wait_end(cluster: SlurmCluster, jid: str, timeout: float = 400) -> str:
+    """Wait until the job leaves the queue (releasing requeue holds); its final sacct state."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        release_when_held(cluster, jid)
+        if not squeue_reason(cluster, jid):
+            time.sleep(1)
+            if not squeue_reason(cluster, jid):
+                break
+        time.sleep(2)
+    else:
+        pytest.fail(f"job {jid} still queued after {timeout}s")
+    return cluster.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", jid]).stdout.split()[-1]
+
+
+def start_async(cluster: SlurmCluster, folder: Path, script: Path, args: list[str], *flags: str) -> str:
+    done = submit(cluster, folder, script, args, *flags)
+    assert done.returncode == 0, done.stderr
+    return job_id(folder)
+
+
+def test_two_nodes_train_finishes_with_identical_parameters(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    folder = tmp_path / "jobs"
+    done = submit(slurm_cluster, folder, TRAIN, ["--epochs", "1", "--steps-per-epoch", "8"], "--nodes", "2", "--wait")
+    assert done.returncode == 0, done.stdout + done.stderr
+    jdir = job_dir(folder)
+    assert f"Submitted job {jdir.name.removeprefix('job_')}" in done.stdout
+    assert "ddpslurm analyze" in done.stdout and "completed" in done.stdout
+    attempt = jdir / "attempt_0"
+    assert_identical_finish(attempt, 2, 8)
+    starts = read_records(attempt, "start")
+    assert {r["launcher"] for r in starts.values()} == {"srun"}
+    assert len({r["host"] for r in starts.values()}) == 2
+    assert starts[0]["master_addr"] == starts[0]["host"] == starts[1]["master_addr"]
+    assert (jdir / f"{jdir.name.removeprefix('job_')}_submission.sh").exists()
+    record = json.loads((jdir / "ddpslurm.json").read_text())
+    assert record["spec"]["nodes"] == 2 and record["max_requeues"] == 3
+
+
+@pytest.mark.slow
+def test_three_nodes_two_tasks_each(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    folder = tmp_path / "jobs"
+    done = submit(slurm_cluster, folder, TRAIN, ["--epochs", "1", "--steps-per-epoch", "4"],
+                  "--nodes", "3", "--tasks-per-node", "2", "--wait")
+    assert done.returncode == 0, done.stdout + done.stderr
+    attempt = job_dir(folder) / "attempt_0"
+    assert_identical_finish(attempt, 6, 4)
+    starts = read_records(attempt, "start")
+    assert len({r["host"] for r in starts.values()}) == 3
+    assert sorted((r["node_rank"], r["local_rank"]) for r in starts.values()) == [
+        (n, lr) for n in range(3) for lr in range(2)]
+
+
+@pytest.mark.slow
+def test_torchrun_launcher(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    folder = tmp_path / "jobs"
+    done = submit(slurm_cluster, folder, TRAIN, ["--epochs", "1", "--steps-per-epoch", "4"],
+                  "--nodes", "2", "--tasks-per-node", "2", "--launcher", "torchrun", "--wait")
+    assert done.returncode == 0, done.stdout + done.stderr
+    attempt = job_dir(folder) / "attempt_0"
+    assert_identical_finish(attempt, 4, 4)
+    starts = read_records(attempt, "start")
+    assert {r["launcher"] for r in starts.values()} == {"torchrun"}
+    assert sorted(r["local_rank"] for r in starts.values()) == [0, 0, 1, 1]
+    for rank in range(4):  # every rank's output went to its own log, and only there
+        lines = [ln for ln in (attempt / f"rank_{rank}.log").read_text().splitlines() if '"final"' in ln]
+        assert len(lines) == 1 and json.loads(lines[0])["rank"] == rank
+
+
+ARGS = ["plain", "with space", "it's", 'dq"uote', "$(touch pwned_dollar)", "`touch pwned_tick`", "a;touch pwned_semi",
+        "--flag=$HOME", "*", ""]
+
+
+def test_arguments_and_script_path_arrive_verbatim_and_interface_is_the_veth(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    weird = tmp_path / "my dir $(touch pwned_dir) ;x"
+    weird.mkdir()
+    script = weird / "echo args.py"
+    script.write_text(ECHO.read_text())
+    folder = tmp_path / "jobs"
+    done = submit(slurm_cluster, folder, script, ARGS, "--nodes", "2", "--wait")
+    assert done.returncode == 0, done.stdout + done.stderr
+    jdir = job_dir(folder)
+    for rank in (0, 1):
+        seen = json.loads((jdir / f"argv_{rank}.json").read_text())
+        assert seen["argv"] == ARGS
+        non_loopback = [name for name in seen["interfaces"] if name != "lo"]
+        assert len(non_loopback) == 1, seen["interfaces"]
+        assert seen["env"]["GLOO_SOCKET_IFNAME"] == seen["env"]["NCCL_SOCKET_IFNAME"] == non_loopback[0]
+    pwned = [p for p in list(tmp_path.rglob("pwned*")) + list(Path.cwd().glob("pwned*")) if p.is_file()]
+    assert not pwned, f"a shell ran part of an argument: {pwned}"
+
+
+@pytest.mark.parametrize("mode", ["raise", "sigkill"])
+def test_failing_rank_ends_the_job_fast(slurm_cluster: SlurmCluster, tmp_path: Path, mode: str) -> None:
+    folder = tmp_path / "jobs"
+    done = submit(slurm_cluster, folder, FAULT, ["--mode", mode, "--rank", "1", "--at", "3"], "--nodes", "2", "--wait")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "failed" in done.stderr and "ddpslurm analyze" in done.stderr
+    jdir = job_dir(folder)
+    attempt = jdir / "attempt_0"
+    fault = next(json.loads(ln) for ln in (attempt / "rank_1.log").read_text().splitlines()
+                 if ln.startswith('{"event": "fault"'))
+    exits = read_records(attempt, "exit")
+    if mode == "raise":
+        culprit = exits[1]
+        assert culprit["status"] == "exception" and culprit["exit_code"] == 1
+        assert culprit["exception"]["type"] == "RuntimeError"
+        assert "injected failure on rank 1" in culprit["exception"]["message"]
+        assert "Traceback" in culprit["exception"]["traceback"]
+    else:
+        assert 1 not in exits, "a SIGKILLed rank cannot write an exit record"
+    assert exits[0]["status"] != "ok"
+    assert sacct_end_unix(slurm_cluster, jdir.name.removeprefix("job_")) - fault["unix"] <= FAIL_FAST_S
+
+
+def test_unknown_partition_is_one_line(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    done = submit(slurm_cluster, tmp_path / "jobs", TRAIN, [], "--partition", "nosuchpartition")
+    assert done.returncode == 1
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "partition" in lines[0].lower() and "sinfo -s" in lines[0]
+
+
+@pytest.mark.slow
+def test_preemption_signal_requeues_and_resumes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    folder, steps, every = tmp_path / "jobs", 60, 5
+    jid = start_async(slurm_cluster, folder, TRAIN,
+                      ["--epochs", "1", "--steps-per-epoch", str(steps), "--step-sleep", "0.3",
+                       "--checkpoint-every", str(every)], "--nodes", "2")
+    log = job_dir(folder) / "attempt_0" / "rank_0.log"
+    deadline = time.time() + 120
+    while time.time() < deadline and not re.search(r"step (1\d|[2-9]\d)\b", log.read_text() if log.exists() else ""):
+        time.sleep(1)
+    slurm_cluster.run(["scancel", "--signal=USR2", jid])
+    assert wait_end(slurm_cluster, jid) == "COMPLETED"
+    jdir = job_dir(folder)
+    first = read_records(jdir / "attempt_0", "exit")
+    assert {r["status"] for r in first.values()} == {"preempted"}
+    assert first[0]["reason"] == "preemption" and first[0]["requeue"] is True
+    stopped_at = finals(jdir / "attempt_0")[0]["step"]
+    resumed = re.search(r"resumed from .* at step (\d+)", (jdir / "attempt_1" / "rank_0.log").read_text())
+    assert resumed and stopped_at - every <= int(resumed.group(1)) <= stopped_at
+    assert_identical_finish(jdir / "attempt_1", 2, steps)
+
+
+@pytest.mark.slow
+def test_time_limit_requeues_until_the_cap(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    folder = tmp_path / "jobs"
+    jid = start_async(slurm_cluster, folder, TRAIN,
+                      ["--epochs", "1", "--steps-per-epoch", "1000", "--step-sleep", "0.3"],
+                      "--nodes", "2", "--time", "1", "--signal-delay", "40", "--max-requeues", "1")
+    assert wait_end(slurm_cluster, jid) == "FAILED"
+    jdir = job_dir(folder)
+    assert sorted(p.name for p in jdir.glob("attempt_*")) == ["attempt_0", "attempt_1"]
+    first, last = read_records(jdir / "attempt_0", "exit"), read_records(jdir / "attempt_1", "exit")
+    assert {(r["status"], r["reason"], r["requeue"]) for r in first.values()} == {("preempted", "time_limit", True)}
+    assert {(r["status"], r["reason"], r["requeue"], r["exit_code"]) for r in last.values()} == {
+        ("preempted", "time_limit", False, 75)}
+    resumed = re.search(r"resumed from .* at step (\d+)", (jdir / "attempt_1" / "rank_0.log").read_text())
+    assert resumed and int(resumed.group(1)) == finals(jdir / "attempt_0")[0]["step"]
+
+
+@pytest.mark.slow
+def test_time_limit_requeue_then_finish(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    folder, steps = tmp_path / "jobs", 50
+    jid = start_async(slurm_cluster, folder, TRAIN,
+                      ["--epochs", "1", "--steps-per-epoch", str(steps), "--step-sleep", "0.5"],
+                      "--nodes", "2", "--time", "1", "--signal-delay", "30", "--max-requeues", "6")
+    assert wait_end(slurm_cluster, jid, timeout=500) == "COMPLETED"
+    jdir = job_dir(folder)
+    attempts = sorted(jdir.glob("attempt_*"), key=lambda p: int(p.name.split("_")[1]))
+    assert len(attempts) >= 2
+    assert read_records(attempts[0], "exit")[0]["reason"] == "time_limit"
+    assert_identical_finish(attempts[-1], 2, steps)
+
+
+@pytest.mark.slow
+def test_script_ignoring_the_flag_is_still_requeued(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    folder = tmp_path / "jobs"
+    jid = start_async(slurm_cluster, folder, SCRIPTS / "ignore_flag.py", [],
+                      "--nodes", "2", "--time", "1", "--signal-delay", "40", "--max-requeues", "1")
+    assert wait_end(slurm_cluster, jid) == "FAILED"  # never finishes: requeued once, then the cap
+    jdir = job_dir(folder)
+    first = read_records(jdir / "attempt_0", "exit")
+    assert sorted(first) == [0, 1]
+    assert {(r["status"], r["requeue"]) for r in first.values()} == {("preempted", True)}
+    assert "ignored the preemption flag" in (jdir / "attempt_0" / "rank_0.log").read_text() + \
+        (jdir / "attempt_0" / "rank_1.log").read_text()
+    assert (jdir / "attempt_1" / "rank_0.start.json").exists()

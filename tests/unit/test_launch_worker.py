@@ -1,0 +1,205 @@
+"""Worker pieces: requeue rule, records, interface choice, env defaults, script outcomes, fd-level tee."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddpslurm.launch import records
+from ddpslurm.launch.netif import pick_interface, route_peer
+from ddpslurm.launch.plan import WorkerConfig
+from ddpslurm.launch.requeue import CAP_REACHED_EXIT, PREEMPTION, TIME_LIMIT, decide, is_time_limit
+from ddpslurm.launch.worker import (
+    _version_tuple,
+    apply_defaults,
+    apply_interface,
+    config_from_env,
+    config_to_env,
+    local_dist_env,
+    run_script,
+    torchrun_child_dist_env,
+)
+
+
+@pytest.mark.parametrize(("elapsed", "limit", "delay", "expected"), [
+    (20, 60, 40, True),         # a 1-minute job signalled 40 s early: the time limit
+    (22, 300, 90, False),       # 22 s into a 5-minute job: a preemption (submitit would say time limit)
+    (215, 300, 90, True),       # 85 s before the end of a 5-minute job
+    (2880, 3600, 90, True),     # 0.8 T of an hour
+    (1000, 3600, 90, False),
+    (3450, 3600, 90, True),
+])
+def test_is_time_limit(elapsed: float, limit: float, delay: float, expected: bool) -> None:
+    assert is_time_limit(elapsed, limit, delay) is expected
+
+
+@pytest.mark.parametrize(("attempt", "max_requeues", "can", "requeue", "code"), [
+    (0, 3, True, True, 0), (2, 3, True, True, 0), (3, 3, True, False, CAP_REACHED_EXIT),
+    (0, 0, True, False, CAP_REACHED_EXIT), (0, 3, False, False, CAP_REACHED_EXIT),
+])
+def test_decide_caps_requeues(attempt: int, max_requeues: int, can: bool, requeue: bool, code: int) -> None:
+    decision = decide(elapsed_s=10, limit_s=3600, signal_delay_s=90, attempt=attempt, max_requeues=max_requeues,
+                      can_requeue=can)
+    assert (decision.requeue, decision.exit_code, decision.reason) == (requeue, code, PREEMPTION)
+
+
+def test_decide_reports_time_limit() -> None:
+    assert decide(elapsed_s=3590, limit_s=3600, signal_delay_s=90, attempt=0, max_requeues=1).reason == TIME_LIMIT
+
+
+@pytest.mark.parametrize(("hosts", "node_rank", "peer"), [
+    (("a",), 0, None), (("a", "b"), 0, "b"), (("a", "b"), 1, "a"), (("a", "b", "c"), 2, "a"),
+])
+def test_route_peer(hosts: tuple[str, ...], node_rank: int, peer: str | None) -> None:
+    assert route_peer(hosts, node_rank) == peer
+
+
+@pytest.mark.parametrize(("ip", "addresses", "name"), [
+    ("10.0.0.2", {"lo": "127.0.0.1", "eth0": "10.0.0.2"}, "eth0"),
+    ("127.0.0.1", {"lo": "127.0.0.1", "eth0": "10.0.0.2"}, "lo"),
+    ("10.9.9.9", {"lo": "127.0.0.1", "eth0": "10.0.0.2"}, None),
+    ("192.168.1.5", {"ib0": "192.168.1.5", "eth0": "10.0.0.2"}, "ib0"),
+])
+def test_pick_interface(ip: str, addresses: dict[str, str], name: str | None) -> None:
+    assert pick_interface(ip, addresses) == name
+
+
+def _config(**changes: object) -> WorkerConfig:
+    base = dict(script="/x/train.py", script_args=("a b", "$(x)"), launcher="srun", folder="/jobs", nodes=2,
+                tasks_per_node=2, max_requeues=3, time_limit_s=3600, signal_delay_s=90, grace_s=45,
+                interface=None, env_defaults=(("NCCL_DEBUG", "INFO"), ("DDPSLURM_PG_TIMEOUT", "600")))
+    base.update(changes)
+    return WorkerConfig(**base)  # type: ignore[arg-type]
+
+
+def test_config_round_trips_through_the_environment() -> None:
+    cfg = _config()
+    assert config_from_env(config_to_env(cfg)) == cfg
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({}, {"NCCL_DEBUG": "INFO", "DDPSLURM_PG_TIMEOUT": "600"}),
+    ({"NCCL_DEBUG": "WARN"}, {"NCCL_DEBUG": "WARN", "DDPSLURM_PG_TIMEOUT": "600"}),
+])
+def test_defaults_never_override_the_person(environ: dict[str, str], expected: dict[str, str]) -> None:
+    apply_defaults(_config().env_defaults, environ)
+    assert environ == expected
+
+
+@pytest.mark.parametrize(("cfg_iface", "environ", "expected"), [
+    ("ib0", {"GLOO_SOCKET_IFNAME": "eth1"}, ("ib0", "ib0")),   # --interface wins
+    (None, {"GLOO_SOCKET_IFNAME": "eth1", "NCCL_SOCKET_IFNAME": "eth2"}, ("eth2", "eth1")),
+])
+def test_interface_precedence(cfg_iface: str | None, environ: dict[str, str], expected: tuple[str, str]) -> None:
+    apply_interface(_config(interface=cfg_iface), None, environ)
+    assert (environ["NCCL_SOCKET_IFNAME"], environ["GLOO_SOCKET_IFNAME"]) == expected
+
+
+def test_local_launcher_uses_loopback() -> None:
+    environ: dict[str, str] = {}
+    apply_interface(_config(launcher="local"), None, environ)
+    assert environ == {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def test_local_dist_env() -> None:
+    dist = local_dist_env({"SUBMITIT_LOCAL_JOB_ID": "4321", "SUBMITIT_LOCAL_NTASKS": "4",
+                           "SUBMITIT_LOCAL_GLOBALID": "3", "SUBMITIT_LOCAL_LOCALID": "3"})
+    assert (dist.rank, dist.local_rank, dist.world_size, dist.node_rank) == (3, 3, 4, 0)
+    assert dist.master_addr == "127.0.0.1" and dist.master_port == 10000 + 4321 % 20000
+
+
+def test_torchrun_child_dist_env() -> None:
+    dist = torchrun_child_dist_env({"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "2",
+                                    "GROUP_RANK": "2", "MASTER_ADDR": "n1", "MASTER_PORT": "29500",
+                                    "SLURM_STEP_NODELIST": "n[1-3]", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0"})
+    assert (dist.rank, dist.node_rank, dist.hostnames, dist.job_id) == (5, 2, ("n1", "n2", "n3"), "77")
+
+
+@pytest.mark.parametrize(("raw", "expected"), [((2, 23, 4), (2, 23, 4)), (2708, (2, 7, 8)), (21803, (21, 8, 3)),
+                                                (None, ())])
+def test_version_tuple(raw: object, expected: tuple[int, ...]) -> None:
+    assert _version_tuple(raw) == expected
+
+
+@pytest.mark.parametrize(("body", "status", "code", "exc_type"), [
+    ("x = 1\n", "ok", 0, None),
+    ("import sys\nsys.exit(0)\n", "ok", 0, None),
+    ("import sys\nsys.exit()\n", "ok", 0, None),
+    ("import sys\nsys.exit(7)\n", "exit", 7, None),
+    ("import sys\nsys.exit('bad config')\n", "exit", 1, None),
+    ("raise ValueError('boom')\n", "exception", 1, "ValueError"),
+    ("import json\nraise json.JSONDecodeError('m', 'd', 0)\n", "exception", 1, "json.decoder.JSONDecodeError"),
+    ("raise KeyboardInterrupt\n", "signal", 130, None),
+])
+def test_run_script_outcomes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, status: str, code: int,
+                             exc_type: str | None) -> None:
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    script = tmp_path / "s.py"
+    script.write_text(body)
+    outcome = run_script(str(script), ())
+    assert (outcome.status, outcome.exit_code) == (status, code)
+    assert (outcome.exception or {}).get("type") == exc_type
+
+
+def test_run_script_sees_argv_and_main(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    out = tmp_path / "out.json"
+    script = tmp_path / "s.py"
+    script.write_text("import json, sys\nif __name__ == '__main__':\n"
+                      f"    json.dump(sys.argv, open({str(out)!r}, 'w'))\n")
+    assert run_script(str(script), ("a b", "$(x)", "")).status == "ok"
+    assert json.loads(out.read_text()) == [str(script), "a b", "$(x)", ""]
+
+
+def test_records_shape(tmp_path: Path) -> None:
+    start = records.start_record(rank=1, local_rank=1, node_rank=0, world_size=2, local_world_size=2, host="h",
+                                 pid=9, job_id="5", step_id="0", attempt=0, launcher="srun", master_addr="h",
+                                 master_port=10005, unix=0.5, versions={"python": "3"}, env={"NCCL_DEBUG": "INFO"})
+    assert start["time"] == "1970-01-01T00:00:00.500000+00:00" and start["kind"] == "start"
+    end = records.exit_record(rank=1, host="h", pid=9, job_id="5", attempt=0, status="preempted", exit_code=0,
+                              unix=1.0, reason="time_limit")
+    assert end["reason"] == "time_limit" and end["signal"] is None and end["exception"] is None
+    path = records.rank_paths(records.attempt_folder(records.job_folder(tmp_path, "5"), 0), 1)["exit"]
+    records.write_json(path, end)
+    assert path == tmp_path / "job_5" / "attempt_0" / "rank_1.exit.json"
+    assert json.loads(path.read_text()) == end
+    with pytest.raises(ValueError):
+        records.exit_record(rank=0, host="h", pid=1, job_id="1", attempt=0, status="weird", exit_code=0, unix=0)
+
+
+def test_selected_env() -> None:
+    assert records.selected_env({"NCCL_A": "1", "PATH": "/x", "GLOO_B": "2", "TORCH_C": "3"}) == {
+        "GLOO_B": "2", "NCCL_A": "1", "TORCH_C": "3"}
+
+
+TEE_PROBE = """
+import ctypes, os, sys
+from pathlib import Path
+from ddpslurm.launch.tee import FdTee
+tee = FdTee(Path(sys.argv[1]))
+tee.start()
+print("python stdout")
+print("python stderr", file=sys.stderr)
+os.write(2, b"raw fd2\\n")
+ctypes.CDLL(None).dprintf(2, b"from C on fd 2\\n")
+tee.stop()
+print("after stop")
+"""
+
+
+def test_tee_captures_fd_level_output_and_passes_it_through(tmp_path: Path) -> None:
+    log = tmp_path / "rank_0.log"
+    done = subprocess.run([sys.executable, "-c", TEE_PROBE, str(log)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    captured = log.read_text()
+    for line in ("python stdout", "python stderr", "raw fd2", "from C on fd 2"):
+        assert line in captured
+    assert "after stop" not in captured
+    assert "python stdout" in done.stdout and "after stop" in done.stdout
+    assert "from C on fd 2" in done.stderr and "python stderr" in done.stderr
