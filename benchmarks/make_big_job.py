@@ -1,0 +1,212 @@
+"""Generate a large, realistic failed-job folder for the analyzer benchmark.
+
+    python benchmarks/make_big_job.py --ranks 512 --gb 1.0 --out .bench/big_job [--seed 7] [--gpus-per-node 8]
+
+Writes a submitit-style folder (`<jobid>_<task>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it):
+per rank an NCCL_DEBUG=INFO init of a few hundred lines (bootstrap, NET/IB, Channel/Ring/Tree, Init COMPLETE with
+the comm rank mapping), training progress lines with timestamps up to the requested size, occasional benign
+warnings, and one planted failure: a CUDA OOM on one rank in the middle of the job, followed by torch 2.4 watchdog
+timeouts on every other rank and srun's exit lines. The planted culprit is written to `PLANTED.json` (outside the
+log layout's name patterns) so the benchmark can check the diagnosis. Generated data stays out of git (.bench/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+BUS = ["18000", "2a000", "3a000", "5d000", "9a000", "ab000", "ba000", "db000"]
+JOB_ID = 4817203
+T0 = datetime(2025, 3, 14, 6, 0, 0, tzinfo=timezone.utc)
+
+
+def host_of(rank: int, gpn: int) -> str:
+    return f"gpu-{rank // gpn + 1:04d}"
+
+
+def nccl_init(rank: int, world: int, gpn: int, nchan: int, rng: random.Random) -> list[str]:
+    """NCCL 2.21-style INFO init of one rank: a few hundred lines on 8-GPU nodes."""
+    host, dev = host_of(rank, gpn), rank % gpn
+    pid = 100000 + rank * 7
+    tid = pid + 61
+    node = rank // gpn
+    p0, p = f"{host}:{pid}:{pid} [{dev}] NCCL INFO ", f"{host}:{pid}:{tid} [{dev}] NCCL INFO "
+    ip = f"10.{100 + node // 250}.{node % 250}.{dev + 10}"
+    ptr = f"0x{rng.getrandbits(44):011x}"
+    out = [p0 + f"Bootstrap : Using ib0:{ip}<0>",
+           p0 + "NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or directory No "
+                "plugin found (libnccl-net.so), using internal implementation",
+           p0 + "cudaDriverVersion 12040"]
+    if rank == 0:
+        out.append("NCCL version 2.21.5+cuda12.4")
+    out += [p + "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB [3]mlx5_3:1/IB [4]mlx5_4:1/IB "
+                f"[5]mlx5_5:1/IB [6]mlx5_6:1/IB [7]mlx5_7:1/IB ; OOB ib0:{ip}<0>",
+            p + "Using network IB",
+            p + f"ncclCommInitRank comm {ptr} rank {rank} nranks {world} cudaDev {dev} nvmlDev {dev} busId {BUS[dev]} "
+                "commId 0x5f1d0c3b2a917e44 - Init START",
+            p + f"Setting affinity for GPU {dev} to ffffffff,00000000,ffffffff",
+            p + f"NVLS multicast support is not available on dev {dev}",
+            p + f"comm {ptr} rank {rank} nRanks {world} nNodes {world // gpn} localRanks {gpn} localRank {dev} MNNVL 0"]
+    if rank == 0:
+        ring = " ".join(str(i) for i in range(world))
+        out += [p + f"Channel {c:02d}/{nchan:02d} : {ring}" for c in range(nchan)]
+    parent = -1 if rank == 0 else (rank - 1) // 2
+    kids = [k for k in (2 * rank + 1, 2 * rank + 2) if k < world]
+    tree = "/".join(str(k) for k in kids + [-1] * (3 - len(kids)))
+    out.append(p + "Trees " + " ".join(f"[{c}] {tree}->{rank}->{parent}" for c in range(nchan)))
+    out.append(p + "P2P Chunksize set to 524288")
+    prev, nxt = (rank - 1) % world, (rank + 1) % world
+    for c in range(nchan):
+        for peer_prev, peer_next in ((prev, nxt), ((rank + gpn) % world, (rank - gpn) % world)):
+            cross_in = peer_prev // gpn != rank // gpn
+            cross_out = peer_next // gpn != rank // gpn
+            via_in = f"NET/IB/{c % 8}/GDRDMA" if cross_in else "P2P/CUMEM/read"
+            via_out = f"NET/IB/{c % 8}/GDRDMA" if cross_out else "P2P/CUMEM/read"
+            out.append(p + f"Channel {c:02d}/0 : {peer_prev}[{peer_prev % gpn}] -> {rank}[{dev}] "
+                       + ("[receive] " if cross_in else "") + f"via {via_in}")
+            out.append(p + f"Channel {c:02d}/0 : {rank}[{dev}] -> {peer_next}[{peer_next % gpn}] "
+                       + ("[send] " if cross_out else "") + f"via {via_out}")
+    out += [p + "Connected all rings", p + "Connected all trees",
+            p + "threadThresholds 8/8/64 | 4096/8/64 | 512 | 512",
+            p + f"{nchan} coll channels, {nchan} collnet channels, 0 nvls channels, {nchan} p2p channels, "
+                "2 p2p channels per peer",
+            p + "TUNER/Plugin: Plugin load returned 2 : libnccl-net.so: cannot open shared object file: No such file "
+                "or directory : when loading libnccl-tuner.so",
+            p + "TUNER/Plugin: Using internal tuner plugin.",
+            p + f"ncclCommInitRank comm {ptr} rank {rank} nranks {world} cudaDev {dev} nvmlDev {dev} busId {BUS[dev]} "
+                "commId 0x5f1d0c3b2a917e44 - Init COMPLETE",
+            p + f"Init timings: rank {rank} nranks {world} total 1.84 (kernels 0.21, bootstrap 0.73, allgathers 0.05, "
+                "topo 0.41, graphs 0.02, connections 0.40, rest 0.02)"]
+    return out
+
+
+WARNINGS = [
+    "[W Utils.hpp:133] Warning: Environment variable NCCL_ASYNC_ERROR_HANDLING is deprecated; use "
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING instead (function getCvarInt)",
+    "/opt/venv/lib/python3.11/site-packages/torch/utils/checkpoint.py:1399: FutureWarning: "
+    "`torch.cpu.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cpu', args...)` instead.",
+    "[W reducer.cpp:1400] Warning: find_unused_parameters=True was specified in DDP constructor, but did not find any "
+    "unused parameters in the forward pass. This flag results in an extra traversal of the autograd graph every "
+    "iteration,  which can adversely affect performance. (function operator())",
+]
+
+
+def progress_block(rank: int, first_step: int, n: int, rng: random.Random) -> str:
+    """n training-progress lines (with timestamps) as one string."""
+    parts = []
+    t = T0 + timedelta(minutes=5, seconds=first_step * 1.5)
+    for i in range(n):
+        step = first_step + i
+        ts = (t + timedelta(seconds=i * 1.5)).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+        loss = 2.9 - step * 1e-5 + rng.random() * 0.05
+        parts.append(f"{ts} INFO train [rank {rank}]: step {step} | loss {loss:.4f} | lr 3.000e-04 | "
+                     f"grad_norm {0.8 + rng.random() * 0.4:.3f} | tokens/s {40000 + rng.randrange(3000)} | "
+                     f"mem {61.2 + rng.random():.1f}GiB\n")
+        if rng.random() < 0.002:
+            parts.append(rng.choice(WARNINGS) + "\n")
+    return "".join(parts)
+
+
+def watchdog(rank: int, seq: int, when: datetime) -> list[str]:
+    ts = f"{when.month}{when.day:02d} {when:%H:%M:%S}.{when.microsecond:06d}{rank % 1000:03d}"
+    w = (f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
+         f"NumelIn=25165824, NumelOut=25165824, Timeout(ms)=600000) ran for {600000 + rank % 97} milliseconds "
+         "before timing out.")
+    pre = f"[rank{rank}]:[E{ts} ProcessGroupNCCL.cpp:"
+    return [f"{pre}607] {w}",
+            f"{pre}1664] [PG 0 (default_pg) Rank {rank}] Exception (either an error or timeout) detected by "
+            f"watchdog at work: {seq}, last enqueued NCCL work: {seq}, last completed NCCL work: {seq - 1}.",
+            f"{pre}1709] [PG 0 (default_pg) Rank {rank}] Timeout at NCCL work: {seq}, last enqueued NCCL work: {seq}, "
+            f"last completed NCCL work: {seq - 1}.",
+            f"{pre}621] [Rank {rank}] Some NCCL operations have failed or timed out. Due to the asynchronous nature of "
+            "CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
+            f"{pre}627] [Rank {rank}] To avoid data inconsistency, we are taking the entire process down.",
+            "terminate called after throwing an instance of 'c10::DistBackendError'",
+            f"  what():  [PG 0 (default_pg) Rank {rank}] Process group watchdog thread terminated with exception: {w}"]
+
+
+def oom(rank: int, when: datetime) -> list[str]:
+    ts = when.strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+    return [f"submitit ERROR ({ts}) - Submitted job triggered an exception",
+            "Traceback (most recent call last):",
+            '  File "/home/bench/llm/train.py", line 212, in __call__',
+            "    loss = self.step(batch)",
+            '  File "/home/bench/llm/model.py", line 88, in forward',
+            "    att = (q @ k.transpose(-2, -1)) * self.scale",
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB. GPU {rank % 8} has a total "
+            "capacity of 79.10 GiB of which 3.94 GiB is free. Including non-PyTorch memory, this process has "
+            "75.15 GiB memory in use. Of the allocated memory 71.62 GiB is allocated by PyTorch, and 2.01 GiB is "
+            "reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory "
+            "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"]
+
+
+def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int) -> dict:
+    """Write the job folder; return the planted diagnosis."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob(f"{JOB_ID}_*_log.*"):
+        old.unlink()
+    rng = random.Random(seed)
+    culprit = ranks // 2 + 3
+    per_rank = int(gb * 1e9 / ranks)
+    steps_done = 40000
+    oom_time = T0 + timedelta(minutes=5, seconds=steps_done * 1.5 + 0.8)
+    # a few distinct progress blocks, re-used with the rank substituted: fast and still varied
+    blocks = [progress_block(999999, k * 500, 500, random.Random(seed + k)) for k in range(8)]
+    for r in range(ranks):
+        host = host_of(r, gpn)
+        stamp = f"submitit INFO ({T0:%Y-%m-%d %H:%M:%S},{r % 1000:03d}) - "
+        head = [f"{stamp}Starting with JobEnvironment(job_id={JOB_ID}, hostname={host}, local_rank={r % gpn}({gpn}), "
+                f"node={r // gpn}({ranks // gpn}), global_rank={r}({ranks}))",
+                f"{stamp}Loading pickle: /bench/jobs/{JOB_ID}_submitted.pkl"]
+        head += nccl_init(r, ranks, gpn, 16, rng)
+        text_head = "\n".join(head) + "\n"
+        with open(out / f"{JOB_ID}_{r}_log.out", "w") as f:
+            f.write(text_head)
+            written = len(text_head)
+            k = 0
+            tag = "[rank 999999]"
+            mine = f"[rank {r}]"
+            while written < per_rank:
+                chunk = blocks[k % len(blocks)].replace(tag, mine)
+                f.write(chunk)
+                written += len(chunk)
+                k += 1
+        err = [WARNINGS[0]]
+        if r == culprit:
+            err += oom(r, oom_time)
+        else:
+            err += watchdog(r, 80001, oom_time + timedelta(seconds=600, milliseconds=200 + r % 900))
+        if r == 0:
+            err += [f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Exited with exit code 1",
+                    f"srun: error: {host_of(0, gpn)}: tasks 0-{gpn - 1}: Aborted (core dumped)"]
+        (out / f"{JOB_ID}_{r}_log.err").write_text("\n".join(err) + "\n")
+    planted = {"cause": "cuda_oom", "first_failing_rank": culprit, "first_failing_host": host_of(culprit, gpn),
+               "ranks": ranks, "gpus_per_node": gpn, "seed": seed}
+    (out / "PLANTED.json").write_text(json.dumps(planted, indent=2) + "\n")
+    return planted
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Generate a large failed-job folder for the analyzer benchmark.")
+    parser.add_argument("--ranks", type=int, default=512)
+    parser.add_argument("--gb", type=float, default=1.0, help="approximate total size in GB (10^9 bytes)")
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=Path(".bench/big_job"))
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    if args.ranks < 2 or args.ranks % args.gpus_per_node:
+        raise SystemExit("--ranks must be a multiple of --gpus-per-node and at least 2")
+    start = time.perf_counter()
+    planted = generate(args.out, args.ranks, args.gb, args.gpus_per_node, args.seed)
+    size = sum(p.stat().st_size for p in args.out.iterdir())
+    print(f"wrote {args.out} ({size / 1e9:.2f} GB, {args.ranks} ranks) in {time.perf_counter() - start:.1f}s; "
+          f"planted {planted['cause']} on rank {planted['first_failing_rank']} ({planted['first_failing_host']})")
+
+
+if __name__ == "__main__":
+    main()
