@@ -78,13 +78,15 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
             if old is None or n > old[1]:
                 pid_rank[(e.host, e.pid)] = (r, n)
             worlds.append(n)
-        elif e.kind in ("start", "exit", "exit_signal", "elastic_failure") and e.rank is not None:
+        elif e.kind in ("start", "exit", "exit_signal", "elastic_failure", "rank_info") and e.rank is not None:
             if e.host and e.pid is not None:
                 pid_rank.setdefault((e.host, e.pid), (e.rank, 0))
             if e.host and e.local_rank is not None:
                 local_rank.setdefault((e.host, e.local_rank), e.rank)
             if e.host:
                 facts.rank_host.setdefault(e.rank, e.host)
+            if e.kind == "rank_info" and e.get("world_size", "").isdigit():
+                worlds.append(int(e.get("world_size")))
             if e.kind == "start":
                 facts.started.add(e.rank)
                 if e.get("world_size", "").isdigit():
@@ -104,7 +106,8 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
     for (h, pid), (r, _n) in pid_rank.items():
         pid_hosts[pid].append((r, h))
     unique_pid = {pid: pairs[0] for pid, pairs in pid_hosts.items() if len(pairs) == 1}
-    facts.torchrun = any(e.kind in _AGENT_KINDS for e in events) or any(s.local_rank is not None for s in sources)
+    facts.torchrun = (any(e.kind in _AGENT_KINDS for e in events) or any(s.local_rank is not None for s in sources)
+                      or any(s.torchrun for s in summaries))
     out: list[Event] = []
     for e in events:
         rank, host = e.rank, e.host
@@ -454,6 +457,12 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
         host = host or (facts.rank_host.get(rank) if rank is not None else None)
     if host is None and rank is not None:
         host = facts.rank_host.get(rank)
+    if host is None and rank is None and chosen is not None and cause not in JOB_LEVEL:
+        first = _first_srun_failure(events)
+        if first is not None:
+            host = first.get("host")
+            tasks = expand_ranks(first.get("tasks", ""))
+            rank = tasks[0] if tasks and not facts.torchrun and len(tasks) == 1 else None
     if cause in JOB_LEVEL:
         rank = None
         if chosen is not None and chosen.kind == "slurm_job" and cause != "node_failure":
@@ -493,10 +502,21 @@ def _systemic(events: list[Event], chosen: Event, rank: int, host: str | None,
 
     The host stays when all of them are on one host (a node-local problem), else it is dropped too.
     """
-    same = {e.rank for e in events if e.rank is not None and e.cause == chosen.cause
-            and e.role in ("culprit", "either")}
+    alike = [e for e in events if e.rank is not None and e.cause == chosen.cause and e.role in ("culprit", "either")]
+    same = {e.rank for e in alike}
     if len(same) <= 1:
         return rank, host
+    named = Counter(int(e.get("peer_rank", "")) for e in alike if e.get("peer_rank", "").isdigit())
+    versions = Counter(e.get("version") for e in alike if e.get("version"))
+    if len(versions) > 1:  # the ranks report their own version: the minority's host is the odd one out
+        minority = min(versions, key=lambda v: versions[v])
+        odd_hosts = {e.host or facts.rank_host.get(e.rank) for e in alike if e.get("version") == minority}  # type: ignore[arg-type]
+        if len(odd_hosts) == 1:
+            return None, odd_hosts.pop()
+    if named:
+        (odd, votes), *_ = named.most_common(1)
+        if votes * 2 > len(alike):  # most reports name the same rank as the odd one out
+            return odd, facts.rank_host.get(odd)
     hosts = {facts.rank_host.get(r) for r in same}
     return None, (hosts.pop() if len(hosts) == 1 else None)
 
@@ -512,6 +532,14 @@ def _cause_of_silence(events: list[Event], facts: Facts, rank: int | None) -> st
     if killed:
         return "host_oom"
     return "unknown"
+
+
+def _first_srun_failure(events: list[Event]) -> Event | None:
+    """The first task srun reported as failed on its own (not terminated by the step teardown)."""
+    for e in events:
+        if e.kind == "slurm_task" and e.get("status") not in ("Terminated",) and e.role != "victim":
+            return e
+    return None
 
 
 def _rank_from_srun(events: list[Event], facts: Facts, host: str | None) -> int | None:

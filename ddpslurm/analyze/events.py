@@ -74,3 +74,4 @@ class FileSummary:
     binary: bool = False
     truncated_lines: int = 0
     error: str | None = None
+    torchrun: bool = False  # the file shows a torchrun agent (then srun task ids are nodes)

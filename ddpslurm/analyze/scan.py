@@ -28,7 +28,8 @@ PARALLEL_MIN_BYTES = 8 << 20
 
 _NCCL_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                         r"(?: cudaDev (?P<dev>\d+))?.*?Init (?:COMPLETE|START)")
-_NCCL_INIT_OLD = re.compile(r"Init COMPLETE|Init START")
+_SUBMITIT_ENV = re.compile(r"JobEnvironment\(job_id=[^,]*, hostname=(?P<host>[^,]+), local_rank=(?P<local>\d+)\(\d+\), "
+                           r"node=(?P<node>\d+)\(\d+\), global_rank=(?P<rank>\d+)\((?P<world>\d+)\)\)")
 
 
 _SLURM_HEAD = re.compile(r"^(?:srun|slurmstepd|slurmd|sbatch)(?:-[\w.-]+)?: ")
@@ -129,6 +130,9 @@ class _FileState:
         stream = (p.rank, p.local_rank, p.host)
         self.streams[stream] = (rank, local, host)
         body = p.text
+        if self.summary is not None and not self.summary.torchrun and ("torchrun" in body or "torch.distributed.run" in body
+                                                                       or "elastic/agent" in body):
+            self.summary.torchrun = True
         if self.elastic.active:
             consumed, entries = self.elastic.feed(body, lineno)
             for entry in entries:
@@ -140,6 +144,12 @@ class _FileState:
             self._exception(exc, stream)
         if consumed:
             return
+        if "JobEnvironment(" in body:
+            m = _SUBMITIT_ENV.search(body)
+            if m:
+                self._emit(lineno, "rank_info", body, int(m["rank"]), m["host"], None, int(m["local"]), None,
+                           fields=(("node", m["node"]), ("world_size", m["world"])))
+                return
         if "Init " in body:
             m = _NCCL_INIT.search(body)
             ns = nccl_source(body)
