@@ -76,9 +76,21 @@ def step_dict(step: StepRecord) -> dict[str, object]:
 
 
 def accounting_from_records(job_id: str, records: Iterable[JobRecord]) -> JobAccounting | None:
-    """Pick the records of `job_id` (by JobID or JobIDRaw) out of parsed sacct output; None if absent."""
-    mine = tuple(r for r in records if job_id in (r.job_id, r.job_id_raw))
+    """Pick the records of `job_id` out of parsed sacct output; None if absent.
+
+    Matched by JobID, else by JobIDRaw unless `job_id` is an array's id: one array task carries the
+    array's id as its JobIDRaw, and taking it for the whole array would mislead (see `array_tasks`).
+    """
+    records = list(records)
+    mine = tuple(r for r in records if r.job_id == job_id)
+    if not mine and not array_tasks(job_id, records):
+        mine = tuple(r for r in records if r.job_id_raw == job_id)
     return JobAccounting(job_id, mine) if mine else None
+
+
+def array_tasks(job_id: str, records: Iterable[JobRecord]) -> list[str]:
+    """The task ids (`123_0`, `123_1`, ...) when `job_id` is an array job's id, else []."""
+    return sorted({r.job_id for r in records if r.job_id.startswith(f"{job_id}_")})
 
 
 def query_sacct(job_ids: str | Sequence[str], *, env: Mapping[str, str] | None = None,
@@ -94,8 +106,13 @@ def job_accounting(job_id: str | int, *, env: Mapping[str, str] | None = None,
     None when sacct is not installed, accounting is off or unreachable, or it does not know the job.
     """
     text = check_job_id(job_id)
+    records = sacct_records(text, env=env, timeout=timeout)
+    return accounting_from_records(text, records) if records is not None else None
+
+
+def sacct_records(job_id: str, *, env: Mapping[str, str] | None = None, timeout: float = 30) -> list[JobRecord] | None:
+    """Parsed sacct records for a job, or None when sacct is missing or fails (accounting off, slurmdbd down)."""
     try:
-        records = query_sacct(text, env=env, timeout=timeout)
+        return query_sacct(job_id, env=env, timeout=timeout)
     except (SlurmNotFoundError, SlurmCommandError):
         return None
-    return accounting_from_records(text, records)

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpslurm.errors import JobNotFoundError, SlurmCommandError
-from ddpslurm.scheduler.accounting import JobAccounting, job_accounting, step_dict
+from ddpslurm.errors import JobNotFoundError, SlurmCommandError, UsageError
+from ddpslurm.scheduler.accounting import JobAccounting, accounting_from_records, array_tasks, sacct_records, step_dict
 from ddpslurm.scheduler.commands import check_job_id, scontrol_show_job_argv
 from ddpslurm.scheduler.hostlist import compress_hostlist
 from ddpslurm.scheduler.parse import StepRecord, parse_elapsed, parse_exit_code, parse_scontrol_show
@@ -156,7 +156,13 @@ def job_status(job_ref: str, *, env: Mapping[str, str] | None = None) -> JobStat
     """The status of a job id or job folder: sacct first; scontrol for jobs it does not (yet) know."""
     job_id, folder = resolve_job(job_ref)
     check_job_id(job_id)
-    acc = job_accounting(job_id, env=env)
+    records = sacct_records(job_id, env=env) or []
+    tasks = array_tasks(job_id, records)
+    if tasks:
+        shown = ", ".join(tasks[:4]) + (", ..." if len(tasks) > 4 else "")
+        raise UsageError(f"job {job_id} is an array job with {len(tasks)} tasks ({shown})",
+                         f"Give one task, e.g. `ddpslurm status {tasks[0]}`")
+    acc = accounting_from_records(job_id, records)
     from_sacct = status_from_accounting(acc, folder) if acc is not None else None
     live = None
     if needs_controller(from_sacct):

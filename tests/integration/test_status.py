@@ -104,3 +104,13 @@ def test_unknown_job_is_one_line_exit_1(slurm_cluster) -> None:
     assert done.stderr.strip().splitlines() == [
         "ddpslurm: error: Slurm knows no job 99999999 (neither sacct nor scontrol). "
         "Check the id with `squeue --me` or `sacct -X`"]
+
+
+def test_array_job_needs_a_task_id(slurm_cluster, tmp_path: Path) -> None:
+    array_id = sbatch(slurm_cluster, tmp_path, "srun true", "--array=0-1")
+    task = status_json(slurm_cluster, f"{array_id}_1", "--wait")
+    assert (task["job_id"], task["state"]) == (f"{array_id}_1", "completed")
+    status_json(slurm_cluster, f"{array_id}_0", "--wait")
+    parent = ddpslurm(slurm_cluster, array_id)
+    assert parent.returncode == 2
+    assert f"job {array_id} is an array job with 2 tasks ({array_id}_0, {array_id}_1)" in parent.stderr

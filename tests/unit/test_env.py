@@ -217,7 +217,8 @@ def test_torchrun_mode_refuses_several_tasks_per_node() -> None:
 
 # Environments recorded from real srun tasks on the local cluster (tests/data/slurm_env/JOB_STEP_PROCID.env):
 # job 2815402 step 0: -N3 -n5 (tasks per node 3,1(x2)); job 2815403 step 0: `srun -N2 -n3 -r1` on the last
-# two of three job nodes (SLURM_NODELIST still names all three); step 1: -n6 --distribution=cyclic.
+# two of three job nodes (SLURM_NODELIST still names all three); step 1: -n6 --distribution=cyclic;
+# 2815452/2815453: the two tasks (1 and 0) of array job 2815452.
 # SLURM_TOPOLOGY_ADDR is the task's own host as Slurm reports it: an independent check of the derivation.
 RECORDED = Path(__file__).resolve().parent.parent / "data" / "slurm_env"
 
@@ -241,7 +242,10 @@ def test_recorded_real_steps(step: str, tasks: list[dict[str, str]]) -> None:
     assert sorted(dists) == list(range(len(tasks)))  # every rank of the step was recorded
     assert {d.world_size for d in dists.values()} == {len(tasks)}
     assert {d.master_addr for d in dists.values()} == {hosts[0]}  # the host rank 0 really ran on
-    assert {d.master_port for d in dists.values()} == {10000 + int(tasks[0]["SLURM_JOB_ID"]) % 20000}
+    first = tasks[0]
+    key = (int(first["SLURM_ARRAY_JOB_ID"]) + int(first["SLURM_ARRAY_TASK_ID"]) if "SLURM_ARRAY_JOB_ID" in first
+           else int(first["SLURM_JOB_ID"]))
+    assert {d.master_port for d in dists.values()} == {10000 + key % 20000}
     for rank, dist in dists.items():
         assert dist.hostname == hosts[rank]
         local_peers = [r for r, h in hosts.items() if h == hosts[rank]]
@@ -253,3 +257,8 @@ def test_recorded_subset_step_is_the_lightning_17228_case() -> None:
     task = _read_env(RECORDED / "2815403_0_0.env")
     assert task["SLURM_JOB_NODELIST"].startswith("h3-n[01")  # the job's first host is h3-n01 ...
     assert derive_dist_env(task).master_addr == "h3-n02"  # ... but rank 0 of this step runs on h3-n02
+
+
+def test_recorded_array_tasks_get_different_ports() -> None:
+    ports = {derive_dist_env(_read_env(RECORDED / f"{job}_0_0.env")).master_port for job in ("2815452", "2815453")}
+    assert ports == {10000 + 2815452 % 20000, 10000 + 2815453 % 20000}

@@ -232,3 +232,18 @@ def test_recorded_preemption_by_a_higher_tier_partition() -> None:
 
     combined = combine(status_from_accounting(first_only), live)
     assert combined is not None and (combined.state, combined.terminal) == (JobState.PENDING, False)
+
+
+@pytest.mark.parametrize(
+    ("query", "found", "tasks"),
+    [("2815452_0", "2815452_0", []), ("2815452_1", "2815452_1", []), ("2815453", "2815452_0", []),
+     ("2815452", None, ["2815452_0", "2815452_1"])],
+)
+def test_recorded_array_job_records(query: str, found: str | None, tasks: list[str]) -> None:
+    """Array 2815452: task 1 has raw id 2815452, task 0 has 2815453. The array id alone is not one job."""
+    from ddpslurm.scheduler.accounting import array_tasks
+
+    records = parse_sacct((DATA / "sacct_array.txt").read_text())
+    acc = accounting_from_records(query, records)
+    assert (acc.current.job_id if acc else None) == found
+    assert array_tasks(query, records) == tasks
