@@ -131,7 +131,7 @@ def test_cpu_template_runs_two_node_ddp_to_completion(slurm_cluster, tmp_path: P
         for f in files:
             assert _finals(f.read_text().splitlines())[0]["rank"] == int(f.name.split("_")[1])
     else:  # torchrun's own per-worker tree, one per node
-        assert len(list(log_dir.glob("torchrun_node*/*/attempt_0/*/stdout.log"))) == 4
+        assert len(list(log_dir.glob("node_rank*_*/*/attempt_0/*/stdout.log"))) == 4
     _analyze(slurm_cluster, log_dir)
 
 
@@ -144,6 +144,7 @@ def test_failing_step_fails_the_job_and_points_at_the_post_mortem(slurm_cluster,
     batch = (tmp_path / f"ddp-srun-cpu_{job_id}.out").read_text()
     assert f"Post-mortem: ddpslurm analyze logs/{job_id}" in batch
     assert "--epochs must be at least 1" in (tmp_path / "logs" / job_id / f"{job_id}_0_log.err").read_text()
+    _analyze(slurm_cluster, tmp_path / "logs" / job_id)
 
 
 # --- requeue -----------------------------------------------------------------------------------------
@@ -152,7 +153,7 @@ def test_requeue_template_checkpoints_on_usr2_requeues_and_resumes(slurm_cluster
     script = _write(tmp_path, "requeue", _values("requeue", checkpoint_dir=str(tmp_path / "ckpt")),
                     ["--epochs", "2", "--steps-per-epoch", "15", "--step-sleep", "0.3", "--checkpoint-every", "0"])
     job_id = _submit(slurm_cluster, script)
-    first = tmp_path / "logs" / job_id / "restart_0"
+    first = tmp_path / "logs" / job_id / "attempt_0"
     deadline = time.monotonic() + 90
     while "step 10 " not in "".join(f.read_text() for f in first.glob("*_0_log.out")):  # training is under way
         assert time.monotonic() < deadline, "the first attempt never reached step 10"
@@ -174,7 +175,7 @@ def test_requeue_template_checkpoints_on_usr2_requeues_and_resumes(slurm_cluster
     stop_step = stopped[0]["step"]
     assert 10 <= stop_step < 30
 
-    second = tmp_path / "logs" / job_id / "restart_1"
+    second = tmp_path / "logs" / job_id / "attempt_1"
     rank0 = (second / f"{job_id}_0_log.out").read_text()
     assert f"resumed from {tmp_path / 'ckpt' / job_id / 'last.pt'} at step {stop_step}" in rank0
     done = _finals([ln for f in second.glob("*_log.out") for ln in f.read_text().splitlines()])
@@ -182,3 +183,4 @@ def test_requeue_template_checkpoints_on_usr2_requeues_and_resumes(slurm_cluster
     assert {r["status"] for r in done} == {"done"} and {r["step"] for r in done} == {30}
     assert len({r["params_sha256"] for r in done}) == 1
     assert f"=== job {job_id} attempt 1 (requeue cap 3)" in batch  # SLURM_RESTART_COUNT reached the script
+    _analyze(slurm_cluster, tmp_path / "logs" / job_id)  # the attempt_<N> folders read without error

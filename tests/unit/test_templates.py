@@ -216,7 +216,7 @@ def test_every_template_carries_the_essentials(name: str) -> None:
     ("srun-cpu", ['--output="$LOG_DIR/%j_%t_log.out"', "OMP_NUM_THREADS"]),
     ("torchrun-cpu", ["--tee=3", "--redirects=3", "--max-restarts=0"]),
     ("requeue", ["#SBATCH --signal=B:USR2@90", "#SBATCH --requeue", "#SBATCH --open-mode=append",
-                 'scontrol requeue "$SLURM_JOB_ID"', "SLURM_RESTART_COUNT", "MAX_REQUEUES=3", "restart_"]),
+                 'scontrol requeue "$SLURM_JOB_ID"', "SLURM_RESTART_COUNT", "MAX_REQUEUES=3", "/attempt_"]),
     ("sweep", ["#SBATCH --array=0-2", "SLURM_ARRAY_JOB_ID + SLURM_ARRAY_TASK_ID", "%x_%A_%a.out"]),
     ("standalone", ["--standalone", "#SBATCH --nodes=1"]),
 ])
