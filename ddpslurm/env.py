@@ -166,6 +166,12 @@ def derive_dist_env(environ: Mapping[str, str]) -> DistEnv:
     hostnames = expand_hostlist(nodes_text)
     world_name, nn_name = values["world_size"][0], values["num_nodes"][0]
 
+    if world_size > 1 and _lookup(environ, "step_id") is None:
+        raise EnvDerivationError(
+            f"no SLURM_STEP_ID: this process runs in the batch script itself, not under srun, so it is the only "
+            f"one of the {world_size} tasks ({world_name}={world_size}) and would wait for the others forever",
+            "Start it with `srun python ...` inside the sbatch script (or use `ddpslurm submit`)")
+
     def inconsistent(what: str) -> EnvDerivationError:
         return EnvDerivationError(f"inconsistent Slurm environment: {what}",
                                   "Do not set these variables by hand; " + _UNDER_SRUN.lower())

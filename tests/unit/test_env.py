@@ -33,7 +33,7 @@ BASE = {
     "SLURM_NTASKS": "4",
     "SLURM_TASKS_PER_NODE": "2(x2)",
 }
-JOB_ONLY = {k: v for k, v in BASE.items() if not k.startswith("SLURM_STEP_")}
+JOB_ONLY = {**{k: v for k, v in BASE.items() if not k.startswith("SLURM_STEP_")}, "SLURM_STEPID": "0"}
 
 
 def env(base: dict[str, str] = BASE, drop: tuple[str, ...] = (), **changes: str) -> dict[str, str]:
@@ -124,6 +124,8 @@ BAD = [
     ("malformed tasks per node", env(SLURM_STEP_TASKS_PER_NODE="2(x)"), ["2(x)"]),
     ("arbitrary distribution needs MASTER_ADDR", env(SLURM_DISTRIBUTION="arbitrary"), ["arbitrary", "MASTER_ADDR"]),
     ("zero world size", env(SLURM_STEP_NUM_TASKS="0"), ["SLURM_STEP_NUM_TASKS='0'", ">= 1"]),
+    ("batch script, not under srun (no step id)", env(JOB_ONLY, drop=("SLURM_STEPID",)),
+     ["batch script", "SLURM_NTASKS=4", "srun"]),
 ]
 
 
@@ -262,3 +264,11 @@ def test_recorded_subset_step_is_the_lightning_17228_case() -> None:
 def test_recorded_array_tasks_get_different_ports() -> None:
     ports = {derive_dist_env(_read_env(RECORDED / f"{job}_0_0.env")).master_port for job in ("2815452", "2815453")}
     assert ports == {10000 + 2815452 % 20000, 10000 + 2815453 % 20000}
+
+
+def test_recorded_batch_script_environment_is_refused() -> None:
+    """Recorded inside `sbatch -N2 -n3 --wrap ...` without srun: one process, three tasks allocated."""
+    environ = _read_env(Path(__file__).resolve().parent.parent / "data" / "slurm_env_batch" / "n2_n3.env")
+    assert environ["SLURM_NTASKS"] == "3" and environ["SLURM_PROCID"] == "0"
+    with pytest.raises(EnvDerivationError, match="not under srun"):
+        derive_dist_env(environ)
