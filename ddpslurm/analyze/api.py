@@ -43,8 +43,12 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
         results = scan_files(logs, sigs, years=[year] * len(logs), workers=workers, progress=advance)
     summaries: list[FileSummary] = []
     for file_events, summary in results:
-        events.extend(file_events)
+        events.extend(last_attempt_only(file_events) if attempt in (None, "last") else file_events)
         summaries.append(summary)
+    attempts = [s.attempt for s in sources if s.attempt is not None]
+    attempts += [int(e.get("attempt", "0")) for e in events if e.kind == "attempt_start"]
+    if attempts:
+        facts["attempt"] = max(attempts)
     if logs and all(s.binary for s in summaries) and not records:
         raise AnalyzeInputError(f"{', '.join(map(str, paths))}: only binary files, no text logs",
                                 "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
@@ -59,6 +63,15 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
     if unreadable:
         diagnosis.notes.append("could not read: " + ", ".join(unreadable[:5]))
     return diagnosis
+
+
+def last_attempt_only(file_events: list[Event]) -> list[Event]:
+    """A log that several attempts appended to (requeue, --open-mode=append): keep the last attempt's part."""
+    markers = [e for e in file_events if e.kind == "attempt_start"]
+    if len({e.get("attempt") for e in markers}) < 2:
+        return file_events
+    last = max(markers, key=lambda e: (int(e.get("attempt", "0")), e.line))
+    return [e for e in file_events if e.line >= last.line]
 
 
 def _year(events: list[Event], logs: Sequence[SourceFile]) -> int | None:

@@ -57,6 +57,7 @@ class Facts:
     ip_host: dict[str, str] = field(default_factory=dict)
     torchrun: bool = False  # srun task ids then number nodes, not ranks
     odd_tails: set[int] = field(default_factory=set)
+    attempt: int = 0
 
 
 _AGENT_KINDS = ("agent_sigterm", "agent_failed", "elastic_failure")
@@ -152,6 +153,7 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
     facts.world_size = max(worlds) if worlds and max(worlds) > 0 else None
     facts.ip_host.update(facts_in.get("ip_host", {}))
     facts.odd_tails = odd_tails(sources, summaries)
+    facts.attempt = int(facts_in.get("attempt", 0) or 0)
     return out, facts
 
 
@@ -247,19 +249,31 @@ def infer_from_victims(events: list[Event], facts: Facts) -> Suspect | None:
         e0 = sb[0]
         count, size = int(e0.get("worker_count", "0")), int(e0.get("world_size", "0"))
         if count > size:
-            return Suspect([], "stale_rendezvous_state", f"{count} workers joined a store expecting {size}", "medium",
-                           sb[:3])
+            if facts.attempt:  # a requeued attempt found the previous attempt's counter in the store
+                return Suspect([], "stale_rendezvous_state", f"{count} workers joined a store expecting {size} "
+                               f"(attempt {facts.attempt} reused the store)", "medium", sb[:3])
+            return Suspect([], "rank_config_mismatch", f"{count} workers joined a store expecting {size}: "
+                           "more processes were launched than the world size says", "medium", sb[:3])
         reporters = {e.rank for e in events if e.kind == "store_barrier" and e.rank is not None}
-        loud = _loud_ranks(events)
-        missing = [r for r in range(size) if r not in reporters and r not in loud]
-        if not missing:
-            missing = [r for r in range(size) if r not in facts.present]
+        missing = [r for r in range(size) if r not in reporters]
         if len(missing) > size - count > 0:
-            narrowed = [r for r in missing if r in facts.odd_tails]
+            own = {e.rank for e in events if e.role in ("culprit", "either") and e.kind not in _QUIET_KINDS}
+            narrowed = [r for r in missing if r in own] or [r for r in missing if r in facts.odd_tails]
             missing = narrowed or missing
         return Suspect(missing, "rendezvous_timeout",
                        f"only {count} of {size} ranks reached the store barrier", "medium" if missing else "low",
                        sb[:3])
+    keyed = [e for e in events if e.kind == "store_barrier" and e.get("key_rank", "").isdigit() and e.rank is not None]
+    if keyed:
+        selfish = sorted({e.rank for e in keyed if int(e.get("key_rank", "-1")) == e.rank})  # type: ignore[misc]
+        if selfish:
+            return Suspect(selfish, "rank_config_mismatch",
+                           "it waits for its own rank's key: its RANK disagrees with the rank Slurm gave it", "medium",
+                           [e for e in keyed if e.rank in selfish][:2])
+        waited = Counter(int(e.get("key_rank", "0")) for e in keyed)
+        (target, _n), *_ = waited.most_common(1)
+        return Suspect([target], "rendezvous_timeout", "every rank waits for its key in the store", "medium",
+                       keyed[:3])
     storeish = [e for e in events if e.kind == "store_barrier"]
     if storeish and world:
         reporters = {e.rank for e in storeish if e.rank is not None}

@@ -28,6 +28,7 @@ PARALLEL_MIN_BYTES = 8 << 20
 
 _NCCL_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                         r"(?: cudaDev (?P<dev>\d+))?.*?Init (?:COMPLETE|START)")
+_RESTART = re.compile(r"SLURM_RESTART_COUNT\s*[=:]\s*(\d+)")
 _SUBMITIT_ENV = re.compile(r"JobEnvironment\(job_id=[^,]*, hostname=(?P<host>[^,]+), local_rank=(?P<local>\d+)\(\d+\), "
                            r"node=(?P<node>\d+)\(\d+\), global_rank=(?P<rank>\d+)\((?P<world>\d+)\)\)")
 
@@ -144,6 +145,11 @@ class _FileState:
             self._exception(exc, stream)
         if consumed:
             return
+        if "RESTART_COUNT" in body:
+            m = _RESTART.search(body)
+            if m:
+                self._emit(lineno, "attempt_start", body, None, host, None, None, None, fields=(("attempt", m[1]),))
+                return
         if "JobEnvironment(" in body:
             m = _SUBMITIT_ENV.search(body)
             if m:
@@ -157,6 +163,8 @@ class _FileState:
                 self._emit(lineno, "nccl_init", body, rank, host if not ns else ns[0], ns[1] if ns else None, local,
                            p.time_text, fields=(("nccl_rank", m["rank"]), ("nranks", m["nranks"]), ("comm", m["comm"])))
                 return
+        if body.startswith("frame #"):
+            return  # C++ stack frames of a c10 exception: the message came before them
         hit = self.sigs.match(body)
         if hit is None:
             return

@@ -31,7 +31,7 @@ ANCHORS: tuple[str, ...] = (
     "rror", "ERROR", "xception", "Traceback", "WARN", "Init ", "atchdog", "ignal", "SIG", "illed", "Kill", "exitcode",
     "bort", "imed out", "imeout", "onnect", "emory", "ailure", "ailed", "CANCELLED", "egmentation", "evice", "ersion",
     "nterface", "ismatch", "Xid", "ECC", "NET/IB", "oom", "eer", "Root Cause", "reempt", "srun: ",
-    "JobEnvironment(",
+    "JobEnvironment(", "RESTART_COUNT",
 )
 _KEYS = {"id", "cause", "role", "pattern", "prefilter", "priority", "advice", "summary", "retry", "exclude_node",
          "kind", "description"}
