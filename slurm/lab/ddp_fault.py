@@ -20,6 +20,8 @@ Faults in the training loop at `--fault-step` on the faulty rank:
   op-mismatch           broadcast where the other ranks all_reduce
   unused-params         skip a submodule in forward (DDP without find_unused_parameters)
   oom                   allocate and touch memory until the kernel / Slurm kills the rank
+  oom-cgroup [ARG]      first confine the rank to a memory cgroup of ARG MiB (default 700, as Slurm's
+                        task/cgroup would), then allocate: the kernel's OOM killer kills the rank
   dataloader-kill       the rank's DataLoader worker dies by SIGKILL while loading a batch
   shm                   the rank's DataLoader worker gets a tiny private /dev/shm (mount namespace)
   none                  no fault (a healthy run; also what scancel/time-limit/node scenarios use)
@@ -37,7 +39,8 @@ import time
 
 PRE_INIT_FAULTS = ("bad-master-addr", "bad-ifname", "duplicate-rank", "world-size", "late-start")
 LOOP_FAULTS = ("raise", "segfault", "hang", "shape-mismatch", "op-mismatch", "unused-params", "oom",
-               "dataloader-kill", "shm")
+               "oom-cgroup", "dataloader-kill", "shm")
+CGROUP_PREFIX = "ddpslurm-lab-"
 FAULTS = ("none", *PRE_INIT_FAULTS, *LOOP_FAULTS)
 METRIC_SIZE = 4
 #: Slurm variables that stand in for torch's when the script runs under plain srun (no launcher).
@@ -56,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=20.0, help="process-group timeout in seconds")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--workers", type=int, default=0, help="DataLoader workers (the dataloader faults use 1)")
+    p.add_argument("--no-ddp", action="store_true",
+                   help="average gradients with one all_reduce per parameter instead of DDP (TORCH_DISTRIBUTED_DEBUG="
+                        "DETAIL crashes DDP's constructor on torch 2.13 CPU, but checks plain collectives)")
     p.add_argument("--no-metric", action="store_true",
                    help="skip the per-step loss all_reduce (so DDP's own reducer is the only collective)")
     return p.parse_args(argv)
@@ -93,6 +99,25 @@ def eat_memory() -> None:
             chunk[i] = 1
         hog.append(chunk)
         time.sleep(0.05)  # ~1 GiB/s: Slurm's memory accounting (every 2 s here) sees it before the host does
+
+
+def confine_memory(limit_mib: int) -> None:
+    """Move this process into a new memory cgroup (child of its own) capped at `limit_mib` MiB."""
+    v2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+    with open("/proc/self/cgroup") as handle:
+        entries = [line.rstrip("\n").split(":", 2) for line in handle]
+    if v2:
+        parent = next(path for _, controllers, path in entries if controllers == "")
+        base, limit_file = "/sys/fs/cgroup", "memory.max"
+    else:
+        parent = next(path for _, controllers, path in entries if "memory" in controllers.split(","))
+        base, limit_file = "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+    group = os.path.join(base + parent, f"{CGROUP_PREFIX}{os.getpid()}")
+    os.mkdir(group)
+    with open(os.path.join(group, limit_file), "w") as handle:
+        handle.write(str(limit_mib << 20))
+    with open(os.path.join(group, "cgroup.procs"), "w") as handle:
+        handle.write(str(os.getpid()))
 
 
 def tiny_shm_worker_init(worker_id: int) -> None:
@@ -160,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rank {rank}/{world} on {os.uname().nodename} pid {os.getpid()}: process group ready", flush=True)
 
     torch.manual_seed(0)
-    model = DistributedDataParallel(Net())
+    model = Net() if args.no_ddp else DistributedDataParallel(Net())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     workers = args.workers or (1 if faulty and args.fault in ("dataloader-kill", "shm") else 0)
     per_rank = args.batch_size * (args.steps + 1)
@@ -189,12 +214,18 @@ def main(argv: list[str] | None = None) -> int:
             ctypes.string_at(0)
         if fire and args.fault == "hang":
             time.sleep(float(args.fault_arg or 3600))
-        if fire and args.fault == "oom":
+        if fire and args.fault == "oom-cgroup":
+            confine_memory(int(args.fault_arg or 700))
+        if fire and args.fault in ("oom", "oom-cgroup"):
             eat_memory()
         out = model(x, skip_extra=fire and args.fault == "unused-params")
         loss = nn.functional.mse_loss(out, y)
         opt.zero_grad()
         loss.backward()
+        if args.no_ddp:
+            for param in model.parameters():
+                dist.all_reduce(param.grad)
+                param.grad /= world
         opt.step()
         if args.no_metric:
             time.sleep(args.step_sleep)

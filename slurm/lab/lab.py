@@ -78,6 +78,7 @@ class Scenario:
     max_wait_s: float = 240
     live: bool = False
     node_logs: bool = False
+    kernel_log: bool = False
 
     @property
     def world_size(self) -> int:
@@ -221,7 +222,7 @@ class Cluster:
         return sh(argv, env=self.env, check=check, timeout=timeout)
 
     def nodes(self) -> list[str]:
-        return sorted(self.run(["sinfo", "-h", "-N", "-o", "%N"]).stdout.split())
+        return sorted(set(self.run(["sinfo", "-h", "-N", "-o", "%N"]).stdout.split()))  # a node is listed per partition
 
     def netns(self, node: str) -> str:
         return f"dds-{node}"
@@ -430,6 +431,25 @@ def attach_node_logs(log_dir: Path, job_id: str, dest: Path) -> list[str]:
     return written
 
 
+def kernel_lines() -> list[str]:
+    """The kernel's log (dmesg), one entry per line; empty when it cannot be read."""
+    done = sh(["dmesg"], check=False)
+    return done.stdout.splitlines(keepends=True) if done.returncode == 0 else []
+
+
+OOM_LINE = re.compile(r"oom|out of memory|killed process", re.IGNORECASE)
+
+
+def remove_lab_cgroups() -> None:
+    """Remove the empty memory cgroups ddp_fault.py --fault oom-cgroup left behind (named ddpslurm-lab-<pid>)."""
+    for root in (Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup")):
+        for group in root.glob("**/ddpslurm-lab-*") if root.is_dir() else ():
+            try:
+                group.rmdir()
+            except OSError:
+                continue
+
+
 def copy_job(job_dir: Path, dest: Path) -> int:
     """Copy the job folder as produced, minus pickles and checkpoints; returns its size in bytes."""
     shutil.copytree(job_dir, dest, ignore=shutil.ignore_patterns(*SKIP_IN_COPY))
@@ -449,6 +469,7 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
     script_args = substitute(scenario.script_args, nodes)
     argv = submit_argv(scenario, root, script_args)
     env = {**cluster.env, **dict(scenario.env)}
+    kernel_before = len(kernel_lines()) if scenario.kernel_log else 0
     try:
         hook.before(ctx)
         submitted_at = utc_now()
@@ -470,6 +491,7 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
         raise
     finally:
         hook.cleanup(ctx)
+        remove_lab_cgroups()
     acct = cluster.run(["sacct", "-X", "-n", "-P", "-j", ctx.job_id, "-o", "State,ExitCode,NodeList,Elapsed"])
     state, exit_code, nodelist, elapsed = acct.stdout.strip().splitlines()[-1].split("|")
     allocation = cluster.expand(nodelist) if nodelist and nodelist != "None assigned" else nodes
@@ -484,6 +506,14 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
         label["attached"] = ("slurm-daemon-logs/: the lines slurmctld and each node's slurmd logged about this "
                              "job, copied by the lab after the job ended (what an administrator attaches); "
                              "everything else is the job folder as produced")
+    if scenario.kernel_log:
+        oom = [line for line in kernel_lines()[kernel_before:] if OOM_LINE.search(line)]
+        if oom:
+            (dest / "kernel-log").mkdir(exist_ok=True)
+            (dest / "kernel-log" / "dmesg.txt").write_text("".join(oom))
+            label["attached"] = ("kernel-log/dmesg.txt: the OOM lines the kernel logged during the job (all nodes "
+                                 "of the local cluster share one kernel), copied by the lab after the job ended; "
+                                 "everything else is the job folder as produced")
     (dest / "label.json").write_text(json.dumps(label, indent=2) + "\n")
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
