@@ -58,6 +58,7 @@ class Facts:
     torchrun: bool = False  # srun task ids then number nodes, not ranks
     odd_tails: set[int] = field(default_factory=set)
     attempt: int = 0
+    launched_world: int | None = None  # from Slurm/submitit/ddpslurm records, not from what the script said
 
 
 _AGENT_KINDS = ("agent_sigterm", "agent_failed", "elastic_failure")
@@ -70,8 +71,10 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
     pid_rank: dict[tuple[str, int], tuple[int, int]] = {}  # (host, pid) -> (rank, nranks)
     local_rank: dict[tuple[str, int], int] = {}
     worlds: list[int] = []
+    launched: list[int] = []
     if facts_in.get("world_size"):
         worlds.append(int(facts_in["world_size"]))
+        launched.append(int(facts_in["world_size"]))
     for e in events:
         if e.kind == "nccl_init" and e.host and e.pid is not None:
             r, n = int(e.get("nccl_rank", "0")), int(e.get("nranks", "0"))
@@ -88,10 +91,12 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
                 facts.rank_host.setdefault(e.rank, e.host)
             if e.kind == "rank_info" and e.get("world_size", "").isdigit():
                 worlds.append(int(e.get("world_size")))
+                launched.append(int(e.get("world_size")))
             if e.kind == "start":
                 facts.started.add(e.rank)
                 if e.get("world_size", "").isdigit():
                     worlds.append(int(e.get("world_size")))
+                    launched.append(int(e.get("world_size")))
             elif e.kind in ("exit", "exit_signal"):
                 facts.exited[e.rank] = e
         elif e.kind == "slurm_task" and e.get("tasks") and not any(x.kind in _AGENT_KINDS for x in events):
@@ -151,6 +156,7 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
     top = max(facts.present, default=-1) + 1
     worlds.append(top)
     facts.world_size = max(worlds) if worlds and max(worlds) > 0 else None
+    facts.launched_world = max(launched) if launched else None
     facts.ip_host.update(facts_in.get("ip_host", {}))
     facts.odd_tails = odd_tails(sources, summaries)
     facts.attempt = int(facts_in.get("attempt", 0) or 0)
@@ -248,6 +254,9 @@ def infer_from_victims(events: list[Event], facts: Facts) -> Suspect | None:
     if sb:
         e0 = sb[0]
         count, size = int(e0.get("worker_count", "0")), int(e0.get("world_size", "0"))
+        if facts.launched_world and size != facts.launched_world:
+            return Suspect([], "rank_config_mismatch", f"the store expects {size} ranks but {facts.launched_world} "
+                           "were launched: WORLD_SIZE disagrees with the ranks launched", "medium", sb[:3])
         if count > size:
             if facts.attempt:  # a requeued attempt found the previous attempt's counter in the store
                 return Suspect([], "stale_rendezvous_state", f"{count} workers joined a store expecting {size} "

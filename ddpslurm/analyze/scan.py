@@ -28,6 +28,7 @@ PARALLEL_MIN_BYTES = 8 << 20
 
 _NCCL_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                         r"(?: cudaDev (?P<dev>\d+))?.*?Init (?:COMPLETE|START)")
+_TORCHRUN = re.compile(r"torchrun|torch\.distributed\.run|elastic/agent")
 _RESTART = re.compile(r"SLURM_RESTART_COUNT\s*[=:]\s*(\d+)")
 _SUBMITIT_ENV = re.compile(r"JobEnvironment\(job_id=[^,]*, hostname=(?P<host>[^,]+), local_rank=(?P<local>\d+)\(\d+\), "
                            r"node=(?P<node>\d+)\(\d+\), global_rank=(?P<rank>\d+)\((?P<world>\d+)\)\)")
@@ -131,8 +132,7 @@ class _FileState:
         stream = (p.rank, p.local_rank, p.host)
         self.streams[stream] = (rank, local, host)
         body = p.text
-        if self.summary is not None and not self.summary.torchrun and ("torchrun" in body or "torch.distributed.run" in body
-                                                                       or "elastic/agent" in body):
+        if self.summary is not None and not self.summary.torchrun and _TORCHRUN.search(body):
             self.summary.torchrun = True
         if self.elastic.active:
             consumed, entries = self.elastic.feed(body, lineno)
