@@ -21,7 +21,8 @@ _ISO = regex.compile(
     r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-][01]\d:?[0-5]\d)?(?!\d)"
 )
 _GLOG = regex.compile(
-    r"(?<![\w])[IWEF](?P<mo>[01]\d)(?P<d>[0-3]\d) (?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)(?:\.(?P<frac>\d{1,9}))?"
+    r"(?<![\w])[IWEF](?P<mo>1[0-2]|0?[1-9])(?P<d>[0-3]\d) (?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)"
+    r"(?:\.(?P<frac>\d{1,9}))?"
 )
 _CTIME = regex.compile(
     r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<d>\d{1,2}) "
