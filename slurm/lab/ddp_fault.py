@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-ddp", action="store_true",
                    help="average gradients with one all_reduce per parameter instead of DDP (TORCH_DISTRIBUTED_DEBUG="
                         "DETAIL crashes DDP's constructor on torch 2.13 CPU, but checks plain collectives)")
+    p.add_argument("--ignore-usr2", action="store_true",
+                   help="ignore SIGUSR2 (as scripts with their own signal handling do), so no launcher sees it")
     p.add_argument("--no-metric", action="store_true",
                    help="skip the per-step loss all_reduce (so DDP's own reducer is the only collective)")
     return p.parse_args(argv)
@@ -138,6 +140,8 @@ def tiny_shm_worker_init(worker_id: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     fill_env_from_slurm(os.environ)  # type: ignore[arg-type]
+    if args.ignore_usr2:
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     launched_rank = int(os.environ["RANK"])
     faulty = launched_rank == args.fault_rank
     inject_before_init(args, faulty)

@@ -192,8 +192,12 @@ class Cluster:
         return sh([str(CLUSTER), "--name", self.name, *args], timeout=timeout)
 
     def ensure_up(self, nodes: int) -> None:
-        """Bring the cluster up (or restart crashed slurmds) and load its environment."""
-        self.cluster("up", "--nodes", str(nodes))
+        """Bring the cluster up if it is not (or restart crashed slurmds) and load its environment.
+
+        A cluster that is up is used as it is (never re-created with another node count: the test fixture owns it).
+        """
+        if sh([str(CLUSTER), "--name", self.name, "status"], check=False).returncode != 0:
+            self.cluster("up")  # its last node count (3 for a new cluster); restarts crashed slurmds
         self.env = dict(os.environ)
         for line in self.cluster("env").stdout.splitlines():
             words = shlex.split(line)
@@ -201,6 +205,9 @@ class Cluster:
                 key, _, value = words[1].partition("=")
                 self.env[key] = value
         self.resume_down_nodes()
+        if len(self.nodes()) < nodes:
+            self.cluster("up", "--nodes", str(nodes))
+            self.resume_down_nodes()
 
     def resume_down_nodes(self, wait_s: float = 60) -> None:
         """A node left down/drained by an earlier scenario (link down, crash) is resumed and waited for."""
@@ -459,6 +466,7 @@ def copy_job(job_dir: Path, dest: Path) -> int:
 def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = False,
                  log: Callable[[str], None] = print) -> Path:
     """Run one scenario end to end; returns the case folder written under `out`."""
+    remove_lab_cgroups()
     cluster.ensure_up(scenario.nodes)
     nodes = cluster.nodes()
     if len(nodes) < scenario.nodes:
