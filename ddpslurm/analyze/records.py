@@ -99,8 +99,11 @@ def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], 
         kind = sig.kind if sig is not None and sig.kind not in ("signature", "exit") else "exception"
         return [marker, _sig_event(base, kind, first_line[:2000], sig, fields + groups)], facts
     if status == "preempted":
-        marker = Event(kind="exit", text=f"rank {rank} stopped for preemption", fields=fields, **base)
-        return [marker, _sig_event(base, "slurm_job", marker.text, sigs.by_id("ddpslurm-preempted"), fields)], facts
+        time_limit = data.get("reason") in ("time_limit", "TIME_LIMIT")
+        what = "the time limit" if time_limit else "preemption"
+        marker = Event(kind="exit", text=f"rank {rank} stopped for {what}", fields=fields, **base)
+        sig = sigs.by_id("ddpslurm-time-limit" if time_limit else "ddpslurm-preempted")
+        return [marker, _sig_event(base, "slurm_job", marker.text, sig, fields)], facts
     if signal:
         cause, role = SIGNAL_CAUSES.get(signal, ("unknown", "either"))
         return [Event(kind="exit_signal", text=f"rank {rank} was killed by {signal}", cause=cause, role=role,

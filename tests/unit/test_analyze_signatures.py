@@ -1,0 +1,186 @@
+"""Signature files: validation errors name the file and the id; shipped data is complete and consistent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpslurm.analyze.events import CAUSES
+from ddpslurm.analyze.signatures import ANCHORS, derive_literal, load_signature_file, load_signatures
+from ddpslurm.errors import AnalyzeInputError
+
+GOOD = """
+[[signature]]
+id = "site-thing"
+cause = "gpu_hardware"
+role = "culprit"
+pattern = 'SITE GPU FAULT (?P<slot>\\d+)'
+prefilter = ["SITE GPU FAULT"]
+advice = ["call the admins"]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "site.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("replace", "by", "message"), [
+    ('cause = "gpu_hardware"', 'cause = "gpu_broke"', "unknown cause 'gpu_broke'"),
+    ('role = "culprit"', 'role = "boss"', "role must be one of"),
+    ("pattern = 'SITE GPU FAULT (?P<slot>\\d+)'", "pattern = 'SITE (GPU'", "bad pattern"),
+    ('id = "site-thing"', 'id = "Site Thing"', "kebab-case"),
+    ('prefilter = ["SITE GPU FAULT"]', 'prefilter = "SITE"', "prefilter"),
+    ('advice = ["call the admins"]', 'advice = "call"', "advice"),
+    ('advice = ["call the admins"]', 'colour = "red"', "unknown key(s) colour"),
+])
+def test_bad_signature_names_file_and_id(tmp_path: Path, replace: str, by: str, message: str) -> None:
+    assert replace in GOOD
+    path = write(tmp_path, GOOD.replace(replace, by))
+    with pytest.raises(AnalyzeInputError) as info:
+        load_signature_file(path)
+    text = info.value.one_line()
+    assert message in text
+    assert str(path) in text
+    assert "site-thing" in text or "Site Thing" in text
+
+
+def test_invalid_toml_is_one_clear_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "[[signature]\nid = ")
+    with pytest.raises(AnalyzeInputError, match="not valid TOML"):
+        load_signature_file(path)
+
+
+def test_duplicate_id_in_one_folder(tmp_path: Path) -> None:
+    write(tmp_path, GOOD, "a.toml")
+    write(tmp_path, GOOD, "b.toml")
+    with pytest.raises(AnalyzeInputError, match="duplicate id"):
+        load_signatures([tmp_path], use_env=False)
+
+
+def test_site_folder_adds_a_signature_and_its_anchor(tmp_path: Path) -> None:
+    write(tmp_path, GOOD)
+    sigs = load_signatures([tmp_path], use_env=False)
+    hit = sigs.match("node07 SITE GPU FAULT 3 detected")
+    assert hit is not None and hit[0].id == "site-thing" and hit[1]["slot"] == "3"
+    assert b"SITE GPU FAULT" in sigs.anchors
+
+
+def test_site_folder_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, GOOD)
+    monkeypatch.setenv("DDPSLURM_SIGNATURES", str(tmp_path))
+    assert load_signatures().by_id("site-thing") is not None
+
+
+def test_missing_signature_folder(tmp_path: Path) -> None:
+    with pytest.raises(AnalyzeInputError, match="does not exist"):
+        load_signatures([tmp_path / "nope"], use_env=False)
+
+
+@pytest.mark.parametrize(("pattern", "literal"), [
+    ("NCCL WARN Duplicate GPU", "NCCL WARN Duplicate GPU"),
+    (r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+)",
+     "Watchdog caught collective operation timeout: WorkNCCL(SeqNum="),
+    (r"foo\.bar baz", "foo.bar baz"),
+    (r"abc?defgh", "defgh"),
+    (r"(?P<a>x)|y", None),  # top-level alternation: no literal every match contains
+    (r"(?i:cuda out of memory)", None),  # case-insensitive: a literal would miss
+    (r"\d+", None),
+])
+def test_derive_literal(pattern: str, literal: str | None) -> None:
+    assert derive_literal(pattern) == literal
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_signatures(use_env=False)
+
+
+def test_every_cause_has_signatures_and_advice(shipped) -> None:
+    with_sigs = {s.cause for s in shipped.signatures}
+    missing = [c for c in CAUSES if c not in with_sigs and c != "unknown"]
+    assert not missing, f"causes without a signature: {missing}"
+    no_advice = [c for c in CAUSES if c not in shipped.causes or not shipped.causes[c].advice]
+    assert not no_advice, f"causes without advice in causes.toml: {no_advice}"
+
+
+def test_shipped_ids_are_unique_and_prefiltered(shipped) -> None:
+    ids = [s.id for s in shipped.signatures]
+    assert len(ids) == len(set(ids))
+    assert not shipped.always, "a shipped signature without prefilter forces a full regex scan of every line"
+
+
+def test_shipped_anchors_stay_few(shipped) -> None:
+    extra = [a for a in shipped.anchors if a.decode() not in ANCHORS]
+    assert len(shipped.anchors) <= 80, f"{len(shipped.anchors)} anchors slow the prefilter: {extra}"
+
+
+@pytest.mark.parametrize(("line", "sig_id", "fields"), [
+    # watchdog, three generations
+    ("[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5121, OpType=ALLREDUCE, NumelIn=1, "
+     "NumelOut=1, Timeout(ms)=600000) ran for 600039 milliseconds before timing out.", "watchdog-timeout-v1",
+     {"rank": "3", "seq": "5121", "op": "ALLREDUCE"}),
+    ("[E612 14:11:40.147 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank 3] Exception (either an error or timeout) "
+     "detected by watchdog at work: 5121, last enqueued NCCL work: 5121, last completed NCCL work: 5120.",
+     "watchdog-timeout-v2", {"rank": "3", "seq": "5121", "last_enqueued": "5121", "last_completed": "5120"}),
+    ("[PG ID 0 PG GUID 0(default_pg) Rank 11] failure detected by watchdog at work sequence id: 88 PG status: "
+     "last enqueued work: 88, last completed work: 86", "watchdog-timeout-v3",
+     {"rank": "11", "seq": "88", "last_enqueued": "88", "last_completed": "86"}),
+    ("RuntimeError: Timed out initializing process group in store based barrier on rank: 4, for key: "
+     "store_based_barrier_key:1 (world_size=8, worker_count=7, timeout=0:30:00)", "store-barrier-timeout",
+     {"rank": "4", "world_size": "8", "worker_count": "7"}),
+    ("torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 7/8 clients joined.",
+     "store-clients-timeout", {"worker_count": "7", "world_size": "8"}),
+    ("RuntimeError: [Rank 0]: Ranks 6, 7 failed to pass monitoredBarrier in 1800000 ms", "monitored-barrier",
+     {"ranks": "6, 7"}),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.12]:5290",
+     "gloo-closed-by-peer", {"peer_ip": "10.0.0.12"}),
+    ("[W socket.cpp:426] [c10d] The server socket has failed to bind to [::]:29400 (errno: 98 - Address already in use).",
+     "port-in-use", {"port": "29400"}),
+    ("torch.distributed.DistNetworkError: The client socket has timed out after 15000ms while trying to connect to "
+     "(lab-n01, 24411).", "client-connect-timeout", {"peer_host": "lab-n01", "port": "24411"}),
+    ("node1:11:12 [1] init.cc:611 NCCL WARN Mismatched NCCL version detected : rank 8 version 21903 rank 0 version "
+     "21805", "nccl-version-mismatch", {"peer_rank": "8", "rank": "0"}),
+    ("gpu-3:1:2 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.1.1.2<44178> with error 12, "
+     "opcode 0, len 0, vendor err 129", "nccl-ib-completion-error", {"peer_ip": "10.1.1.2", "status": "12"}),
+    ("include/socket.h:403 NCCL WARN Connect to 10.0.0.2<40433> failed : Connection refused", "nccl-connect-refused",
+     {"peer_ip": "10.0.0.2"}),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB.", "cuda-oom", {"tried": "6.00 GiB"}),
+    ("RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB", "cuda-oom", {}),
+    ("slurmstepd: error: *** STEP 123.0 ON node01 CANCELLED AT 2024-05-08T08:47:31 DUE TO TIME LIMIT ***",
+     "slurm-time-limit", {"at": "2024-05-08T08:47:31"}),
+    ("slurmstepd: error: *** JOB 123 ON node01 CANCELLED AT 2024-05-08T08:47:31 ***", "slurm-job-cancelled", {}),
+    ("srun: error: node02: tasks 2-7: Exited with exit code 1", "srun-task-exited", {"host": "node02", "tasks": "2-7"}),
+    ("srun: error: node02: task 3: Segmentation fault", "srun-task-segfault", {"tasks": "3"}),
+    ("slurmstepd: error: Detected 1 oom_kill event in StepId=3321.0. Some of the step tasks have been OOM Killed.",
+     "slurm-oom-kill", {"step": "3321.0"}),
+    ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 485370 closing signal SIGTERM",
+     "elastic-sigterm", {"pid": "485370"}),
+    ("E0612 14:11:47.214000 211828 torch/distributed/elastic/multiprocessing/api.py:862] failed (exitcode: -6) "
+     "local_rank: 1 (pid: 211841) of binary: /usr/bin/python3", "elastic-worker-failed",
+     {"exitcode": "-6", "local_rank": "1", "pid": "211841"}),
+    ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", "gpu-fell-off-bus", {}),
+    ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", "dataloader-worker-killed",
+     {"signal": "Killed"}),
+    ("KeyError: 'label'", "python-exception", {"exc_type": "KeyError"}),
+])
+def test_shipped_signature_matches(shipped, line: str, sig_id: str, fields: dict[str, str]) -> None:
+    hit = shipped.match(line)
+    assert hit is not None, line
+    sig, m = hit
+    assert sig.id == sig_id
+    groups = {k: v for k, v in m.groupdict().items() if v is not None}
+    for key, value in fields.items():
+        assert groups.get(key) == value, (key, groups)
+
+
+@pytest.mark.parametrize("line", [
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
+    "incorrect.",
+    "node1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] via P2P/IPC",
+    "step 100 loss 3.14",
+])
+def test_advice_and_noise_are_not_evidence(shipped, line: str) -> None:
+    assert shipped.match(line) is None

@@ -1,0 +1,76 @@
+"""Timestamps in every common log form -> comparable epoch seconds (table-driven)."""
+
+from __future__ import annotations
+
+import calendar
+
+import pytest
+
+from ddpslurm.analyze.timestamps import comparable, format_time, parse_record_time, parse_time
+
+
+def utc(y: int, mo: int, d: int, h: int, mi: int, s: float) -> float:
+    return calendar.timegm((y, mo, d, h, mi, int(s), 0, 0, 0)) + (s - int(s))
+
+
+@pytest.mark.parametrize(("text", "year", "expected", "family"), [
+    ("2024-05-08T08:47:31.261Z rank 3", None, utc(2024, 5, 8, 8, 47, 31.261), "iso-tz"),
+    ("2024-05-08T10:47:31+02:00 x", None, utc(2024, 5, 8, 8, 47, 31), "iso-tz"),
+    ("[2024-05-08 08:47:31,261] torch.distributed.elastic", None, utc(2024, 5, 8, 8, 47, 31.261), "iso"),
+    ("slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2023-09-01T02:09:45 ***", None,
+     utc(2023, 9, 1, 2, 9, 45), "iso"),
+    ("[2024-05-08 08:47:31] node1:1:2 [0] NCCL WARN x", None, utc(2024, 5, 8, 8, 47, 31), "iso"),
+    ("E0217 08:19:10.679000 1234 torch/distributed/elastic/api.py:1] x", 2024, utc(2024, 2, 17, 8, 19, 10.679), "glog"),
+    ("[rank3]:[E612 10:24:03.200000266 ProcessGroupNCCL.cpp:607] x", 2024, utc(2024, 6, 12, 10, 24, 3.2), "glog"),
+    ("[W1122 18:04:41.836253510 socket.cpp:494] x", 2026, utc(2026, 11, 22, 18, 4, 41.836253), "glog"),
+    ("Starting at Fri Jan  5 09:58:11 EST 2024 on cdr2596", None, utc(2024, 1, 5, 9, 58, 11), "ctime"),
+    ("May  8 08:47:31 node02 kernel: NVRM: Xid 79", 2024, utc(2024, 5, 8, 8, 47, 31), "syslog"),
+])
+def test_parse_time(text: str, year: int | None, expected: float, family: str) -> None:
+    got = parse_time(text, year)
+    assert got is not None
+    assert got[0] == pytest.approx(expected, abs=1e-3)
+    assert got[1] == family
+
+
+@pytest.mark.parametrize("text", [
+    "no time here",
+    "step 100 loss 3.14",
+    "[80746] RuntimeError: x",
+    "E9999 99:99:99 not a time",
+])
+def test_no_time(text: str) -> None:
+    assert parse_time(text, 2024) is None
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (1715158051.5, 1715158051.5),
+    ("1715158051", 1715158051.0),
+    ("2024-05-08T08:47:31.261000+00:00", utc(2024, 5, 8, 8, 47, 31.261)),
+    ("2024-05-08_08:47:31", utc(2024, 5, 8, 8, 47, 31)),  # torchelastic's failure block
+    (True, None),
+    ("garbage", None),
+    (None, None),
+])
+def test_parse_record_time(value: object, expected: float | None) -> None:
+    got = parse_record_time(value)
+    if expected is None:
+        assert got is None
+    else:
+        assert got == pytest.approx(expected, abs=1e-3)
+
+
+@pytest.mark.parametrize(("a", "b", "expected"), [
+    ("iso-tz", "record", True),
+    ("record", "epoch", True),
+    ("iso", "glog", True),  # both the nodes' local time
+    ("iso", "record", False),  # local vs UTC: the zone is unknown
+    ("glog", None, False),
+])
+def test_comparable(a: str | None, b: str | None, expected: bool) -> None:
+    assert comparable(a, b) is expected
+
+
+def test_format_time_is_iso_utc() -> None:
+    assert format_time(utc(2024, 5, 8, 8, 47, 31.261)) == "2024-05-08T08:47:31.261Z"
+    assert format_time(None) is None
