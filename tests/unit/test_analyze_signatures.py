@@ -137,14 +137,15 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      {"ranks": "6, 7"}),
     ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.0.0.12]:5290",
      "gloo-closed-by-peer", {"peer_ip": "10.0.0.12"}),
-    ("[W socket.cpp:426] [c10d] The server socket has failed to bind to [::]:29400 (errno: 98 - Address already in use).",
-     "port-in-use", {"port": "29400"}),
+    ("[W socket.cpp:426] [c10d] The server socket has failed to bind to [::]:29400 "
+     "(errno: 98 - Address already in use).", "port-in-use", {"port": "29400"}),
     ("torch.distributed.DistNetworkError: The client socket has timed out after 15000ms while trying to connect to "
      "(lab-n01, 24411).", "client-connect-timeout", {"peer_host": "lab-n01", "port": "24411"}),
     ("node1:11:12 [1] init.cc:611 NCCL WARN Mismatched NCCL version detected : rank 8 version 21903 rank 0 version "
      "21805", "nccl-version-mismatch", {"peer_rank": "8", "rank": "0"}),
-    ("gpu-3:1:2 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.1.1.2<44178> with error 12, "
-     "opcode 0, len 0, vendor err 129", "nccl-ib-completion-error", {"peer_ip": "10.1.1.2", "status": "12"}),
+    ("gpu-3:1:2 [2] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.1.1.2<44178> "
+     "with error 12, opcode 0, len 0, vendor err 129", "nccl-ib-completion-error",
+     {"peer_ip": "10.1.1.2", "status": "12"}),
     ("include/socket.h:403 NCCL WARN Connect to 10.0.0.2<40433> failed : Connection refused", "nccl-connect-refused",
      {"peer_ip": "10.0.0.2"}),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB.", "cuda-oom", {"tried": "6.00 GiB"}),
