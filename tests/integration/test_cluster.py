@@ -244,7 +244,8 @@ def test_crash_node_fails_its_job_and_restart_brings_it_back(slurm_cluster, tmp_
     if TEST_NODES < 2:
         pytest.skip("needs a cluster of at least 2 nodes")
     first, node = f"{slurm_cluster.name}-n01", f"{slurm_cluster.name}-n{TEST_NODES:02d}"
-    job_id = slurm_cluster.run(["sbatch", "--parsable", "-N2", "-w", f"{first},{node}", "-o",
+    # --no-requeue: with JobRequeue=1 Slurm would requeue the job after the node failure.
+    job_id = slurm_cluster.run(["sbatch", "--parsable", "--no-requeue", "-N2", "-w", f"{first},{node}", "-o",
                                 str(tmp_path / "%j.out"), "--wrap", "srun sleep 300"]).stdout.strip().split(";")[0]
     try:
         wait_for(lambda: sacct_state(slurm_cluster, job_id) == ("RUNNING", "0:0"), 30, f"job {job_id} to run")
