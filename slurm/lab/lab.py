@@ -360,15 +360,6 @@ class Preempt(Hook):
                 "-o", "/dev/null", "-J", "lab-preemptor", "--wrap", "sleep 60"]
         ctx.injected["preemptor_job"] = ctx.cluster.run(argv).stdout.strip().split(";")[0]
         ctx.record(argv, None)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:  # the lab job leaves RUNNING: preempted and requeued (PENDING)
-            state = ctx.cluster.run(["squeue", "-h", "-j", str(ctx.job_id), "-o", "%T"], check=False).stdout.strip()
-            if state != "RUNNING":
-                break
-            time.sleep(0.5)
-        time.sleep(3)
-        ctx.cluster.run(["scancel", str(ctx.job_id)], check=False)  # stop the requeued copy before it reruns
-        ctx.injected["then"] = "the requeued (pending) job was cancelled by the lab so it would not run again"
 
     def cleanup(self, ctx: Context) -> None:
         if "preemptor_job" in ctx.injected:
@@ -407,6 +398,18 @@ def _job_state(cluster: Cluster, job_id: str) -> str:
         return out
     acct = cluster.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State"], check=False).stdout.split()
     return acct[0].split()[0] if acct else "UNKNOWN"
+
+
+def _attempt_over(cluster: Cluster, ctx: Context) -> bool:
+    """The job ended; or, after a live hook, Slurm requeued it (PENDING again): then the lab cancels the copy."""
+    state = _job_state(cluster, str(ctx.job_id)).split()[0]
+    if state in TERMINAL:
+        return True
+    if state == "PENDING" and ctx.injected.get("commands") and "then" not in ctx.injected:
+        cluster.run(["scancel", str(ctx.job_id)], check=False)
+        ctx.injected["then"] = (f"Slurm requeued the job; the lab cancelled the pending requeued copy at {utc_now()} "
+                                "(scancel) so it would not run again")
+    return False
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str, poll: float = 0.5) -> None:
@@ -491,8 +494,7 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
                      f"{scenario.trigger!r} in the logs of job {ctx.job_id}")
             hook.live(ctx)
             log(f"{scenario.name}: injected {ctx.injected.get('commands')}")
-        wait_for(lambda: _job_state(cluster, str(ctx.job_id)).split()[0] in TERMINAL, scenario.max_wait_s,
-                 f"job {ctx.job_id} to end")
+        wait_for(lambda: _attempt_over(cluster, ctx), scenario.max_wait_s, f"job {ctx.job_id} to end")
     except BaseException:
         if ctx.job_id:
             cluster.run(["scancel", ctx.job_id], check=False)
