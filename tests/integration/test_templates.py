@@ -45,11 +45,6 @@ def _write(tmp_path: Path, name: str, values: dict, args: list[str]) -> Path:
     return path
 
 
-def _submit(cluster, script: Path) -> str:
-    done = cluster.run(["sbatch", "--parsable", script.name], cwd=script.parent)
-    return done.stdout.strip().split(";")[0]
-
-
 def _state(cluster, job_id: str) -> tuple[str, str]:
     """(state of the job allocation, its ExitCode) from sacct."""
     out = cluster.run(["sacct", "-X", "-n", "-P", "-j", job_id, "--format=State,ExitCode"], check=False).stdout
@@ -108,13 +103,77 @@ def test_default_gpu_rendering_is_refused_only_for_its_gpus(slurm_cluster, tmp_p
     assert "gres" in done.stderr.lower()
 
 
-# --- real runs of the CPU variants -------------------------------------------------------------------
+# --- real runs, submitted together so that they share the cluster's time ----------------------------
+
+RUNS = {  # name -> (template, values, training arguments, extra sbatch options)
+    "requeue": ("requeue", {}, ["--epochs", "2", "--steps-per-epoch", "15", "--step-sleep", "0.3",
+                                "--checkpoint-every", "0"], []),
+    "sweep": ("sweep", {"tasks_per_node": 2, "array": "0-1"},
+              ["--epochs", "1", "--steps-per-epoch", "6", "--step-sleep", "0.5"], ["--nodelist={node3}"]),
+    "srun-cpu": ("srun-cpu", {"tasks_per_node": 2}, ["--epochs", "1", "--steps-per-epoch", "8"], []),
+    "torchrun-cpu": ("torchrun-cpu", {"tasks_per_node": 2}, ["--epochs", "1", "--steps-per-epoch", "8"], []),
+    "failing": ("srun-cpu", {}, ["--epochs", "0"], []),  # argparse error on every rank, exit 2
+}
+
+
+@pytest.fixture(scope="module")
+def submitted(slurm_cluster, tmp_path_factory) -> dict[str, tuple[str, Path]]:
+    """Every real run rendered and submitted at once: name -> (job id, its submit folder)."""
+    jobs = {}
+    for key, (name, extra, args, options) in RUNS.items():
+        folder = tmp_path_factory.mktemp(key)
+        values = _values(name, **extra)
+        if name == "requeue":
+            values["checkpoint_dir"] = str(folder / "ckpt")
+        else:
+            args = [*args, "--checkpoint-dir", str(folder / "ckpt")]
+        script = _write(folder, name, values, args)
+        opts = [o.format(node3=f"{slurm_cluster.name}-n03") for o in options]
+        done = slurm_cluster.run(["sbatch", "--parsable", *opts, script.name], cwd=folder)
+        jobs[key] = (done.stdout.strip().split(";")[0], folder)
+    yield jobs
+    slurm_cluster.run(["scancel", *(job for job, _ in jobs.values())], check=False)
+
+
+# The requeue test comes first: its job must still be training when the test sends USR2.
+def test_requeue_template_checkpoints_on_usr2_requeues_and_resumes(slurm_cluster, submitted) -> None:
+    job_id, tmp_path = submitted["requeue"]
+    first = tmp_path / "logs" / job_id / "attempt_0"
+    deadline = time.monotonic() + 120
+    while "step 10 " not in "".join(f.read_text() for f in first.glob("*_0_log.out")):  # training is under way
+        assert time.monotonic() < deadline, "the first attempt never reached step 10"
+        time.sleep(0.5)
+    slurm_cluster.run(["scancel", "--signal=USR2", "--batch", job_id])
+
+    def skip_requeue_delay(_: str) -> None:
+        # Slurm makes a requeued job wait ~2 minutes (EligibleTime); the test does not need that pause.
+        slurm_cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False)
+
+    state, code = _wait_gone(slurm_cluster, job_id, 170, on_pending=skip_requeue_delay)
+    batch = (tmp_path / f"ddp-requeue_{job_id}.out").read_text()
+    assert (state, code) == ("COMPLETED", "0:0"), batch
+    assert "batch shell got SIGUSR2" in batch and f"requeueing job {job_id} (restart 1 of at most 3)" in batch
+    assert batch.count("=== job") == 2  # --open-mode=append kept both attempts
+
+    stopped = _finals([ln for f in first.glob("*_log.out") for ln in f.read_text().splitlines()])
+    assert {r["status"] for r in stopped} == {"preempted"} and len(stopped) == 2
+    stop_step = stopped[0]["step"]
+    assert 10 <= stop_step < 30
+
+    second = tmp_path / "logs" / job_id / "attempt_1"
+    rank0 = (second / f"{job_id}_0_log.out").read_text()
+    assert f"resumed from {tmp_path / 'ckpt' / job_id / 'last.pt'} at step {stop_step}" in rank0
+    done = _finals([ln for f in second.glob("*_log.out") for ln in f.read_text().splitlines()])
+    assert sorted(r["rank"] for r in done) == [0, 1]
+    assert {r["status"] for r in done} == {"done"} and {r["step"] for r in done} == {30}
+    assert len({r["params_sha256"] for r in done}) == 1
+    assert f"=== job {job_id} attempt 1 (requeue cap 3)" in batch  # SLURM_RESTART_COUNT reached the script
+    _analyze(slurm_cluster, tmp_path / "logs" / job_id)  # the attempt_<N> folders read without error
+
 
 @pytest.mark.parametrize("name", ["srun-cpu", "torchrun-cpu"])
-def test_cpu_template_runs_two_node_ddp_to_completion(slurm_cluster, tmp_path: Path, name: str) -> None:
-    script = _write(tmp_path, name, _values(name, tasks_per_node=2),
-                    ["--epochs", "1", "--steps-per-epoch", "8", "--checkpoint-dir", str(tmp_path / "ckpt")])
-    job_id = _submit(slurm_cluster, script)
+def test_cpu_template_runs_two_node_ddp_to_completion(slurm_cluster, submitted, name: str) -> None:
+    job_id, tmp_path = submitted[name]
     state, code = _wait_gone(slurm_cluster, job_id, 150)
     log_dir = tmp_path / "logs" / job_id
     batch = (tmp_path / f"ddp-{name}_{job_id}.out").read_text()
@@ -135,10 +194,9 @@ def test_cpu_template_runs_two_node_ddp_to_completion(slurm_cluster, tmp_path: P
     _analyze(slurm_cluster, log_dir)
 
 
-def test_failing_step_fails_the_job_and_points_at_the_post_mortem(slurm_cluster, tmp_path: Path) -> None:
-    script = _write(tmp_path, "srun-cpu", _values("srun-cpu"), ["--epochs", "0"])  # argparse error, exit 2
-    job_id = _submit(slurm_cluster, script)
-    state, code = _wait_gone(slurm_cluster, job_id, 90)
+def test_failing_step_fails_the_job_and_points_at_the_post_mortem(slurm_cluster, submitted) -> None:
+    job_id, tmp_path = submitted["failing"]
+    state, code = _wait_gone(slurm_cluster, job_id, 150)
     # srun reports the worst task: 2 from the failing rank, or 15 for its peer that --kill-on-bad-exit ended
     assert state == "FAILED" and code in ("2:0", "15:0")
     batch = (tmp_path / f"ddp-srun-cpu_{job_id}.out").read_text()
@@ -147,40 +205,20 @@ def test_failing_step_fails_the_job_and_points_at_the_post_mortem(slurm_cluster,
     _analyze(slurm_cluster, tmp_path / "logs" / job_id)
 
 
-# --- requeue -----------------------------------------------------------------------------------------
-
-def test_requeue_template_checkpoints_on_usr2_requeues_and_resumes(slurm_cluster, tmp_path: Path) -> None:
-    script = _write(tmp_path, "requeue", _values("requeue", checkpoint_dir=str(tmp_path / "ckpt")),
-                    ["--epochs", "2", "--steps-per-epoch", "15", "--step-sleep", "0.3", "--checkpoint-every", "0"])
-    job_id = _submit(slurm_cluster, script)
-    first = tmp_path / "logs" / job_id / "attempt_0"
-    deadline = time.monotonic() + 90
-    while "step 10 " not in "".join(f.read_text() for f in first.glob("*_0_log.out")):  # training is under way
-        assert time.monotonic() < deadline, "the first attempt never reached step 10"
-        time.sleep(0.5)
-    slurm_cluster.run(["scancel", "--signal=USR2", "--batch", job_id])
-
-    def skip_requeue_delay(_: str) -> None:
-        # Slurm makes a requeued job wait ~2 minutes (EligibleTime); the test does not need that pause.
-        slurm_cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False)
-
-    state, code = _wait_gone(slurm_cluster, job_id, 170, on_pending=skip_requeue_delay)
-    batch = (tmp_path / f"ddp-requeue_{job_id}.out").read_text()
-    assert (state, code) == ("COMPLETED", "0:0"), batch
-    assert "batch shell got SIGUSR2" in batch and f"requeueing job {job_id} (restart 1 of at most 3)" in batch
-    assert "=== job" in batch and batch.count("=== job") == 2  # --open-mode=append kept both attempts
-
-    stopped = _finals([ln for f in first.glob("*_log.out") for ln in f.read_text().splitlines()])
-    assert {r["status"] for r in stopped} == {"preempted"} and len(stopped) == 2
-    stop_step = stopped[0]["step"]
-    assert 10 <= stop_step < 30
-
-    second = tmp_path / "logs" / job_id / "attempt_1"
-    rank0 = (second / f"{job_id}_0_log.out").read_text()
-    assert f"resumed from {tmp_path / 'ckpt' / job_id / 'last.pt'} at step {stop_step}" in rank0
-    done = _finals([ln for f in second.glob("*_log.out") for ln in f.read_text().splitlines()])
-    assert sorted(r["rank"] for r in done) == [0, 1]
-    assert {r["status"] for r in done} == {"done"} and {r["step"] for r in done} == {30}
-    assert len({r["params_sha256"] for r in done}) == 1
-    assert f"=== job {job_id} attempt 1 (requeue cap 3)" in batch  # SLURM_RESTART_COUNT reached the script
-    _analyze(slurm_cluster, tmp_path / "logs" / job_id)  # the attempt_<N> folders read without error
+def test_sweep_array_tasks_on_one_node_get_their_own_ports_and_arguments(slurm_cluster, submitted) -> None:
+    """Two array tasks, each a 2-rank DDP run, pinned to one node: distinct ports and SWEEP entries, both finish."""
+    array_id, tmp_path = submitted["sweep"]
+    node = f"{slurm_cluster.name}-n03"
+    state, code = _wait_gone(slurm_cluster, array_id, 150)
+    assert (state, code) == ("COMPLETED", "0:0")
+    ports, lrs = set(), set()
+    for task in (0, 1):
+        batch = (tmp_path / f"ddp-sweep_{array_id}_{task}.out").read_text()
+        ports.add(re.search(r"master \S+:(\d+)", batch)[1])
+        lrs.add(re.search(r"--lr (\S+);", batch)[1])
+        finals = _finals([ln for f in (tmp_path / "logs" / f"{array_id}_{task}").glob("*_log.out")
+                          for ln in f.read_text().splitlines()])
+        assert sorted(r["rank"] for r in finals) == [0, 1] and len({r["params_sha256"] for r in finals}) == 1
+        assert {r["host"] for r in finals} == {node}
+    assert ports == {str(10000 + (int(array_id) + t) % 20000) for t in (0, 1)}
+    assert lrs == {"0.1", "0.03"}  # each array task took its own SWEEP entry
