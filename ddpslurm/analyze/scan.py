@@ -42,14 +42,17 @@ def body_is_slurm(text: str) -> bool:
     return bool(_SLURM_HEAD.match(text))
 
 
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in (8, 9, 10, 12, 13, 27)) + b"\x7f"
+
+
 def is_binary(head: bytes) -> bool:
     """Heuristic: NUL bytes or mostly non-text bytes in the first block."""
     if not head:
         return False
-    if head.count(b"\x00") > max(1, len(head) // 200):
+    if head.count(b"\x00") > max(1, len(head) // 100):
         return True
-    text = sum(1 for b in head if b >= 0x20 or b in (9, 10, 13, 27))
-    return text / len(head) < 0.7
+    control = len(head) - len(head.translate(None, _CONTROL_BYTES))
+    return control / len(head) > 0.1
 
 
 def iter_blocks(handle, chunk: int = CHUNK, max_line: int = MAX_LINE) -> Iterator[tuple[bytes, int]]:

@@ -1,0 +1,160 @@
+"""Rules: the culprit is not the loudest traceback. Small synthetic jobs, one per rule."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddpslurm.analyze.api import analyze_paths
+from ddpslurm.analyze.diagnose import expand_ranks
+from ddpslurm.analyze.diagnosis import RankRow
+from ddpslurm.analyze.report import collapse_rows
+
+WATCHDOG_V3 = ("[rank{r}]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank {r}] failure "
+               "detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {seq}, last completed "
+               "work: {done}\n")
+DIST_BACKEND = ("[rank{r}]: torch.distributed.DistBackendError: [Rank {r}] Watchdog caught collective operation "
+                "timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+                "for 600039 milliseconds before timing out.\n")
+
+
+def write_ranks(tmp_path: Path, texts: dict[int, str]) -> list[Path]:
+    paths = []
+    for rank, text in texts.items():
+        path = tmp_path / f"4242_{rank}_log.err"
+        path.write_text(text)
+        paths.append(path)
+    return paths
+
+
+def diagnose(paths: list[Path]) -> dict:
+    return analyze_paths(paths).to_dict()
+
+
+def test_rank0_straggler_absent_from_timeouts(tmp_path: Path) -> None:
+    texts = {r: WATCHDOG_V3.format(r=r, seq=90, done=89) + DIST_BACKEND.format(r=r, seq=90) for r in range(1, 4)}
+    texts[0] = "evaluating and saving a checkpoint...\n"
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"]) == ("collective_timeout", 0)
+
+
+def test_lowest_last_completed_is_the_suspect(tmp_path: Path) -> None:
+    texts = {r: WATCHDOG_V3.format(r=r, seq=90, done=89) for r in range(4)}
+    texts[2] = WATCHDOG_V3.format(r=2, seq=88, done=87)
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"]) == ("collective_timeout", 2)
+
+
+def test_one_oom_then_watchdog_timeouts_everywhere(tmp_path: Path) -> None:
+    texts = {r: WATCHDOG_V3.format(r=r, seq=90, done=89) + DIST_BACKEND.format(r=r, seq=90) for r in range(4)}
+    texts[3] = ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    loss.backward()\n"
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"], got["retry"]) == ("cuda_oom", 3, "stop")
+    roles = {row["rank"]: row["role"] for row in got["ranks"]}
+    assert roles == {0: "victim", 1: "victim", 2: "victim", 3: "culprit"}
+    assert got["evidence"][0]["rank"] == 3 and "OutOfMemoryError" in got["evidence"][0]["text"]
+
+
+def test_agent_sigterms_survivors_the_missing_pid_died_first(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-77.out"
+    lines = [f"node01:{pid}:{pid} [{lr}] NCCL INFO comm 0x1{lr} rank {lr} nranks 4 cudaDev {lr} busId 1 - Init COMPLETE"
+             for lr, pid in enumerate((100, 101, 102, 103))]
+    lines += [f"W0217 08:19:10.679000 99 torch/distributed/elastic/multiprocessing/api.py:890] Sending process {pid} "
+              "closing signal SIGTERM" for pid in (100, 101, 103)]
+    log.write_text("\n".join(lines) + "\n")
+    got = diagnose([log])
+    assert got["first_failing_rank"] == 2
+    assert got["first_failing_host"] == "node01"
+
+
+def test_peer_named_by_gloo_victims(tmp_path: Path) -> None:
+    texts = {r: f"distributed init: rank {r}/3 host node0{r} addr 10.0.0.{r}\n" for r in range(3)}
+    for r in (0, 1):
+        texts[r] += ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                     "[node02]:5290\n")
+    texts[2] = "start of step 7\n"
+    paths = write_ranks(tmp_path, texts)
+    (tmp_path / "4242_2_log.out").write_text(
+        "submitit INFO (2024-01-01 00:00:00,000) - Starting with JobEnvironment(job_id=4242, hostname=node02, "
+        "local_rank=0(1), node=2(3), global_rank=2(3))\n")
+    got = diagnose([*paths, tmp_path / "4242_2_log.out"])
+    assert (got["first_failing_rank"], got["first_failing_host"]) == (2, "node02")
+
+
+def test_store_barrier_missing_rank_is_rendezvous_timeout(tmp_path: Path) -> None:
+    texts = {r: ("RuntimeError: Timed out initializing process group in store based barrier on rank: "
+                 f"{r}, for key: store_based_barrier_key:1 (world_size=4, worker_count=3, timeout=0:30:00)\n")
+             for r in (0, 1, 3)}
+    texts[2] = "loading dataset index...\n"
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"]) == ("rendezvous_timeout", 2)
+
+
+def test_monitored_barrier_names_the_rank(tmp_path: Path) -> None:
+    texts = {0: "RuntimeError: [Rank 0]: Ranks 6 failed to pass monitoredBarrier in 1800000 ms\n"}
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"]) == ("collective_timeout", 6)
+
+
+def test_earliest_culprit_by_time_wins(tmp_path: Path) -> None:
+    texts = {1: "[E0101 10:00:05.000 x.py:1] [rank1] RuntimeError: CUDA error: an illegal memory access was "
+                "encountered\n",
+             3: "[E0101 10:00:02.000 x.py:1] [rank3] torch.OutOfMemoryError: CUDA out of memory.\n"}
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"], got["confidence"]) == ("cuda_oom", 3, "high")
+
+
+def test_time_limit_outranks_the_tracebacks_it_causes(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-9.out"
+    log.write_text("slurmstepd: error: *** JOB 9 ON node01 CANCELLED AT 2024-05-08T08:47:31 DUE TO TIME LIMIT ***\n"
+                   "0: Traceback (most recent call last):\n0:   File \"t.py\", line 1, in <module>\n"
+                   "0: KeyboardInterrupt\n")
+    got = diagnose([log])
+    assert (got["cause"], got["first_failing_rank"], got["retry"]) == ("slurm_time_limit", None, "requeue")
+
+
+def test_hardware_fault_excludes_the_node(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-5.out"
+    log.write_text("5: [rank5]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+                   "srun: error: gpu-a07: task 5: Exited with exit code 1\n")
+    got = diagnose([log])
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("gpu_hardware", 5, "gpu-a07")
+    assert got["exclude_nodes"] == ["gpu-a07"] and got["retry"] == "requeue"
+    assert any("--exclude=gpu-a07" in a for a in got["advice"])
+
+
+def test_nothing_matched_is_unknown_with_the_last_lines(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("step 1 loss 2.0\nstep 2 loss 1.9\nstep 3 loss 1.8\n")
+    got = diagnose([log])
+    assert got["cause"] == "unknown" and got["confidence"] == "low"
+    assert got["evidence"] and got["evidence"][-1]["text"] == "step 3 loss 1.8"
+
+
+def test_json_schema_is_exactly_the_design(tmp_path: Path) -> None:
+    got = diagnose(write_ranks(tmp_path, {0: "ValueError: bad config\n"}))
+    assert set(got) == {"cause", "first_failing_rank", "first_failing_host", "confidence", "summary", "advice",
+                        "evidence", "ranks", "retry", "exclude_nodes"}
+    assert all(set(e) == {"file", "line", "rank", "time", "text"} for e in got["evidence"])
+    assert all(set(r) == {"rank", "host", "role", "first_error"} for r in got["ranks"])
+    json.dumps(got)
+
+
+@pytest.mark.parametrize(("text", "ranks"), [
+    ("2-7", [2, 3, 4, 5, 6, 7]),
+    ("0,3-5", [0, 3, 4, 5]),
+    ("6, 7", [6, 7]),
+    ("x", []),
+])
+def test_expand_ranks(text: str, ranks: list[int]) -> None:
+    assert expand_ranks(text) == ranks
+
+
+def test_rank_table_collapses_runs_of_alike_victims() -> None:
+    rows = [RankRow(r, "n", "victim", f"[Rank {r}] Watchdog caught collective operation timeout") for r in range(512)]
+    rows[300] = RankRow(300, "n", "culprit", "OOM")
+    groups = collapse_rows(rows)
+    assert [(label, count) for label, _, count in groups] == [("0-299", 300), ("300", 1), ("301-511", 211)]

@@ -1,0 +1,163 @@
+"""Streaming parsers: tracebacks per rank stream, torchelastic blocks, NCCL rank map, line caps, prefilter."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from ddpslurm.analyze.api import analyze_paths
+from ddpslurm.analyze.events import SourceFile
+from ddpslurm.analyze.scan import candidate_starts, is_binary, iter_blocks, scan_file
+from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.analyze.tracebacks import TracebackAssembler
+
+
+@pytest.fixture(scope="module")
+def sigs():
+    return load_signatures(use_env=False)
+
+
+def scan_text(tmp_path: Path, sigs, text: str, name: str = "job.log", rank: int | None = None):
+    path = tmp_path / name
+    path.write_text(text)
+    return scan_file(SourceFile(path=str(path), display=name, rank=rank, size=path.stat().st_size), sigs)
+
+
+INTERLEAVED = """\
+[rank1]: Traceback (most recent call last):
+[rank3]: Traceback (most recent call last):
+[rank1]:   File "train.py", line 10, in <module>
+[rank3]:   File "train.py", line 12, in <module>
+[rank1]:     main()
+[rank3]:     step(batch)
+[rank3]:   File "model.py", line 40, in step
+[rank1]: KeyError: 'label'
+[rank3]:     raise ValueError("bad shape")
+[rank3]: ValueError: bad shape
+"""
+
+
+def test_interleaved_tracebacks_are_assembled_per_rank(tmp_path: Path, sigs) -> None:
+    events, _ = scan_text(tmp_path, sigs, INTERLEAVED)
+    exceptions = {e.rank: (e.text, e.line, e.get("where")) for e in events if e.kind == "exception"}
+    assert exceptions == {1: ("KeyError: 'label'", 8, "train.py:10 in <module>"),
+                          3: ("ValueError: bad shape", 10, "model.py:40 in step")}
+
+
+CHAINED = """\
+Traceback (most recent call last):
+  File "a.py", line 1, in f
+    open(path)
+FileNotFoundError: [Errno 2] No such file or directory: '/data/x'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "a.py", line 5, in g
+    raise RuntimeError("dataset missing") from None
+RuntimeError: dataset missing
+"""
+
+
+def test_chained_traceback_reports_the_last_exception_once(tmp_path: Path, sigs) -> None:
+    events, _ = scan_text(tmp_path, sigs, CHAINED, rank=2)
+    exceptions = [e for e in events if e.kind == "exception"]
+    assert [(e.text, e.rank, e.line) for e in exceptions] == [("RuntimeError: dataset missing", 2, 11)]
+
+
+def test_c_plus_plus_lines_do_not_end_a_traceback() -> None:
+    asm = TracebackAssembler()
+    feed = [
+        "Traceback (most recent call last):",
+        '  File "t.py", line 3, in <module>',
+        "node1:12:13 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 - Init COMPLETE",
+        "    dist.all_reduce(t)",
+        "torch.distributed.DistBackendError: NCCL error",
+        "next line",
+    ]
+    out = []
+    for i, line in enumerate(feed, 1):
+        out += asm.feed("s", line, i)[1]
+    assert [(e.text, e.line) for e in out] == [("torch.distributed.DistBackendError: NCCL error", 5)]
+
+
+ELASTIC = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2024-05-08_08:47:32
+  host      : node02
+  rank      : 11 (local_rank: 3)
+  exitcode  : -15 (pid: 1235)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 1235
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-05-08_08:47:31
+  host      : node02
+  rank      : 10 (local_rank: 2)
+  exitcode  : -9 (pid: 1234)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 1234
+============================================================
+"""
+
+
+def test_elastic_failure_block(tmp_path: Path, sigs) -> None:
+    events, _ = scan_text(tmp_path, sigs, ELASTIC)
+    blocks = {e.get("section"): e for e in events if e.kind == "elastic_failure"}
+    root, other = blocks["root"], blocks["other"]
+    assert (root.rank, root.host, root.pid, root.local_rank, root.get("signal")) == (10, "node02", 1234, 2, "SIGKILL")
+    assert (other.rank, other.get("exitcode")) == (11, "-15")
+    assert root.time is not None and other.time is not None and root.time < other.time
+
+
+def test_nccl_init_maps_host_pid_to_global_rank(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-1.out"
+    log.write_text(
+        "gpu-b02:4242:4300 [1] NCCL INFO comm 0x55 rank 1 nranks 2 cudaDev 1 busId 1000 - Init START\n"
+        "gpu-b02:4242:4300 [1] NCCL INFO comm 0x66 rank 5 nranks 8 cudaDev 1 busId 1000 - Init COMPLETE\n"
+        "gpu-b02:4242:4300 [1] NCCL INFO comm 0x55 rank 1 nranks 2 cudaDev 1 busId 1000 - Init COMPLETE\n"
+        "\n"
+        "gpu-b02:4242:4310 [1] enqueue.cc:100 NCCL WARN Cuda failure 'out of memory'\n"
+    )
+    got = analyze_paths([log]).to_dict()
+    # the bracket [1] is the CUDA device; the world communicator (nranks 8) says global rank 5
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("cuda_oom", 5, "gpu-b02")
+
+
+def test_overlong_line_is_truncated_in_bounded_memory() -> None:
+    data = b"a" * 5_000_000 + b" RuntimeError: lost\nnext line\n"
+    blocks = list(iter_blocks(io.BytesIO(data), chunk=1 << 16, max_line=1024))
+    assert sum(t for _, t in blocks) == 1
+    assert max(len(b) for b, _ in blocks) <= (1 << 16) + 1024 + 1
+    assert b"".join(b for b, _ in blocks).count(b"\n") == 2
+
+
+def test_blocks_keep_line_numbers_across_chunks() -> None:
+    data = b"".join(b"line %d\n" % i for i in range(10_000))
+    blocks = [b for b, _ in iter_blocks(io.BytesIO(data), chunk=777, max_line=4096)]
+    assert b"".join(blocks) == data
+
+
+def test_candidate_starts_are_line_starts_of_anchor_lines() -> None:
+    block = b"ok\nsome Error here\nok\nWARN x\n"
+    assert candidate_starts(block, [b"rror", b"WARN"]) == [3, 22]
+
+
+@pytest.mark.parametrize(("head", "binary"), [
+    (b"\x80\x04\x95pickle\x00\x00\x00\x00" * 50, True),
+    (bytes(range(256)) * 8, True),
+    ("plain text with \u00e9 accents\n".encode() * 50, False),
+    (b"\xff\xfe not utf-8 but text\n" * 50, False),
+    (b"a log line\n" * 300 + b"\x00" * 8, False),  # a few NULs at the end of a crashed, truncated log
+    (b"", False),
+], ids=["pickle", "all-bytes", "utf8", "latin", "nul-tail", "empty"])
+def test_is_binary(head: bytes, binary: bool) -> None:
+    assert is_binary(head) is binary
