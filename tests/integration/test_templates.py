@@ -108,6 +108,8 @@ def test_default_gpu_rendering_is_refused_only_for_its_gpus(slurm_cluster, tmp_p
 RUNS = {  # name -> (template, values, training arguments, extra sbatch options)
     "requeue": ("requeue", {}, ["--epochs", "2", "--steps-per-epoch", "15", "--step-sleep", "0.3",
                                 "--checkpoint-every", "0"], []),
+    "requeue-cap": ("requeue", {"max_requeues": 0}, ["--epochs", "1", "--steps-per-epoch", "600", "--step-sleep", "0.3",
+                                                      "--checkpoint-every", "0"], []),
     "sweep": ("sweep", {"tasks_per_node": 2, "array": "0-1"},
               ["--epochs", "1", "--steps-per-epoch", "6", "--step-sleep", "0.5"], ["--nodelist={node3}"]),
     "srun-cpu": ("srun-cpu", {"tasks_per_node": 2}, ["--epochs", "1", "--steps-per-epoch", "8"], []),
@@ -169,6 +171,24 @@ def test_requeue_template_checkpoints_on_usr2_requeues_and_resumes(slurm_cluster
     assert len({r["params_sha256"] for r in done}) == 1
     assert f"=== job {job_id} attempt 1 (requeue cap 3)" in batch  # SLURM_RESTART_COUNT reached the script
     _analyze(slurm_cluster, tmp_path / "logs" / job_id)  # the attempt_<N> folders read without error
+
+
+def test_requeue_cap_reached_stops_with_a_checkpoint_and_no_requeue(slurm_cluster, submitted) -> None:
+    job_id, tmp_path = submitted["requeue-cap"]
+    first = tmp_path / "logs" / job_id / "attempt_0"
+    deadline = time.monotonic() + 150
+    while "step 10 " not in "".join(f.read_text() for f in first.glob("*_0_log.out")):
+        assert time.monotonic() < deadline, "the run never reached step 10"
+        time.sleep(0.5)
+    slurm_cluster.run(["scancel", "--signal=USR2", "--batch", job_id])
+    state, code = _wait_gone(slurm_cluster, job_id, 120)
+    batch = (tmp_path / f"ddp-requeue_{job_id}.out").read_text()
+    assert (state, code) == ("FAILED", "1:0"), batch
+    assert "requeue cap 0 reached, not requeueing" in batch and "requeueing job" not in batch
+    assert not (tmp_path / "logs" / job_id / "attempt_1").exists()
+    stopped = _finals([ln for f in first.glob("*_log.out") for ln in f.read_text().splitlines()])
+    assert {r["status"] for r in stopped} == {"preempted"} and 10 <= stopped[0]["step"] < 600
+    assert (tmp_path / "ckpt" / job_id / "last.pt").is_file()  # resubmitting can go on from here
 
 
 @pytest.mark.parametrize("name", ["srun-cpu", "torchrun-cpu"])

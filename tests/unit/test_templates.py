@@ -390,3 +390,22 @@ def test_cli_usage_errors_exit_2(args: list[str]) -> None:
     done = _cli(*args)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
+
+
+def test_installed_layout_renders_and_refuses_to_regenerate(tmp_path: Path) -> None:
+    """A wheel puts the golden files at ddpslurm/_data/sbatch_templates (pyproject force-include)."""
+    site = tmp_path / "site"
+    shutil.copytree(REPO / "ddpslurm", site / "ddpslurm", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(GOLDEN, site / "ddpslurm" / "_data" / "sbatch_templates")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    where = subprocess.run([sys.executable, "-c", "import ddpslurm, ddpslurm._data as d; "
+                            "print(ddpslurm.__file__); print(d.data_dir('sbatch_templates'))"],
+                           capture_output=True, text=True, env=env, cwd=tmp_path, check=True).stdout.split()
+    assert where == [str(site / "ddpslurm" / "__init__.py"), str(site / "ddpslurm" / "_data" / "sbatch_templates")]
+    shown = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "template", "srun-gpu"], capture_output=True,
+                           text=True, env=env, cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout == (GOLDEN / "srun-gpu.sbatch").read_text()
+    refused = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "template", "--regenerate"], capture_output=True,
+                             text=True, env=env, cwd=tmp_path)
+    assert refused.returncode == 1 and "cannot be regenerated" in refused.stderr
+    assert (GOLDEN / "srun-gpu.sbatch").read_text() == templates.render("srun-gpu")
