@@ -99,16 +99,16 @@ def status(job: str, wait: bool, as_json: bool) -> None:
     """
     import json
 
-    from ddpslurm.scheduler.status import exit_code_for, job_status, render_text, wait_for_job
+    from ddpslurm.scheduler.status import JobStatus, exit_code_for, job_status, progress_line, render_text, wait_for_job
 
     if not wait:
         result = job_status(job)
     elif as_json or not sys.stdout.isatty():
-        last: list[str] = []
+        last: list[str] = [""]
 
-        def show_line(update: object) -> None:
-            line = render_text(update).splitlines()[0]  # type: ignore[arg-type]
-            if not as_json and line != (last[-1] if last else None):
+        def show_line(update: JobStatus) -> None:
+            line = progress_line(update)
+            if not as_json and line != last[-1]:
                 click.echo(line)
             last.append(line)
 

@@ -1,4 +1,5 @@
-"""`ddpslurm status`: one job's state from sacct, or from scontrol while accounting does not know it.
+"""`ddpslurm status`: one job's state from sacct (steps, exit codes, attempts) and the controller
+(scontrol: the live state, which slurmdbd records a moment later, requeue count, pending reason).
 
 Exit codes of `ddpslurm status` (see `exit_code_for`): 0 the status was shown (with `--wait`: the
 job COMPLETED), 1 a ddpslurm error (unknown job, Slurm missing), 2 usage error, 3 with `--wait` only:
@@ -46,6 +47,8 @@ class JobStatus:
     folder: str | None = None
     #: The controller says the job ended but sacct does not know yet (its steps may be out of date).
     accounting_lags: bool = False
+    #: Slurm state of the attempt before the current one (why it was requeued), when sacct knows it.
+    previous_state: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -58,7 +61,7 @@ class JobStatus:
             "terminal": self.terminal, "exit_code": self.exit_code, "signal": self.signal,
             "requeue_count": self.requeue_count, "nodelist": self.nodelist, "reason": self.reason,
             "elapsed_s": self.elapsed_s, "folder": self.folder, "source": self.source,
-            "accounting_lags": self.accounting_lags,
+            "accounting_lags": self.accounting_lags, "previous_state": self.previous_state,
             "steps": [step_dict(s) for s in self.steps],
         }
 
@@ -90,6 +93,7 @@ def status_from_accounting(acc: JobAccounting, folder: str | None = None) -> Job
         job_id=acc.job_id, state=cur.state, raw_state=cur.raw_state, terminal=cur.terminal,
         exit_code=cur.exit_code, signal=cur.signal, requeue_count=acc.requeue_count, nodelist=cur.nodelist,
         reason=None, elapsed_s=cur.elapsed_s, source="sacct", name=cur.name, steps=cur.steps, folder=folder,
+        previous_state=acc.attempts[-2].raw_state if len(acc.attempts) > 1 else None,
     )
 
 
@@ -233,16 +237,22 @@ def _exit_text(code: int | None, signal: int | None) -> str:
     return f"{code}" if not signal else f"{code} (signal {signal})"
 
 
-def render_text(status: JobStatus) -> str:
+def progress_line(status: JobStatus) -> str:
+    """The first line of `render_text` without the elapsed time: `--wait` prints it when it changes."""
+    return render_text(status, with_elapsed=False).splitlines()[0]
+
+
+def render_text(status: JobStatus, with_elapsed: bool = True) -> str:
     """Plain-text status for a terminal or a log (pure)."""
     head = f"job {status.job_id}" + (f" ({status.name})" if status.name else "")
     parts = [f"{head}: {status.raw_state or status.state.value.upper()}"]
     if status.terminal:
         parts.append(f"exit {_exit_text(status.exit_code, status.signal)}")
-    parts.append(f"requeued {status.requeue_count}x")
+    parts.append(f"requeued {status.requeue_count}x"
+                 + (f" (previous attempt {status.previous_state})" if status.previous_state else ""))
     if status.nodelist:
         parts.append(f"nodes {status.nodelist}")
-    if status.elapsed_s is not None:
+    if status.elapsed_s is not None and with_elapsed:
         parts.append(f"elapsed {status.elapsed_s}s")
     if status.reason:
         parts.append(f"reason {status.reason}")

@@ -247,3 +247,29 @@ def test_recorded_array_job_records(query: str, found: str | None, tasks: list[s
     acc = accounting_from_records(query, records)
     assert (acc.current.job_id if acc else None) == found
     assert array_tasks(query, records) == tasks
+
+
+def test_recorded_node_failure_requeue_names_the_previous_attempt() -> None:
+    """Job 2815463 ran on h3-n[01-03]; `slurm/cluster crash-node h3-n03` made it NODE_FAIL, Slurm requeued
+    it, and it was cancelled while pending (its nodes were down)."""
+    from ddpslurm.scheduler.status import progress_line
+
+    records = parse_sacct((DATA / "sacct_node_fail_requeued.txt").read_text())
+    acc = accounting_from_records("2815463", records)
+    assert acc is not None
+    status = status_from_accounting(acc)
+    assert (status.state, status.requeue_count, status.previous_state) == (JobState.CANCELLED, 1, "NODE_FAIL")
+    assert progress_line(status) == (
+        "job 2815463 (wrap): CANCELLED by 0  exit 0  requeued 1x (previous attempt NODE_FAIL)")
+    assert [s.signal for s in acc.attempts[0].steps] == [15, 15]
+    assert status.to_dict()["previous_state"] == "NODE_FAIL"
+
+
+def test_progress_line_ignores_elapsed_time() -> None:
+    from ddpslurm.scheduler.status import progress_line
+
+    acc = accounting_from_records("2815410", RECORDS)
+    assert acc is not None
+    status = status_from_accounting(acc)
+    assert "elapsed" in render_text(status).splitlines()[0]
+    assert progress_line(status) == "job 2815410 (wrap): RUNNING  requeued 0x  nodes h3-n03"
