@@ -31,6 +31,7 @@ GREP_PATTERN = ("Traceback|Error|error:|NCCL WARN|Watchdog caught|failure detect
 @dataclass
 class Run:
     seconds: float
+    cpu_seconds: float     # user + system time of the whole process tree (robust to a loaded machine)
     max_rss_mb: float      # largest single process (getrusage of the children)
     tree_rss_mb: float     # sum over the process tree, sampled
     stdout: str
@@ -67,7 +68,8 @@ def measure(argv: list[str]) -> Run:
     wrapper = ("import resource, subprocess, sys\n"
                "p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)\n"
                "sys.stdout.buffer.write(p.stdout)\n"
-               "sys.stderr.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\n"
+               "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+               "sys.stderr.write(f'{u.ru_maxrss} {u.ru_utime + u.ru_stime}')\n"
                "sys.exit(p.returncode)\n")
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", wrapper, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -86,8 +88,8 @@ def measure(argv: list[str]) -> Run:
     seconds = time.perf_counter() - start
     done.set()
     sampler.join()
-    max_rss_kb = int(err.strip().splitlines()[-1]) if err.strip() else 0
-    return Run(seconds, max_rss_kb / 1024, peak[0] / 1024, out, proc.returncode)
+    max_rss_kb, cpu = err.strip().splitlines()[-1].split() if err.strip() else ("0", "0")
+    return Run(seconds, float(cpu), int(max_rss_kb) / 1024, peak[0] / 1024, out, proc.returncode)
 
 
 def best(argv: list[str], runs: int) -> Run:
@@ -144,22 +146,27 @@ def main() -> None:
 
     print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, analyze --jobs {args.jobs or 'default'}, "
           f"best of {args.runs}, warm cache")
-    print(f"{'bytes':>14} {'analyze s':>10} {'GB/s':>7} {'RSS MB (max proc)':>18} {'RSS MB (tree)':>14} "
-          f"{'grep s':>8} {'ratio':>7}")
-    print(f"{size:>14,} {analyze.seconds:>10.2f} {size / 1e9 / analyze.seconds:>7.3f} {analyze.max_rss_mb:>18.0f} "
-          f"{analyze.tree_rss_mb:>14.0f} {grep.seconds:>8.2f} {analyze.seconds / grep.seconds:>7.1f}x")
+    print(f"load average before: {os.getloadavg()[0]:.1f} (wall times are only meaningful on an idle machine; "
+          "CPU seconds are user+sys of the whole process tree)")
+    print(f"{'bytes':>14} {'analyze s':>10} {'GB/s':>7} {'analyze cpu s':>14} {'RSS MB (max proc)':>18} "
+          f"{'RSS MB (tree)':>14} {'grep s':>8} {'grep cpu s':>11} {'ratio wall':>11} {'ratio cpu':>10}")
+    print(f"{size:>14,} {analyze.seconds:>10.2f} {size / 1e9 / analyze.seconds:>7.3f} {analyze.cpu_seconds:>14.2f} "
+          f"{analyze.max_rss_mb:>18.0f} {analyze.tree_rss_mb:>14.0f} {grep.seconds:>8.2f} {grep.cpu_seconds:>11.2f} "
+          f"{analyze.seconds / grep.seconds:>10.1f}x {analyze.cpu_seconds / max(grep.cpu_seconds, 1e-3):>9.1f}x")
 
     if args.linearity:
         ranks = sorted({int(p.name.split("_")[1]) for p in files})
         print(f"\nlinearity ({len(ranks)} ranks in the full job):")
-        print(f"{'fraction':>9} {'files':>6} {'bytes':>14} {'analyze s':>10} {'s per GB':>9}")
+        print(f"{'fraction':>9} {'files':>6} {'bytes':>14} {'analyze s':>10} {'s per GB':>9} {'cpu s':>8} "
+              f"{'cpu s per GB':>13}")
         for frac in (0.25, 0.5, 1.0):
             keep = set(ranks[: max(1, int(len(ranks) * frac))])
             subset = [p for p in files if int(p.name.split("_")[1]) in keep]
             sub_size = sum(p.stat().st_size for p in subset)
             run = best(analyze_argv(subset, args.jobs), args.runs)
             print(f"{frac:>9.2f} {len(subset):>6} {sub_size:>14,} {run.seconds:>10.2f} "
-                  f"{run.seconds / (sub_size / 1e9):>9.2f}")
+                  f"{run.seconds / (sub_size / 1e9):>9.2f} {run.cpu_seconds:>8.2f} "
+                  f"{run.cpu_seconds / (sub_size / 1e9):>13.2f}")
 
 
 if __name__ == "__main__":
