@@ -113,7 +113,7 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
     Template("srun-cpu", "multi-node DDP on CPUs with gloo, one srun task per process (rank = SLURM_PROCID)",
              ("nodes", "tasks_per_node", "gloo_socket_ifname", *_COMMON), {"cpus_per_task": 4}),
     Template("torchrun-gpu", "multi-node DDP, one srun task per node running torchrun, NCCL over InfiniBand",
-             ("nodes", "tasks_per_node", *_GPU, *_COMMON)),
+             ("nodes", "tasks_per_node", *_GPU, *_COMMON), {"cpus_per_task": 32}),  # one task per node: all cores
     Template("torchrun-cpu", "multi-node DDP on CPUs with gloo, one srun task per node running torchrun",
              ("nodes", "tasks_per_node", "gloo_socket_ifname", *_COMMON), {"cpus_per_task": 4}),
     Template("requeue", "one task per GPU that checkpoints on USR2 (preemption, time limit) and requeues itself",
@@ -121,7 +121,7 @@ TEMPLATES: dict[str, Template] = {t.name: t for t in (
     Template("sweep", "job-array hyper-parameter sweep, one DDP run per array task, ports that never collide",
              ("nodes", "tasks_per_node", "array", *_GPU, *_COMMON), {"nodes": 1}),
     Template("standalone", "single-node multi-GPU job with torchrun --standalone (no ports to choose)",
-             ("tasks_per_node", *_GPU, *_COMMON)),
+             ("tasks_per_node", *_GPU, *_COMMON), {"cpus_per_task": 32}),
 )}
 
 
@@ -215,6 +215,8 @@ def rerender_command(template: Template, values: Mapping[str, Value], train_args
     """The `ddpslurm template ...` command line that renders exactly this script."""
     argv = ["ddpslurm", "template", template.name]
     for param in template.params:
+        if param == "tasks_per_node" and int(values.get("gpus_per_node", 0)) > 0:
+            continue  # one rank per GPU: the value does not matter
         if values[param] != "" or PARAMS[param].kind is int:
             argv += [PARAMS[param].option, str(values[param])]
     if train_args:
