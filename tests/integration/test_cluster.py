@@ -181,6 +181,35 @@ def test_clusters_do_not_share_hostnames_or_subnets(slurm_cluster) -> None:
     assert len(set(names)) == len(names)
 
 
+@pytest.mark.slurm
+def test_step_over_its_memory_is_killed(slurm_cluster, tmp_path: Path) -> None:
+    """OverMemoryKill: Slurm's accounting kills a step that outgrows --mem (the host_oom failure class)."""
+    hog = "x = bytearray(400 * 2**20); import time; time.sleep(10)"
+    result = slurm_cluster.run(["srun", "-N1", "--mem=150M", "python3", "-c", hog], check=False, timeout=120)
+    assert result.returncode != 0
+    assert re.search(r"StepId=\d+\.0 exceeded memory limit \(\d+ > 157286400\), being killed", result.stderr)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_urgent_partition_preempts_and_requeues_debug_jobs(slurm_cluster, tmp_path: Path) -> None:
+    node = f"{slurm_cluster.name}-n01"
+    victim = slurm_cluster.run(["sbatch", "--parsable", "-N1", "-w", node, "--exclusive", "-o",
+                                str(tmp_path / "victim_%j.out"), "--wrap", "sleep 300"]).stdout.strip()
+    try:
+        wait_for(lambda: sacct_state(slurm_cluster, victim) == ("RUNNING", "0:0"), 30, "the debug job to run")
+        urgent = slurm_cluster.run(["sbatch", "--parsable", "-p", "urgent", "-N1", "-w", node, "--exclusive",
+                                    "-o", "/dev/null", "--wrap", "true"]).stdout.strip()
+        wait_for(lambda: sacct_state(slurm_cluster, urgent) == ("COMPLETED", "0:0"), 120, "the urgent job to run")
+        history = slurm_cluster.run(["sacct", "-n", "-X", "-D", "-P", "-j", victim, "-o", "State"]).stdout.split()
+        assert history[0] == "PREEMPTED"
+        assert "DUE TO PREEMPTION" in (tmp_path / f"victim_{victim}.out").read_text()
+        requeued = slurm_cluster.run(["squeue", "-h", "-j", victim, "-o", "%T"], check=False).stdout.strip()
+        assert requeued in ("PENDING", "RUNNING", "CONFIGURING")
+    finally:
+        slurm_cluster.run(["scancel", victim], check=False)
+
+
 # ---------------------------------------------------------------- a cluster of its own: down
 
 
