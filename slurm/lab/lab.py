@@ -257,6 +257,7 @@ class Context:
     job_id: str | None = None
     injected: dict[str, Any] = field(default_factory=dict)
     processes: list[subprocess.Popen] = field(default_factory=list)
+    live_fired: bool = False
 
     def node(self, key: str = "node") -> str:
         return self.nodes[int(self.scenario.hook_arg(key)) - 1]
@@ -405,7 +406,7 @@ def _attempt_over(cluster: Cluster, ctx: Context) -> bool:
     state = _job_state(cluster, str(ctx.job_id)).split()[0]
     if state in TERMINAL:
         return True
-    if state == "PENDING" and ctx.injected.get("commands") and "then" not in ctx.injected:
+    if state == "PENDING" and ctx.live_fired and "then" not in ctx.injected:
         cluster.run(["scancel", str(ctx.job_id)], check=False)
         ctx.injected["then"] = (f"Slurm requeued the job; the lab cancelled the pending requeued copy at {utc_now()} "
                                 "(scancel) so it would not run again")
@@ -493,6 +494,7 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
             wait_for(lambda: _logs_contain(job_dir, scenario.trigger or ""), scenario.max_wait_s,
                      f"{scenario.trigger!r} in the logs of job {ctx.job_id}")
             hook.live(ctx)
+            ctx.live_fired = True
             log(f"{scenario.name}: injected {ctx.injected.get('commands')}")
         wait_for(lambda: _attempt_over(cluster, ctx), scenario.max_wait_s, f"job {ctx.job_id} to end")
     except BaseException:
