@@ -504,6 +504,9 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
     finally:
         hook.cleanup(ctx)
         remove_lab_cgroups()
+    if not list(job_dir.glob("attempt_*/rank_*.start.json")):
+        raise LabError(f"job {ctx.job_id} of {scenario.name} never started a rank (no start record in {job_dir}); "
+                       "no case written")
     acct = cluster.run(["sacct", "-X", "-n", "-P", "-j", ctx.job_id, "-o", "State,ExitCode,NodeList,Elapsed"])
     state, exit_code, nodelist, elapsed = acct.stdout.strip().splitlines()[-1].split("|")
     allocation = cluster.expand(nodelist) if nodelist and nodelist != "None assigned" else nodes

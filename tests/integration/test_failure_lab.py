@@ -107,6 +107,19 @@ def test_substitute_names_cluster_nodes(args: list[str], expected: tuple[str, ..
     assert lab.substitute(args, ["c-n01", "c-n02", "c-n03"]) == expected
 
 
+@pytest.mark.parametrize(
+    ("line", "kept"),
+    [("[2026-11-22T17:59:43.444] [2815412.0] error: StepId=2815412.0 exceeded memory limit", True),
+     ("[2026-11-22T17:59:18.725] _slurm_rpc_submit_batch_job: JobId=2815412 InitPrio=1", True),
+     ("[2026-11-22T17:59:19.227] Launching batch job 2815412 for UID 0", True),
+     ("[2026-11-22T17:59:19.227] Launching batch job 28154120 for UID 0", False),
+     ("[2026-11-22T17:59:19.227] Launching batch job 12815412 for UID 0", False),
+     ("[2026-11-22T17:59:19.227] sched: Allocate JobId=2815413 NodeList=lab-n[01-03]", False)],
+)
+def test_job_lines_keeps_only_the_jobs_own_lines(line: str, kept: bool) -> None:
+    assert lab.job_lines([line + "\n"], "2815412") == ([line + "\n"] if kept else [])
+
+
 def test_copy_job_leaves_out_pickles_and_checkpoints(tmp_path: Path) -> None:
     job = tmp_path / "job_7"
     (job / "attempt_0").mkdir(parents=True)
