@@ -10,10 +10,14 @@ from typing import Any
 from ddpslurm.launch.plan import plan as make_plan
 from ddpslurm.launch.spec import make_spec
 
+#: Exit status of `submit --wait` when the job ended in failure (the same as `ddpslurm status --wait`).
+EXIT_JOB_FAILED = 3
+
 
 def run_submit(options: dict[str, Any], *, dry_run: bool, wait: bool, as_json: bool,
                echo: Callable[..., None]) -> int:
-    """Validate, plan, and print (--dry-run) or submit; returns the exit status for the CLI."""
+    """Validate, plan, and print (--dry-run) or submit; returns the exit status for the CLI
+    (0, or EXIT_JOB_FAILED when a waited-for job failed)."""
     spec = make_spec(**options)
     plan = make_plan(spec)
     from ddpslurm.launch import submit as submitting
@@ -56,4 +60,4 @@ def run_submit(options: dict[str, Any], *, dry_run: bool, wait: bool, as_json: b
             echo(f"Job {submitted.job_id} {state}{suffix}.")
         else:
             echo(f"Job {submitted.job_id} {state}{suffix}. See why: ddpslurm analyze {folder}", err=True)
-    return 0 if ok else 1
+    return 0 if ok else EXIT_JOB_FAILED

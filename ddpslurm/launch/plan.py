@@ -7,7 +7,9 @@ task. `--dry-run` prints it; `submit.py` executes it.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ddpslurm.launch.spec import JobSpec
@@ -32,6 +34,16 @@ ENV_DEFAULTS: tuple[tuple[str, str, str], ...] = (
 #: Set only where the NCCL in use supports it (NCCL >= 2.23, CUDA available).
 NCCL_TIMESTAMP_ENV = ("NCCL_DEBUG_TIMESTAMP_FORMAT", "[%F %T.%6f] ")
 NCCL_TIMESTAMP_MIN_VERSION = (2, 23, 0)
+
+
+def package_setup(package_parent: str | None = None) -> list[str]:
+    """sbatch lines that make the job import this very ddpslurm (a source checkout or an editable
+    install would otherwise lose to whatever `ddpslurm` the job's working directory or site-packages
+    holds). Empty for an installed wheel, which every node finds in site-packages."""
+    parent = package_parent or str(Path(__file__).resolve().parents[2])
+    if Path(parent).name in ("site-packages", "dist-packages"):
+        return []
+    return [f"export PYTHONPATH={shlex.quote(parent)}${{PYTHONPATH:+:$PYTHONPATH}}"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,9 @@ def _slurm_params(spec: JobSpec) -> dict[str, Any]:
         "srun_args": list(srun_args(spec)),
         "additional_parameters": extra,
     }
+    setup = package_setup()
+    if setup:
+        params["setup"] = setup
     cpus = spec.cpus_per_task
     if torchrun:  # one task per node hosts all the node's ranks
         cpus = (cpus or 1) * spec.tasks_per_node
@@ -103,6 +118,9 @@ def _slurm_params(spec: JobSpec) -> dict[str, Any]:
 def _local_params(spec: JobSpec) -> dict[str, Any]:
     params: dict[str, Any] = {"tasks_per_node": spec.world_size, "nodes": 1, "timeout_min": spec.time_min,
                               "signal_delay_s": spec.signal_delay_s}
+    setup = package_setup()
+    if setup:
+        params["setup"] = setup
     if spec.gpus_per_node:
         params["gpus_per_node"] = spec.gpus_per_node * spec.nodes
     return params

@@ -2,10 +2,10 @@
 
 Slurm sends the same signal (USR2, `--signal-delay` D seconds early) for both. Like submitit, the
 elapsed time of the attempt tells them apart, but with the signal delay in the rule: a signal after
-min(0.8 T, T - D - 60 s) of a T-second limit is the time limit, an earlier one a preemption. (submitit's
-min(0.8 T, T - 10 min) calls every signal in a job shorter than 10 minutes a time limit; the 60 s
-cover the start-up between the job's start and the worker's clock.) Requeues are capped by
-SLURM_RESTART_COUNT (the attempt number).
+min(0.8 T, T - D - 120 s) of a T-second limit is the time limit, an earlier one a preemption. (submitit's
+min(0.8 T, T - 10 min) calls every signal in a job shorter than 10 minutes a time limit; the 120 s
+cover Slurm sending the signal up to 60 s early plus the start-up between the job's start and the
+worker's clock.) Requeues are capped by SLURM_RESTART_COUNT (the attempt number).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ PREEMPTION = "preemption"
 CAP_REACHED_EXIT = 75
 
 
-#: Start-up allowance (s) between the job's start and the worker's clock.
-START_SLACK_S = 60
+#: Allowance (s): Slurm's signal may come 60 s early, and the worker's clock starts after the job's.
+START_SLACK_S = 120
 
 
 def is_time_limit(elapsed_s: float, limit_s: float, signal_delay_s: float) -> bool:

@@ -19,6 +19,8 @@ DEFAULT_FOLDER = "ddpslurm_jobs"
 DEFAULT_SIGNAL_DELAY_S = 90
 DEFAULT_MAX_REQUEUES = 3
 DEFAULT_TIME = "60"
+#: sbatch(1): "the signal may be sent up to 60 seconds earlier than specified".
+SIGNAL_RESOLUTION_S = 60
 
 #: sbatch options ddpslurm sets itself: `--sbatch-arg` may not override them (flag to use instead).
 RESERVED_SBATCH_KEYS: dict[str, str] = {
@@ -176,9 +178,11 @@ def make_spec(
     if not _JOB_NAME.match(job_name):
         raise UsageError(f"--job-name {job_name!r} is invalid", "Use letters, digits, `_`, `.`, `+` or `-`")
     time_s = parse_time(time)
-    if signal_delay_s >= time_s:
-        raise UsageError(f"--signal-delay {signal_delay_s}s is not shorter than --time {time} ({time_s}s)",
-                         "Lower --signal-delay or raise --time")
+    if signal_delay_s + SIGNAL_RESOLUTION_S >= time_s:
+        raise UsageError(
+            f"--signal-delay {signal_delay_s}s leaves no time in a --time {time} ({time_s}s) job: Slurm may send "
+            f"the signal up to {SIGNAL_RESOLUTION_S}s earlier than asked, i.e. before the script starts",
+            f"Use --signal-delay below {time_s - SIGNAL_RESOLUTION_S}s or raise --time")
     if local and launcher != "srun":
         raise UsageError("--local runs ranks as local processes and cannot use --launcher torchrun",
                          "Drop --launcher torchrun, or submit to Slurm without --local")

@@ -208,23 +208,15 @@ class Outcome:
     detail: str = ""
 
 
-def wait_slurm(job_id: str, poll_s: float = 2.0, settle_polls: int = 2) -> Outcome:
-    """Poll sacct until the job is in a terminal state (seen `settle_polls` times in a row, so the
-    short window of a requeue is not taken for the end)."""
-    from ddpslurm.scheduler.accounting import job_accounting
-    from ddpslurm.scheduler.states import SUCCESS
+def wait_slurm(job_id: str) -> Outcome:
+    """Wait for the end of the job through `ddpslurm status`'s poller (sacct, scontrol while sacct lags;
+    intervals growing to 30 s; a requeued job is not over)."""
+    from ddpslurm.scheduler.status import wait_for_job
 
-    seen = 0
-    while True:
-        accounting = job_accounting(job_id)
-        if accounting is not None and accounting.terminal:
-            seen += 1
-            if seen >= settle_polls:
-                state = accounting.state
-                detail = f"exit code {accounting.exit_code}" if accounting.exit_code is not None else ""
-                if accounting.requeue_count:
-                    detail = f"{detail}, requeued {accounting.requeue_count} time(s)".lstrip(", ")
-                return Outcome(state.value, state in SUCCESS, detail)
-        else:
-            seen = 0
-        time.sleep(poll_s)
+    status = wait_for_job(job_id)
+    details = []
+    if status.exit_code is not None:
+        details.append(f"exit code {status.exit_code}" + (f", signal {status.signal}" if status.signal else ""))
+    if status.requeue_count:
+        details.append(f"requeued {status.requeue_count} time(s)")
+    return Outcome(status.state.value, not status.failed, ", ".join(details))

@@ -1,76 +1,94 @@
 """Capture a process's fd 1 and fd 2 into a file while still passing them through.
 
 Works at the file-descriptor level, so C++ writes (c10d, gloo, NCCL) are captured too: each fd is
-redirected into a pipe; a thread copies the pipe to the original destination and to the log file.
+redirected into a pipe, and a small forked copier process copies the pipes to the original
+destinations and to the log file. A process, not a thread: when the rank dies (abort, SIGKILL of the
+rank alone) the copier still drains what the rank wrote last, which is usually the error message.
+The copier ignores the signals Slurm sends to every process of a step (TERM, INT, HUP, USR1, USR2)
+and ends when all writers have closed the pipes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
+import signal
 import sys
-import threading
+import time
 from pathlib import Path
 
 _CHUNK = 65536
+_IGNORED_IN_COPIER = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                      signal.SIGALRM, signal.SIGCONT)
 
 
 class FdTee:
-    """`start()` redirects fds 1 and 2 through the tee; `stop()` restores them and drains the pipes."""
+    """`start()` redirects fds 1 and 2 through the copier; `stop()` restores them and lets it drain."""
 
     def __init__(self, log_path: Path, fds: tuple[int, ...] = (1, 2)) -> None:
         self.log_path = log_path
         self.fds = fds
         self._saved: dict[int, int] = {}
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._log_fd = -1
+        self._pid = 0
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         _flush_python_streams()
-        for fd in self.fds:
-            saved = os.dup(fd)
-            read_end, write_end = os.pipe()
+        pipes = {fd: os.pipe() for fd in self.fds}
+        saved = {fd: os.dup(fd) for fd in self.fds}
+        pid = os.fork()
+        if pid == 0:  # the copier
+            try:
+                for sig in _IGNORED_IN_COPIER:
+                    signal.signal(sig, signal.SIG_IGN)
+                for _, write_end in pipes.values():
+                    os.close(write_end)
+                _copy({read_end: saved[fd] for fd, (read_end, _) in pipes.items()}, log_fd)
+            finally:
+                os._exit(0)
+        os.close(log_fd)
+        for fd, (read_end, write_end) in pipes.items():
+            os.close(read_end)
             os.dup2(write_end, fd)
             os.close(write_end)
-            self._saved[fd] = saved
-            thread = threading.Thread(target=self._pump, args=(read_end, saved), name=f"ddpslurm-tee-{fd}",
-                                      daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def _pump(self, read_end: int, destination: int) -> None:
-        try:
-            while True:
-                data = os.read(read_end, _CHUNK)
-                if not data:
-                    break
-                with self._lock:
-                    _write_all(self._log_fd, data)
-                _write_all(destination, data)
-        except OSError:
-            pass
-        finally:
-            os.close(read_end)
+        self._saved, self._pid = saved, pid
 
     def stop(self, timeout: float = 2.0) -> None:
-        """Restore the fds; wait up to `timeout` for the copies (children may still hold the pipe)."""
+        """Restore the fds and wait up to `timeout` s for the copier (children may still hold the pipe)."""
+        if not self._pid:
+            return
         _flush_python_streams()
         for fd, saved in self._saved.items():
-            os.dup2(saved, fd)
-        for thread in self._threads:
-            thread.join(timeout)
-        if any(thread.is_alive() for thread in self._threads):
-            return  # a child still writes: keep its destinations open (closing could hit a reused fd)
-        for saved in self._saved.values():
+            os.dup2(saved, fd)  # drops this process's write end of the pipe
             os.close(saved)
-        self._saved.clear()
-        self._threads.clear()
-        if self._log_fd >= 0:
-            os.close(self._log_fd)
-            self._log_fd = -1
+        self._saved = {}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildProcessError):
+                if os.waitpid(self._pid, os.WNOHANG)[0]:
+                    break
+            time.sleep(0.01)
+        self._pid = 0
+
+
+def _copy(sources: dict[int, int], log_fd: int) -> None:
+    """Copy every readable source to its destination and to `log_fd` until all reach end of file."""
+    open_fds = dict(sources)
+    while open_fds:
+        try:
+            ready, _, _ = select.select(list(open_fds), [], [])
+        except InterruptedError:
+            continue
+        for read_end in ready:
+            data = os.read(read_end, _CHUNK)
+            if not data:
+                os.close(read_end)
+                del open_fds[read_end]
+                continue
+            _write_all(log_fd, data)
+            _write_all(open_fds[read_end], data)
 
 
 def _flush_python_streams() -> None:

@@ -20,7 +20,8 @@ def _records(attempt: Path, kind: str) -> dict[int, dict]:
 
 
 def _local(tmp_path: Path, script: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + ":/usr/bin:/bin")  # no Slurm needed
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + ":/usr/bin:/bin",  # no Slurm needed
+               PYTHONPATH=str(REPO))
     env.pop("SLURM_CONF", None)
     return subprocess.run(
         [sys.executable, "-m", "ddpslurm.cli", "submit", str(script), "--local", "--tasks-per-node", "2",
@@ -47,7 +48,7 @@ def test_local_runs_two_ranks_to_completion(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_local_failure_exits_nonzero_and_records_the_rank(tmp_path: Path) -> None:
     done = _local(tmp_path, FAULT, "--mode", "raise", "--rank", "1", "--at", "2")
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert "failed" in done.stderr and "ddpslurm analyze" in done.stderr
     (job,) = (tmp_path / "jobs").glob("job_*")
     culprit = _records(job / "attempt_0", "exit")[1]

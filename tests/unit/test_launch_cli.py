@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def _submit(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ if env is None else env, PYTHONPATH=str(REPO))  # this checkout, not another install
     return subprocess.run([sys.executable, "-m", "ddpslurm.cli", "submit", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=60)
 

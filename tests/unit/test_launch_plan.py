@@ -33,7 +33,7 @@ CASES: dict[str, tuple[list[str], dict]] = {
     ),
     "torchrun_3x2": ([], {"nodes": 3, "tasks_per_node": 2, "launcher": "torchrun", "cpus_per_task": 2}),
     "local_2": ([], {"nodes": 1, "tasks_per_node": 2, "local": True}),
-    "no_requeue": ([], {"nodes": 2, "max_requeues": 0, "time": "1", "signal_delay_s": 30}),
+    "no_requeue": ([], {"nodes": 2, "max_requeues": 0, "time": "2", "signal_delay_s": 30}),
 }
 
 

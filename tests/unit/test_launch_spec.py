@@ -77,7 +77,7 @@ def test_spec_fields(script: Path, tmp_path: Path) -> None:
 
 
 def test_time_min_rounds_up(script: Path) -> None:
-    assert make_spec(script, time="0:90", signal_delay_s=10).time_min == 2
+    assert make_spec(script, time="1:30", signal_delay_s=10).time_min == 2
 
 
 @pytest.mark.parametrize(("kwargs", "fragment"), [
@@ -88,7 +88,9 @@ def test_time_min_rounds_up(script: Path) -> None:
     ({"cpus_per_task": 0}, "--cpus-per-task 0"),
     ({"max_requeues": -1}, "--max-requeues -1"),
     ({"signal_delay_s": 0}, "--signal-delay 0"),
-    ({"time": "5", "signal_delay_s": 300}, "not shorter than --time"),
+    ({"time": "5", "signal_delay_s": 300}, "leaves no time"),
+    ({"time": "1", "signal_delay_s": 10}, "up to 60s earlier"),
+    ({"time": "2", "signal_delay_s": 60}, "below 60s"),
     ({"launcher": "mpirun"}, "--launcher 'mpirun'"),
     ({"mem": "lots"}, "--mem 'lots'"),
     ({"interface": "eth0; rm -rf /"}, "--interface"),

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from ddpslurm.launch import records
 from ddpslurm.launch.netif import pick_interface, route_peer
-from ddpslurm.launch.plan import WorkerConfig
+from ddpslurm.launch.plan import WorkerConfig, package_setup
 from ddpslurm.launch.requeue import CAP_REACHED_EXIT, PREEMPTION, TIME_LIMIT, decide, is_time_limit
 from ddpslurm.launch.worker import (
     _version_tuple,
@@ -29,6 +30,8 @@ from ddpslurm.launch.worker import (
     (20, 60, 40, True),         # a 1-minute job signalled 40 s early: the time limit
     (22, 300, 90, False),       # 22 s into a 5-minute job: a preemption (submitit would say time limit)
     (215, 300, 90, True),       # 85 s before the end of a 5-minute job
+    (100, 300, 90, True),       # Slurm may signal up to 60 s early, and the worker starts late
+    (80, 300, 90, False),
     (2880, 3600, 90, True),     # 0.8 T of an hour
     (1000, 3600, 90, False),
     (3450, 3600, 90, True),
@@ -203,3 +206,34 @@ def test_tee_captures_fd_level_output_and_passes_it_through(tmp_path: Path) -> N
     assert "after stop" not in captured
     assert "python stdout" in done.stdout and "after stop" in done.stdout
     assert "from C on fd 2" in done.stderr and "python stderr" in done.stderr
+
+
+ABORT_PROBE = """
+import ctypes, os, sys
+from pathlib import Path
+from ddpslurm.launch.tee import FdTee
+FdTee(Path(sys.argv[1])).start()
+ctypes.CDLL(None).dprintf(2, b"last words before abort\\n")
+os.abort()
+"""
+
+
+def test_tee_keeps_the_last_words_of_a_rank_that_aborts(tmp_path: Path) -> None:
+    log = tmp_path / "rank_0.log"
+    done = subprocess.run([sys.executable, "-c", ABORT_PROBE, str(log)], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    deadline = time.time() + 5  # the copier drains after the rank is gone
+    while time.time() < deadline and "last words" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.05)
+    assert "last words before abort" in log.read_text()
+    assert "last words before abort" in done.stderr
+
+
+@pytest.mark.parametrize(("parent", "expected"), [
+    ("/usr/lib/python3/dist-packages", []),
+    ("/opt/venv/lib/python3.11/site-packages", []),
+    ("/work/main", ["export PYTHONPATH=/work/main${PYTHONPATH:+:$PYTHONPATH}"]),
+    ("/home/a b/src", ["export PYTHONPATH='/home/a b/src'${PYTHONPATH:+:$PYTHONPATH}"]),
+])
+def test_package_setup(parent: str, expected: list[str]) -> None:
+    assert package_setup(parent) == expected
