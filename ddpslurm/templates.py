@@ -196,9 +196,9 @@ def resolve(template: Template, overrides: Mapping[str, object]) -> dict[str, Va
     values = {p: validate(p, overrides.get(p, template.default(p))) for p in template.params}
     if "signal_delay" in values:
         limit = slurm_time_seconds(str(values["time"]))
-        if values["signal_delay"] * 2 > limit:
+        if values["signal_delay"] >= limit:
             raise TemplateError(f"--signal-delay {values['signal_delay']} leaves no time to train within "
-                                f"--time {values['time']}", "Use a time limit at least twice the signal delay")
+                                f"--time {values['time']}", "Use a time limit well above the signal delay")
     else:
         slurm_time_seconds(str(values["time"]))
     return values

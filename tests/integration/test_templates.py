@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -110,6 +111,9 @@ RUNS = {  # name -> (template, values, training arguments, extra sbatch options)
                                 "--checkpoint-every", "0"], []),
     "requeue-cap": ("requeue", {"max_requeues": 0}, ["--epochs", "1", "--steps-per-epoch", "600", "--step-sleep", "0.3",
                                                       "--checkpoint-every", "0"], []),
+    # Slurm itself sends USR2 (--signal=B:USR2@110) 10-40 s into a 2-minute limit; 150 steps need >= 45 s.
+    "time-limit": ("requeue", {"time": "2", "signal_delay": 110},
+                   ["--epochs", "1", "--steps-per-epoch", "150", "--step-sleep", "0.3", "--checkpoint-every", "0"], []),
     "sweep": ("sweep", {"tasks_per_node": 2, "array": "0-1"},
               ["--epochs", "1", "--steps-per-epoch", "6", "--step-sleep", "0.5"], ["--nodelist={node3}"]),
     "srun-cpu": ("srun-cpu", {"tasks_per_node": 2}, ["--epochs", "1", "--steps-per-epoch", "8"], []),
@@ -133,8 +137,26 @@ def submitted(slurm_cluster, tmp_path_factory) -> dict[str, tuple[str, Path]]:
         opts = [o.format(node3=f"{slurm_cluster.name}-n03") for o in options]
         done = slurm_cluster.run(["sbatch", "--parsable", *opts, script.name], cwd=folder)
         jobs[key] = (done.stdout.strip().split(";")[0], folder)
+    stop = threading.Event()
+    watcher = threading.Thread(target=_release_requeued, args=(slurm_cluster, jobs["time-limit"][0], stop), daemon=True)
+    watcher.start()
     yield jobs
+    stop.set()
     slurm_cluster.run(["scancel", *(job for job, _ in jobs.values())], check=False)
+
+
+def _release_requeued(cluster, job_id: str, stop: threading.Event) -> None:
+    """Once the time-limit job has requeued itself, let its next attempt start now and run to the end.
+
+    Test-only acceleration: Slurm holds a requeued job ~2 minutes (EligibleTime), and the 2-minute
+    limit that made Slurm send USR2 would signal the next attempt too; a user would give a real limit.
+    """
+    while not stop.wait(1):
+        queued = cluster.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], check=False).stdout.strip()
+        if not queued and _state(cluster, job_id)[0] not in ("", "REQUEUED", "PENDING", "RUNNING"):
+            return
+        if queued.startswith("PENDING") and "BeginTime" in queued:  # requeued, not merely waiting for nodes
+            cluster.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=5", "StartTime=now"], check=False)
 
 
 # The requeue test comes first: its job must still be training when the test sends USR2.
@@ -189,6 +211,22 @@ def test_requeue_cap_reached_stops_with_a_checkpoint_and_no_requeue(slurm_cluste
     stopped = _finals([ln for f in first.glob("*_log.out") for ln in f.read_text().splitlines()])
     assert {r["status"] for r in stopped} == {"preempted"} and 10 <= stopped[0]["step"] < 600
     assert (tmp_path / "ckpt" / job_id / "last.pt").is_file()  # resubmitting can go on from here
+
+
+def test_requeue_template_survives_its_time_limit(slurm_cluster, submitted) -> None:
+    """The real path: Slurm sends USR2 from --signal, the ranks checkpoint, the job requeues and finishes."""
+    job_id, tmp_path = submitted["time-limit"]
+    state, code = _wait_gone(slurm_cluster, job_id, 200)
+    batch = (tmp_path / f"ddp-requeue_{job_id}.out").read_text()
+    assert (state, code) == ("COMPLETED", "0:0"), batch
+    assert batch.count("batch shell got SIGUSR2") == 1 and f"requeueing job {job_id} (restart 1" in batch
+    stopped = _finals((tmp_path / "logs" / job_id / "attempt_0" / f"{job_id}_0_log.out").read_text().splitlines())
+    assert stopped[0]["status"] == "preempted" and 0 < stopped[0]["step"] < 150
+    rank0 = (tmp_path / "logs" / job_id / "attempt_1" / f"{job_id}_0_log.out").read_text()
+    assert f"at step {stopped[0]['step']}" in rank0
+    done = _finals([ln for f in (tmp_path / "logs" / job_id / "attempt_1").glob("*_log.out")
+                    for ln in f.read_text().splitlines()])
+    assert {(r["status"], r["step"]) for r in done} == {("done", 150)} and len({r["params_sha256"] for r in done}) == 1
 
 
 @pytest.mark.parametrize("name", ["srun-cpu", "torchrun-cpu"])

@@ -308,8 +308,8 @@ def test_slurm_time_seconds(text: str, seconds: int) -> None:
 
 def test_signal_delay_must_fit_in_the_time_limit() -> None:
     with pytest.raises(TemplateError, match="signal-delay"):
-        templates.render("requeue", {"time": "2", "signal_delay": 90})
-    assert "#SBATCH --signal=B:USR2@30" in templates.render("requeue", {"time": "2", "signal_delay": 30})
+        templates.render("requeue", {"time": "1", "signal_delay": 60})
+    assert "#SBATCH --signal=B:USR2@100" in templates.render("requeue", {"time": "2", "signal_delay": 100})
 
 
 def test_unknown_template_lists_the_known_ones() -> None:
