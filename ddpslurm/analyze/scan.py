@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ddpslurm.analyze.attribution import clean, nccl_source, strip_prefixes
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
-from ddpslurm.analyze.signatures import SignatureSet
+from ddpslurm.analyze.signatures import HEAD_ANCHORS, SignatureSet
 from ddpslurm.analyze.timestamps import parse_time
 from ddpslurm.analyze.tracebacks import ElasticBlock, Exc, TracebackAssembler
 
@@ -25,6 +25,8 @@ CHUNK = 1 << 20
 MAX_LINE = 16 * 1024
 TAIL_LINES = 6
 PARALLEL_MIN_BYTES = 8 << 20
+HEAD_BYTES = 64 << 10
+HEAD_ANCHOR_BYTES = tuple(a.encode() for a in HEAD_ANCHORS)
 
 _NCCL_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                         r"(?: cudaDev (?P<dev>\d+))?.*?Init (?:COMPLETE|START)")
@@ -258,10 +260,13 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
                 summary.binary = True
                 return [], summary
             handle.seek(0)
+            first = True
             for block, truncated in iter_blocks(handle):
                 summary.truncated_lines += truncated
                 summary.bytes += len(block)
-                lineno = _scan_block(block, lineno, state, anchors, every_line)
+                head = candidate_starts(block[:HEAD_BYTES], HEAD_ANCHOR_BYTES) if first else ()
+                lineno = _scan_block(block, lineno, state, anchors, every_line, head)
+                first = False
                 for piece in block[-4 * MAX_LINE:].splitlines()[-TAIL_LINES:]:
                     tail.append(piece[:400])
                 if on_bytes:
@@ -275,11 +280,14 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     return state.events, summary
 
 
-def _scan_block(block: bytes, lineno: int, state: _FileState, anchors: Sequence[bytes], every_line: bool) -> int:
+def _scan_block(block: bytes, lineno: int, state: _FileState, anchors: Sequence[bytes], every_line: bool,
+                extra: Sequence[int] = ()) -> int:
     """Process one block of complete lines; returns the line count after it."""
     n = len(block)
     cur = 0
     starts = None if every_line else candidate_starts(block, anchors)
+    if extra and starts is not None:
+        starts = sorted(set(starts) | set(extra))
     idx = 0
     while cur < n:
         if not (every_line or state.line_mode):
@@ -300,9 +308,19 @@ def _scan_block(block: bytes, lineno: int, state: _FileState, anchors: Sequence[
     return lineno
 
 
-def _scan_job(args: tuple[SourceFile, SignatureSet, int | None]) -> tuple[list[Event], FileSummary]:
-    source, sigs, year = args
-    return scan_file(source, sigs, year)
+_WORKER_SIGS: SignatureSet | None = None
+
+
+def _init_worker(sigs: SignatureSet) -> None:
+    """Pool initializer: the compiled signatures reach each worker once (inherited on fork)."""
+    global _WORKER_SIGS
+    _WORKER_SIGS = sigs
+
+
+def _scan_job(args: tuple[SourceFile, int | None]) -> tuple[list[Event], FileSummary]:
+    source, year = args
+    assert _WORKER_SIGS is not None
+    return scan_file(source, _WORKER_SIGS, year)
 
 
 def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequence[int | None] | None = None,
@@ -319,9 +337,9 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
     order = sorted(range(len(sources)), key=lambda i: -sources[i].size)
     results: dict[int, tuple[list[Event], FileSummary]] = {}
-    with ctx.Pool(min(count, len(sources))) as pool:
-        jobs = [(sources[i], sigs, years[i]) for i in order]
-        for i, result in zip(order, pool.imap(_scan_job, jobs, chunksize=1), strict=False):
+    with ctx.Pool(min(count, len(sources)), initializer=_init_worker, initargs=(sigs,)) as pool:
+        jobs = [(sources[i], years[i]) for i in order]
+        for i, result in zip(order, pool.imap(_scan_job, jobs, chunksize=4), strict=False):
             results[i] = result
             if progress:
                 progress(sources[i].size)

@@ -1,9 +1,11 @@
 """Failure signatures as data: load `analyzer/signatures/*.toml` (+ site folders), validate, compile.
 
 A bad file is an `AnalyzeInputError` naming the file and the signature id. The scanner's cheap prefilter
-is built here: every signature has literal substrings (given as `prefilter`, or derived from the pattern),
-and each literal is reduced to one of a few short ANCHORS (or kept itself), so a buffer is searched for a
-handful of byte strings before any regex runs.
+is built here: a buffer is searched for a few byte strings (ANCHORS) before any regex runs, and only lines
+holding one are parsed. A signature is reached through the anchors when one of its `prefilter` literals
+contains an anchor (its lines are expected to hold that literal); a signature none of whose literals
+contains an anchor (a site's `SITE GPU FAULT`) adds its literals as anchors. Per line, a signature's regex
+runs only when one of its literals is in the line.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ except ModuleNotFoundError:  # Python 3.10
 #: Short substrings that nearly every interesting line contains one of; signature literals that contain an
 #: anchor are found through it, the others become anchors themselves. Case-sensitive, like all prefilters.
 ANCHORS: tuple[str, ...] = (
-    "rror", "ERROR", "xception", "Traceback", "WARN", "Init ", "atchdog", "ignal", "SIG", "illed", "Kill", "exitcode",
-    "bort", "imed out", "imeout", "onnect", "emory", "ailure", "ailed", "CANCELLED", "egmentation", "evice", "ersion",
-    "nterface", "ismatch", "Xid", "ECC", "NET/IB", "oom", "eer", "Root Cause", "reempt", "srun: ",
-    "JobEnvironment(", "RESTART_COUNT",
+    "rror", "Traceback", "WARN", "Init COMPLETE", "atchdog", "ignal", "illed", "exitcode", "imed out", "RESTART_COUNT",
 )
+#: looked for only in the first HEAD_BYTES of a file (submitit writes it first)
+HEAD_ANCHORS: tuple[str, ...] = ("JobEnvironment(",)
+#: signature kinds the engine attaches to events it builds itself (never matched against a raw line)
+ENGINE_KINDS = ("elastic_failure",)
 _KEYS = {"id", "cause", "role", "pattern", "prefilter", "priority", "advice", "summary", "retry", "exclude_node",
          "kind", "description"}
 _ID = _re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -79,7 +82,7 @@ class SignatureSet:
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None."""
         for sig in self.signatures:
-            if sig.prefilter and not any(lit in text for lit in sig.prefilter):
+            if sig.kind in ENGINE_KINDS or (sig.prefilter and not any(lit in text for lit in sig.prefilter)):
                 continue
             m = sig.pattern.search(text, timeout=0.5) if len(text) > 2000 else sig.pattern.search(text)
             if m:
@@ -297,11 +300,12 @@ def build_set(signatures: Iterable[Signature], causes: dict[str, CauseInfo] | No
     """Order signatures by priority and compute the anchors of the prefilter."""
     ordered = sorted(signatures, key=lambda s: -s.priority)
     anchors: list[str] = list(ANCHORS)
-    literals = sorted({lit for sig in ordered for lit in sig.prefilter}, key=len)
-    for lit in literals:
-        anchor = _anchor_for(lit, anchors)
-        if anchor not in anchors:
-            anchors.append(anchor)
+    for sig in ordered:
+        if sig.kind in ENGINE_KINDS or any(a in lit for lit in sig.prefilter for a in ANCHORS):
+            continue  # found through an anchor one of its literals contains
+        for lit in sorted(sig.prefilter, key=len):
+            if _anchor_for(lit, anchors) == lit and lit not in anchors:
+                anchors.append(lit)
     always = tuple(s for s in ordered if not s.prefilter)
     return SignatureSet(signatures=ordered, causes=causes or {}, anchors=tuple(a.encode() for a in anchors),
                         always=always)
