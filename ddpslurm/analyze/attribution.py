@@ -111,6 +111,7 @@ class PathInfo:
     host: str | None = None
     attempt: int | None = None
     kind: str = "log"
+    task_file: bool = False  # submitit's %j_%t_log: the srun task id is the rank only with one task per rank
 
 
 _SUBMITIT = re.compile(r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_(?:log\.(?:out|err)|result\.pkl|submitted\.pkl)$")
@@ -142,7 +143,7 @@ def path_info(relative: PurePath) -> PathInfo:
             break
     m = _SUBMITIT.match(name)
     if m:
-        return PathInfo(rank=int(m["task"]), attempt=attempt, host=_host_from(parts[:-1]))
+        return PathInfo(rank=int(m["task"]), attempt=attempt, host=_host_from(parts[:-1]), task_file=True)
     m = _DDP_RANK.match(name)
     if m:
         rec = m["rec"] or ""

@@ -117,8 +117,8 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
     out: list[Event] = []
     for e in events:
         rank, host = e.rank, e.host
-        if facts.torchrun and e.get("srun_task") is not None and e.local_rank is None:
-            rank = None  # `N: ` from srun --label numbers torchrun's nodes, not ranks
+        if facts.torchrun and e.get("srun_task") is not None and e.kind not in ("start", "exit"):
+            rank = None  # `N: ` from srun --label (or %t of submitit) numbers torchrun's nodes, not ranks
         if e.kind == "slurm_task" and rank is None and not facts.torchrun:
             tasks = expand_ranks(e.get("tasks", ""))
             rank = tasks[0] if tasks else None
@@ -490,8 +490,12 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
         rank = None
         if chosen is not None and chosen.kind == "slurm_job" and cause != "node_failure":
             host = None
-    elif chosen is not None and not by_time and rank is not None and not inferred:
-        rank, host = _systemic(events, chosen, rank, host, facts)
+    elif chosen is not None and rank is not None and not inferred:
+        named = _named_by_majority(events, chosen)
+        if named is not None:  # most reports name the same rank as the odd one out: stronger than exit times
+            rank, host = named, facts.rank_host.get(named)
+        elif not by_time:
+            rank, host = _systemic(events, chosen, rank, host, facts)
     return _build(events, summaries, sigs, facts, cause, rank, host, confidence, chosen, support, by_time, notes)
 
 
@@ -519,13 +523,25 @@ def _complete(events: list[Event], chosen: Event, host: str | None, facts: Facts
 JOB_LEVEL = ("slurm_time_limit", "preempted", "slurm_cancelled", "node_failure")
 
 
+def _named_by_majority(events: list[Event], chosen: Event) -> int | None:
+    """The rank that most reports of the chosen failure name as their peer (desync debug, version checks)."""
+    alike = [e for e in events if e.rank is not None and e.signature == chosen.signature]
+    named = Counter(int(e.get("peer_rank", "")) for e in alike if e.get("peer_rank", "").isdigit())
+    if not named or len({e.rank for e in alike}) < 3:
+        return None
+    (odd, votes), *_ = named.most_common(1)
+    voters = {e.rank for e in alike if e.get("peer_rank") == str(odd)}
+    return odd if len(voters) * 2 > len({e.rank for e in alike}) and chosen.cause != "nccl_version_mismatch" else None
+
+
 def _systemic(events: list[Event], chosen: Event, rank: int, host: str | None,
               facts: Facts) -> tuple[int | None, str | None]:
     """Several ranks failed the same way with nothing to order them: no single first rank.
 
     The host stays when all of them are on one host (a node-local problem), else it is dropped too.
     """
-    alike = [e for e in events if e.rank is not None and e.cause == chosen.cause and e.role in ("culprit", "either")]
+    alike = [e for e in events if e.rank is not None and e.cause == chosen.cause
+             and (e.role == "culprit" or e.signature == chosen.signature)]
     same = {e.rank for e in alike}
     if len(same) <= 1:
         return rank, host

@@ -118,7 +118,7 @@ def _source(path: Path, relative: PurePath, size: int) -> SourceFile:
     if path.suffix == ".json" and kind == "log":
         kind = "json"
     return SourceFile(path=str(path), display=str(path), rank=info.rank, host=info.host, local_rank=info.local_rank,
-                      attempt=info.attempt, kind=kind, size=size)
+                      attempt=info.attempt, kind=kind, size=size, task_file=info.task_file)
 
 
 def select_attempt(sources: list[SourceFile], attempt: str | int | None) -> list[SourceFile]:

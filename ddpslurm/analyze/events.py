@@ -60,6 +60,7 @@ class SourceFile:
     attempt: int | None = None
     kind: str = "log"  # log | start_record | exit_record | job_record | elastic_error
     size: int = 0
+    task_file: bool = False  # the rank came from an srun task id (a node index under torchrun)
 
 
 @dataclass

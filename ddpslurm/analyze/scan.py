@@ -115,6 +115,7 @@ class _FileState:
     streams: dict[object, tuple[int | None, int | None, str | None]] = field(default_factory=dict)
     last_time: tuple[float, str] | None = None
     label_rank: int | None = None
+    prefix_rank: int | None = None
 
     @property
     def line_mode(self) -> bool:
@@ -134,6 +135,7 @@ class _FileState:
         if body_is_slurm(p.text):
             rank, local, host = p.rank, p.local_rank, p.host  # srun/slurmstepd speak for the job, not this file's rank
         self.label_rank = p.rank if p.rank_from_label else None
+        self.prefix_rank = None if p.rank_from_label else p.rank
         stream = (p.rank, p.local_rank, p.host)
         self.streams[stream] = (rank, local, host)
         body = p.text
@@ -197,7 +199,8 @@ class _FileState:
               family: str | None = None) -> None:
         if time is None:
             time, family = self._time(time_text, body)
-        if self.label_rank and rank is not None and rank == self.label_rank:
+        if rank is not None and (rank == self.label_rank or (self.source.task_file and self.prefix_rank is None
+                                                             and rank == self.source.rank)):
             fields = (*fields, ("srun_task", str(rank)))
         self.events.append(Event(
             file=self.source.display, line=lineno, kind=kind, text=body[:2000], rank=rank, host=host, pid=pid,
