@@ -529,7 +529,7 @@ def _named_by_majority(events: list[Event], chosen: Event) -> int | None:
     named = Counter(int(e.get("peer_rank", "")) for e in alike if e.get("peer_rank", "").isdigit())
     if not named or len({e.rank for e in alike}) < 3:
         return None
-    (odd, votes), *_ = named.most_common(1)
+    (odd, _votes), *_ = named.most_common(1)
     voters = {e.rank for e in alike if e.get("peer_rank") == str(odd)}
     return odd if len(voters) * 2 > len({e.rank for e in alike}) and chosen.cause != "nccl_version_mismatch" else None
 
