@@ -3,13 +3,15 @@
     python benchmarks/cli_startup.py [--runs 20]
 
 Uses hyperfine when it is installed (its own warmup and statistics); otherwise a Python loop of --runs fresh
-processes after one warmup run, printing min and median wall time in milliseconds. Also reports whether the
+processes after one warmup run, printing min and median wall and CPU (user+sys) time in milliseconds (CPU time is
+what to compare on a loaded machine). Also reports whether the
 import pulled in torch, pandas, submitit or numpy (it must not: tests/unit/test_cli_startup.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import statistics
 import subprocess
@@ -24,14 +26,21 @@ COMMANDS = {
 }
 
 
-def loop(argv: list[str], runs: int) -> list[float]:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def loop(argv: list[str], runs: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU (user+sys) milliseconds of `runs` fresh processes, after one warmup run."""
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)  # warmup
-    times = []
+    wall, cpu = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        start, cpu0 = time.perf_counter(), _children_cpu()
         subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        times.append((time.perf_counter() - start) * 1000)
-    return times
+        wall.append((time.perf_counter() - start) * 1000)
+        cpu.append((_children_cpu() - cpu0) * 1000)
+    return wall, cpu
 
 
 def heavy_modules() -> list[str]:
@@ -51,10 +60,11 @@ def main() -> None:
                         *[" ".join(argv) for argv in COMMANDS.values()]], check=True)
     else:
         print(f"hyperfine not installed: Python loop, {args.runs} runs after 1 warmup")
-        print(f"{'command':32} {'min ms':>8} {'median ms':>10}")
+        print(f"{'command':32} {'min ms':>8} {'median ms':>10} {'cpu min ms':>11} {'cpu median ms':>14}")
         for name, argv in COMMANDS.items():
-            times = loop(argv, args.runs)
-            print(f"{name:32} {min(times):>8.1f} {statistics.median(times):>10.1f}")
+            wall, cpu = loop(argv, args.runs)
+            print(f"{name:32} {min(wall):>8.1f} {statistics.median(wall):>10.1f} {min(cpu):>11.1f} "
+                  f"{statistics.median(cpu):>14.1f}")
     heavy = heavy_modules()
     print("heavy modules imported by `import ddpslurm.cli`: " + (", ".join(heavy) if heavy else "none"))
 
