@@ -52,6 +52,7 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
     if logs and all(s.binary for s in summaries) and not records:
         raise AnalyzeInputError(f"{', '.join(map(str, paths))}: only binary files, no text logs",
                                 "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
+    events = _fix_year(events, year)
     diagnosis = diagnose(events, sources, summaries, sigs, facts)
     skipped = [s.file for s in summaries if s.binary]
     if skipped:
@@ -72,6 +73,30 @@ def last_attempt_only(file_events: list[Event]) -> list[Event]:
         return file_events
     last = max(markers, key=lambda e: (int(e.get("attempt", "0")), e.line))
     return [e for e in file_events if e.line >= last.line]
+
+
+def _fix_year(events: list[Event], assumed: int | None) -> list[Event]:
+    """glog/syslog times carry no year: take it from the logs' own dated lines when they disagree with the guess."""
+    from collections import Counter
+    from dataclasses import replace
+
+    from ddpslurm.analyze.timestamps import parse_time
+
+    dated = Counter(_dt.datetime.fromtimestamp(e.time, _dt.timezone.utc).year for e in events
+                    if e.time is not None and e.time_family in ("iso", "iso-tz", "record", "ctime"))
+    if not dated:
+        return events
+    year = dated.most_common(1)[0][0]
+    if year == assumed:
+        return events
+    out = []
+    for e in events:
+        if e.time_family in ("glog", "syslog"):
+            found = parse_time(e.text, year)
+            if found:
+                e = replace(e, time=found[0])
+        out.append(e)
+    return out
 
 
 def _year(events: list[Event], logs: Sequence[SourceFile]) -> int | None:

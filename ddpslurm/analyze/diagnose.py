@@ -308,7 +308,9 @@ def infer_from_victims(events: list[Event], facts: Facts) -> Suspect | None:
                                f"its last completed collective ({lowest}) is behind the other ranks'", "medium",
                                [e for e in wd if e.rank in ranks][:2] + [e for e in wd if e.rank not in ranks][:2])
         if world and len(reporters) < world:
-            absent = [r for r in range(world) if r not in reporters]
+            loud = _loud_ranks(events)
+            absent = [r for r in range(world) if r not in reporters and r not in loud]
+            absent = absent or [r for r in range(world) if r not in reporters]
             return Suspect(absent, "collective_timeout", "it is absent from the ranks whose watchdog timed out",
                            "medium", wd[:3])
     # d. peers named by the victims
