@@ -81,9 +81,9 @@ def _on_stop_signal(signum: int, frame: object) -> None:
 
 
 def install_stop_handler() -> None:
-    """Under a plain sbatch script (sbatch_templates/requeue.sbatch forwards USR2 to every rank) nobody
-    handles USR2: make it set a flag instead of killing the rank. ddpslurm's worker's handler is kept."""
-    if signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL:
+    """Under a plain sbatch script (sbatch_templates/requeue.sbatch forwards USR2 to every rank, which
+    start with USR2 ignored) nobody handles USR2: make it set a flag. ddpslurm's worker's handler is kept."""
+    if signal.getsignal(signal.SIGUSR2) in (signal.SIG_DFL, signal.SIG_IGN):
         signal.signal(signal.SIGUSR2, _on_stop_signal)
 
 

@@ -9,6 +9,7 @@ default rendering is refused only for its GRES request, which one test shows).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import threading
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.slurm
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train.py"
 SMALL = {"cpus_per_task": 1, "time": "5"}  # the local nodes have 4 cores and 4 GB each
+IFNAME = os.environ.get("DDPSLURM_TEST_IFNAME", "eth0")  # the interface slurm/cluster gives every node
 
 
 def _values(name: str, **extra: object) -> dict:
@@ -31,7 +33,7 @@ def _values(name: str, **extra: object) -> dict:
     values = {**SMALL, "python": sys.executable, "script": str(TRAIN)}
     params = templates.TEMPLATES[name].params
     if "gpus_per_node" in params:
-        values.update(gpus_per_node=0, nccl_socket_ifname="eth0")
+        values.update(gpus_per_node=0, nccl_socket_ifname=IFNAME)
     if "tasks_per_node" in params:
         values["tasks_per_node"] = 1
     if "nodes" in params:
@@ -115,11 +117,16 @@ RUNS = {  # name -> (template, values, training arguments, extra sbatch options)
     "time-limit": ("requeue", {"time": "2", "signal_delay": 110},
                    ["--epochs", "1", "--steps-per-epoch", "150", "--step-sleep", "0.3", "--checkpoint-every", "0"], []),
     "sweep": ("sweep", {"tasks_per_node": 2, "array": "0-1"},
-              ["--epochs", "1", "--steps-per-epoch", "6", "--step-sleep", "0.5"], ["--nodelist={node3}"]),
+              ["--epochs", "1", "--steps-per-epoch", "6", "--step-sleep", "0.5"], ["--nodelist={last_node}"]),
     "srun-cpu": ("srun-cpu", {"tasks_per_node": 2}, ["--epochs", "1", "--steps-per-epoch", "8"], []),
     "torchrun-cpu": ("torchrun-cpu", {"tasks_per_node": 2}, ["--epochs", "1", "--steps-per-epoch", "8"], []),
     "failing": ("srun-cpu", {}, ["--epochs", "0"], []),  # argparse error on every rank, exit 2
 }
+
+
+def _last_node(cluster) -> str:
+    """The cluster's last node: the sweep is pinned there, away from the 2-node runs that start first."""
+    return cluster.run(["sinfo", "-h", "-N", "-o", "%N"]).stdout.split()[-1]
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +141,7 @@ def submitted(slurm_cluster, tmp_path_factory) -> dict[str, tuple[str, Path]]:
         else:
             args = [*args, "--checkpoint-dir", str(folder / "ckpt")]
         script = _write(folder, name, values, args)
-        opts = [o.format(node3=f"{slurm_cluster.name}-n03") for o in options]
+        opts = [o.format(last_node=_last_node(slurm_cluster)) for o in options]
         done = slurm_cluster.run(["sbatch", "--parsable", *opts, script.name], cwd=folder)
         jobs[key] = (done.stdout.strip().split(";")[0], folder)
     stop = threading.Event()
@@ -266,7 +273,7 @@ def test_failing_step_fails_the_job_and_points_at_the_post_mortem(slurm_cluster,
 def test_sweep_array_tasks_on_one_node_get_their_own_ports_and_arguments(slurm_cluster, submitted) -> None:
     """Two array tasks, each a 2-rank DDP run, pinned to one node: distinct ports and SWEEP entries, both finish."""
     array_id, tmp_path = submitted["sweep"]
-    node = f"{slurm_cluster.name}-n03"
+    node = _last_node(slurm_cluster)
     state, code = _wait_gone(slurm_cluster, array_id, 150)
     assert (state, code) == ("COMPLETED", "0:0")
     ports, lrs = set(), set()
