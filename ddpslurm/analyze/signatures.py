@@ -10,6 +10,7 @@ runs only when one of its literals is in the line.
 
 from __future__ import annotations
 
+import functools
 import os
 import re as _re
 from collections.abc import Iterable, Sequence
@@ -48,7 +49,7 @@ class Signature:
     id: str
     cause: str
     role: str
-    pattern: regex.Pattern
+    pattern_text: str
     prefilter: tuple[str, ...]
     priority: int = 0
     advice: tuple[str, ...] = ()
@@ -57,6 +58,16 @@ class Signature:
     exclude_node: bool | None = None
     kind: str = "signature"
     source: str = ""
+
+    @property
+    def pattern(self) -> regex.Pattern:
+        """The compiled pattern (compiled on first use: most signatures never see a candidate line)."""
+        return _compile(self.pattern_text)
+
+
+@functools.cache
+def _compile(pattern: str) -> regex.Pattern:
+    return regex.compile(pattern)
 
 
 @dataclass(frozen=True)
@@ -78,16 +89,30 @@ class SignatureSet:
     causes: dict[str, CauseInfo] = field(default_factory=dict)
     anchors: tuple[bytes, ...] = ()
     always: tuple[Signature, ...] = ()
+    _by_literal: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    _no_literal: set[int] = field(default_factory=set, repr=False)
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None."""
-        for sig in self.signatures:
-            if sig.kind in ENGINE_KINDS or (sig.prefilter and not any(lit in text for lit in sig.prefilter)):
-                continue
+        if not self._by_literal:
+            self._index()
+        hits = {i for lit, idx in self._by_literal.items() if lit in text for i in idx}
+        for i in sorted(hits | self._no_literal):
+            sig = self.signatures[i]
             m = sig.pattern.search(text, timeout=0.5) if len(text) > 2000 else sig.pattern.search(text)
             if m:
                 return sig, m
         return None
+
+    def _index(self) -> None:
+        """literal -> indexes of the signatures it gates (signatures are ordered by priority)."""
+        for i, sig in enumerate(self.signatures):
+            if sig.kind in ENGINE_KINDS:
+                continue
+            if not sig.prefilter:
+                self._no_literal.add(i)
+            for lit in sig.prefilter:
+                self._by_literal.setdefault(lit, []).append(i)
 
     def by_id(self, sig_id: str) -> Signature | None:
         """The signature named `sig_id`."""
@@ -179,8 +204,8 @@ def _fail(path: Path, sig_id: str, what: str) -> AnalyzeInputError:
                              "fix that entry (see analyzer/signatures/README or DESIGN.md for the schema)")
 
 
-def parse_signature(raw: dict[str, Any], path: Path) -> Signature:
-    """Validate and compile one `[[signature]]` table."""
+def parse_signature(raw: dict[str, Any], path: Path, validate: bool = True) -> Signature:
+    """Validate one `[[signature]]` table; `validate` also compiles its pattern now (site files)."""
     sig_id = raw.get("id")
     if not isinstance(sig_id, str) or not _ID.match(sig_id):
         raise _fail(path, str(sig_id), "`id` must be a kebab-case string")
@@ -196,10 +221,11 @@ def parse_signature(raw: dict[str, Any], path: Path) -> Signature:
     pattern = raw.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise _fail(path, sig_id, "`pattern` must be a non-empty string")
-    try:
-        compiled = regex.compile(pattern)
-    except regex.error as error:
-        raise _fail(path, sig_id, f"bad pattern: {error}") from None
+    if validate:
+        try:
+            _compile(pattern)
+        except regex.error as error:
+            raise _fail(path, sig_id, f"bad pattern: {error}") from None
     prefilter = raw.get("prefilter")
     if prefilter is None:
         literal = derive_literal(pattern)
@@ -224,19 +250,19 @@ def parse_signature(raw: dict[str, Any], path: Path) -> Signature:
     kind = raw.get("kind", "signature")
     if not isinstance(kind, str):
         raise _fail(path, sig_id, "`kind` must be a string")
-    return Signature(id=sig_id, cause=cause, role=role, pattern=compiled, prefilter=tuple(prefilter),
+    return Signature(id=sig_id, cause=cause, role=role, pattern_text=pattern, prefilter=tuple(prefilter),
                      priority=priority, advice=tuple(advice), summary=summary, retry=retry, exclude_node=exclude,
                      kind=kind, source=str(path))
 
 
-def load_signature_file(path: Path) -> list[Signature]:
-    """All signatures of one TOML file."""
+def load_signature_file(path: Path, validate: bool = True) -> list[Signature]:
+    """All signatures of one TOML file (`validate=False` defers compiling to first use: shipped files are tested)."""
     data = _load_toml(path)
     tables = data.get("signature", [])
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
         raise AnalyzeInputError(f"signature file {path} must hold a list of [[signature]] tables",
                                 "write each signature as a [[signature]] table")
-    return [parse_signature(t, path) for t in tables]
+    return [parse_signature(t, path, validate) for t in tables]
 
 
 def load_causes(path: Path) -> dict[str, CauseInfo]:
@@ -285,7 +311,7 @@ def load_signatures(extra_dirs: Sequence[str | Path] = (), *, use_env: bool = Tr
                                     "give a folder of *.toml files to --signatures")
         seen: dict[str, Path] = {}
         for path in sorted(folder.glob("*.toml")):
-            for sig in load_signature_file(path):
+            for sig in load_signature_file(path, validate=index > 0):
                 if sig.id in seen:
                     raise _fail(path, sig.id, f"duplicate id (also in {seen[sig.id]})")
                 seen[sig.id] = path

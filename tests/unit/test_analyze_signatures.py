@@ -185,3 +185,9 @@ def test_shipped_signature_matches(shipped, line: str, sig_id: str, fields: dict
 ])
 def test_advice_and_noise_are_not_evidence(shipped, line: str) -> None:
     assert shipped.match(line) is None
+
+
+def test_every_shipped_pattern_compiles(shipped) -> None:
+    # shipped files are compiled lazily at run time, so this test is their validation
+    for sig in shipped.signatures:
+        assert sig.pattern.pattern == sig.pattern_text, sig.id
