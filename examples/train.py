@@ -78,6 +78,9 @@ _stop_signal_received = False
 def _on_stop_signal(signum: int, frame: object) -> None:
     global _stop_signal_received
     _stop_signal_received = True
+    # The sbatch template repeats USR2 until the step ends; ignore the repeats, also during interpreter
+    # shutdown (which would otherwise put the default, fatal action back).
+    signal.signal(signum, signal.SIG_IGN)
 
 
 def install_stop_handler() -> None:

@@ -184,6 +184,7 @@ def test_requeue_template_checkpoints_on_usr2_requeues_and_resumes(slurm_cluster
     batch = (tmp_path / f"ddp-requeue_{job_id}.out").read_text()
     assert (state, code) == ("COMPLETED", "0:0"), batch
     assert "batch shell got SIGUSR2" in batch and f"requeueing job {job_id} (restart 1 of at most 3)" in batch
+    assert "attempt 0: training step ended with status 0 " in batch  # the ranks stopped cleanly
     assert batch.count("=== job") == 2  # --open-mode=append kept both attempts
 
     stopped = _finals([ln for f in first.glob("*_log.out") for ln in f.read_text().splitlines()])
@@ -227,6 +228,7 @@ def test_requeue_template_survives_its_time_limit(slurm_cluster, submitted) -> N
     batch = (tmp_path / f"ddp-requeue_{job_id}.out").read_text()
     assert (state, code) == ("COMPLETED", "0:0"), batch
     assert batch.count("batch shell got SIGUSR2") == 1 and f"requeueing job {job_id} (restart 1" in batch
+    assert "attempt 0: training step ended with status 0 " in batch  # no rank died of an early or repeated USR2
     stopped = _finals((tmp_path / "logs" / job_id / "attempt_0" / f"{job_id}_0_log.out").read_text().splitlines())
     assert stopped[0]["status"] == "preempted" and 0 < stopped[0]["step"] < 150
     rank0 = (tmp_path / "logs" / job_id / "attempt_1" / f"{job_id}_0_log.out").read_text()
