@@ -170,8 +170,33 @@ def job_accounting(job_id: str) -> dict[str, Any] | None:
         return None
     if result is None:
         return None
-    if hasattr(result, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(result)
+    if hasattr(result, "to_dict"):
+        return result.to_dict()
     return result if isinstance(result, dict) else {"accounting": str(result)}
+
+
+#: sacct's final state (ddpslurm.scheduler's JobState values) -> the cause it implies on its own
+ACCOUNTING_CAUSES = {"timeout": "slurm_time_limit", "preempted": "preempted", "node_fail": "node_failure",
+                     "out_of_memory": "host_oom", "cancelled": "slurm_cancelled"}
+
+
+def apply_accounting(diagnosis: Diagnosis, accounting: dict[str, Any], signatures: SignatureSet | None = None) -> None:
+    """Add sacct's view; when the logs said nothing (`unknown`), sacct's final state names the cause."""
+    state = str(accounting.get("state", ""))
+    nodes = accounting.get("nodes") or []
+    diagnosis.accounting = accounting
+    diagnosis.notes.append(
+        f"sacct: state {accounting.get('slurm_state') or state or '?'}, exit code {accounting.get('exit_code')}, "
+        f"signal {accounting.get('signal')}, requeues {accounting.get('requeue_count', 0)}, "
+        f"nodes {','.join(map(str, nodes)) or '?'}")
+    cause = ACCOUNTING_CAUSES.get(state)
+    if diagnosis.cause != "unknown" or cause is None:
+        return
+    info = (signatures or load_signatures()).causes.get(cause)
+    diagnosis.cause = cause
+    diagnosis.first_failing_rank = None
+    if info is not None:
+        diagnosis.summary = info.summary.format_map({"rank": "?", "host": diagnosis.first_failing_host or "?"}) + \
+            " (from sacct: the logs show no error.)"
+        diagnosis.advice = list(info.advice)
+        diagnosis.retry = info.retry

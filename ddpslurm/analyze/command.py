@@ -28,7 +28,7 @@ def resolve_inputs(args: Sequence[str], folders: Sequence[str]) -> tuple[list[Pa
 def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[str], attempt: str | None,
                 jobs: int | None, folders: Sequence[str], echo) -> int:
     """Analyze and print in `output` format (text | markdown | json); returns the exit code."""
-    from ddpslurm.analyze.api import analyze_paths, job_accounting
+    from ddpslurm.analyze.api import analyze_paths, apply_accounting, job_accounting
     from ddpslurm.analyze.report import render_text, to_json, to_markdown
 
     if attempt is not None and attempt not in ("all", "last") and not attempt.isdigit():
@@ -41,8 +41,7 @@ def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[
     if job_id is not None:
         accounting = job_accounting(job_id)
         if accounting:
-            diagnosis.accounting = accounting
-            diagnosis.notes.append(f"sacct: {_accounting_line(accounting)}")
+            apply_accounting(diagnosis, accounting)
     if output == "json":
         echo(to_json(diagnosis))
     elif output == "markdown":
@@ -51,8 +50,3 @@ def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[
         render_text(diagnosis)
     return 0
 
-
-def _accounting_line(accounting: dict) -> str:
-    keys = ("state", "State", "exit_code", "ExitCode", "nodes", "NodeList")
-    parts = [f"{k}={accounting[k]}" for k in keys if k in accounting and accounting[k] not in (None, "")]
-    return ", ".join(parts) if parts else str(accounting)[:300]

@@ -158,3 +158,29 @@ def test_rank_table_collapses_runs_of_alike_victims() -> None:
     rows[300] = RankRow(300, "n", "culprit", "OOM")
     groups = collapse_rows(rows)
     assert [(label, count) for label, _, count in groups] == [("0-299", 300), ("300", 1), ("301-511", 211)]
+
+
+@pytest.mark.parametrize(("state", "cause"), [
+    ("timeout", "slurm_time_limit"),
+    ("out_of_memory", "host_oom"),
+    ("node_fail", "node_failure"),
+    ("failed", "unknown"),  # sacct's FAILED says nothing the logs did not
+])
+def test_sacct_names_the_cause_when_the_logs_are_silent(tmp_path: Path, state: str, cause: str) -> None:
+    from ddpslurm.analyze.api import apply_accounting
+
+    log = tmp_path / "run.log"
+    log.write_text("step 1 loss 2.0\n")
+    diagnosis = analyze_paths([log])
+    apply_accounting(diagnosis, {"state": state, "slurm_state": state.upper(), "exit_code": 0, "signal": 9,
+                                 "requeue_count": 0, "nodes": ["n1", "n2"]})
+    assert diagnosis.cause == cause
+    assert any("sacct: state" in note for note in diagnosis.notes)
+
+
+def test_sacct_does_not_override_the_logs(tmp_path: Path) -> None:
+    from ddpslurm.analyze.api import apply_accounting
+
+    diagnosis = analyze_paths(write_ranks(tmp_path, {1: "torch.OutOfMemoryError: CUDA out of memory.\n"}))
+    apply_accounting(diagnosis, {"state": "timeout"})
+    assert (diagnosis.cause, diagnosis.first_failing_rank) == ("cuda_oom", 1)
