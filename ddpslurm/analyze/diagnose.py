@@ -281,6 +281,10 @@ def infer_from_victims(events: list[Event], facts: Facts) -> Suspect | None:
                            [e for e in keyed if e.rank in selfish][:2])
         waited = Counter(int(e.get("key_rank", "0")) for e in keyed)
         (target, _n), *_ = waited.most_common(1)
+        in_store = [e for e in events if e.rank == target and e.signature in _STORE_SIGNATURES]
+        if in_store:  # it reached the store but never wrote its key: it runs under another RANK
+            return Suspect([target], "rank_config_mismatch", "every rank waits for its key although it reached the "
+                           "store itself: its RANK is not the rank Slurm gave it", "medium", keyed[:2] + in_store[:1])
         return Suspect([target], "rendezvous_timeout", "every rank waits for its key in the store", "medium",
                        keyed[:3])
     storeish = [e for e in events if e.kind == "store_barrier"]
@@ -344,6 +348,8 @@ def infer_from_victims(events: list[Event], facts: Facts) -> Suspect | None:
 _PID_KINDS = ("nccl_init", "start", "agent_failed", "elastic_failure")
 
 
+#: errors a rank gets from inside the c10d store (it did arrive at the rendezvous)
+_STORE_SIGNATURES = ("store-get-timeout", "store-clients-timeout", "dist-store-error", "dist-network-error")
 _QUIET_KINDS = ("exit_signal", "slurm_task", "slurm_job", "agent_sigterm", "agent", "exit")
 
 
