@@ -1,0 +1,81 @@
+"""The benchmark's generated job is a valid corpus-style case: right layout, rank mapping, and diagnosable.
+
+Also pins `benchmarks/case_index.py`'s layout detection, which the case index in analyzer/cases/README.md uses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+make_big_job = _load("make_big_job")
+case_index = _load("case_index")
+
+
+@pytest.fixture(scope="module")
+def small_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("big_job")
+    planted = make_big_job.generate(out, ranks=16, gb=0.004, gpn=8, seed=3)
+    return out, planted
+
+
+def test_generated_layout_and_rank_mapping(small_job: tuple[Path, dict]) -> None:
+    out, planted = small_job
+    outs = sorted(out.glob("*_log.out"))
+    assert len(outs) == 16 and len(list(out.glob("*_log.err"))) == 16
+    for path in outs:
+        task = int(path.name.split("_")[1])
+        text = path.read_text()
+        complete = re.findall(r"rank (\d+) nranks 16 .* - Init COMPLETE", text)
+        assert complete == [str(task)], f"{path.name}: Init COMPLETE names {complete}"
+        assert f"hostname={make_big_job.host_of(task, 8)}," in text
+    total = sum(p.stat().st_size for p in out.glob("*_log.*"))
+    assert total >= 0.004e9
+    culprit_err = (out / f"{make_big_job.JOB_ID}_{planted['first_failing_rank']}_log.err").read_text()
+    assert "torch.OutOfMemoryError: CUDA out of memory" in culprit_err
+    victims = [p for p in out.glob("*_log.err") if "Watchdog caught collective operation timeout" in p.read_text()]
+    assert len(victims) == 15
+
+
+def test_generated_job_is_diagnosed_as_planted(small_job: tuple[Path, dict]) -> None:
+    from ddpslurm.analyze.api import analyze_paths
+
+    out, planted = small_job
+    got = analyze_paths([out]).to_dict()
+    want = json.loads((out / "PLANTED.json").read_text())
+    assert want == planted
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == \
+        (want["cause"], want["first_failing_rank"], want["first_failing_host"]), got["summary"]
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    (["job_7/attempt_0/rank_0.log", "job_7/attempt_0/rank_0.start.json"], "ddpslurm job folder"),
+    (["run_x/attempt_0/1/stderr.log", "run_x/attempt_0/1/error.json"], "torchrun --log-dir + error.json"),
+    (["run_x/attempt_0/0/stdout.log"], "torchrun --log-dir"),
+    (["12_0_log.out", "12_0_log.err"], "submitit folder"),
+    (["slurm-99.out"], "slurm-J.out"),
+    (["slurm-99.out", "journalctl-k-n1.txt"], "slurm-J.out + journalctl"),
+    (["pasted.log"], "pasted log (pasted.log)"),
+])
+def test_case_layout(tmp_path: Path, files: list[str], expected: str) -> None:
+    for name in [*files, "label.json"]:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x\n")
+    assert case_index.layout(tmp_path) == expected
