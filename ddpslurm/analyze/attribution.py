@@ -56,6 +56,8 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r" *(?P<rank>\d{1,6}): (?=.)"), "label"),
     # pdsh / DeepSpeed: `node02: `, `10.0.0.2: `
     (re.compile(rf"(?P<host>{_HOST}): (?=.)"), "host"),
+    # container / trial log collectors: `0c41e7b2 || `
+    (re.compile(r"(?P<host>[\w.-]+) \|\| ?"), "host"),
     # cloud pods: `[trainer-worker-1] `
     (re.compile(r"\[(?=[a-z0-9.-]*[a-z])(?=[a-z0-9.]*[-\d])(?P<host>[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)\] (?=\S)"),
      "host"),

@@ -23,6 +23,7 @@ from ddpslurm.analyze.attribution import clean, nccl_source, path_info, strip_pr
     ("10.0.0.2: [rank3]: x", 3, None, "10.0.0.2", "x"),
     ("gpu-st-p4d-24xlarge-1: loss", None, None, "gpu-st-p4d-24xlarge-1", "loss"),
     ("[trainer-worker-1] RuntimeError: x", None, None, "trainer-worker-1", "RuntimeError: x"),
+    ("[2024-02-27T21:35:32.106313Z] 0c41e7b2 || [rank6]: RuntimeError: x", 6, None, "0c41e7b2", "RuntimeError: x"),
     # a log viewer's line number is not a rank
     ("[80746] RuntimeError: x", None, None, None, "RuntimeError: x"),
     ("2024-05-08T08:47:31.1234567Z [rank2]: boom", 2, None, None, "boom"),
