@@ -289,3 +289,23 @@ def test_script_ignoring_the_flag_is_still_requeued(slurm_cluster: SlurmCluster,
     assert {(r["status"], r["requeue"]) for r in first.values()} == {("preempted", True)}
     logs = (jdir / "attempt_0" / "rank_0.log").read_text() + (jdir / "attempt_0" / "rank_1.log").read_text()
     assert "ignored the preemption flag" in logs
+
+
+@pytest.mark.slow
+def test_torchrun_preemption_requeues_and_resumes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """torchrun's agent does not handle USR2: the worker forwards it, the children checkpoint and stop."""
+    folder, steps = tmp_path / "jobs", 60
+    jid = start_async(slurm_cluster, folder, TRAIN,
+                      ["--epochs", "1", "--steps-per-epoch", str(steps), "--step-sleep", "0.3",
+                       "--checkpoint-every", "5"], "--nodes", "2", "--launcher", "torchrun")
+    log = job_dir(folder) / "attempt_0" / "rank_0.log"
+    deadline = time.time() + 120
+    while time.time() < deadline and not re.search(r"step (1\d|[2-9]\d)\b", log.read_text() if log.exists() else ""):
+        time.sleep(1)
+    slurm_cluster.run(["scancel", "--signal=USR2", jid])
+    assert wait_end(slurm_cluster, jid) == "COMPLETED"
+    jdir = job_dir(folder)
+    first = read_records(jdir / "attempt_0", "exit")
+    assert sorted(first) == [0, 1] and {r["status"] for r in first.values()} == {"preempted"}
+    assert {r["launcher"] for r in read_records(jdir / "attempt_1", "start").values()} == {"torchrun"}
+    assert_identical_finish(jdir / "attempt_1", 2, steps)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -70,3 +71,14 @@ def test_dry_run_without_slurm_prints_the_script(script: Path, tmp_path: Path) -
     assert "srun --unbuffered" in done.stdout
     assert '["--lr", "1"]' in done.stdout
     assert not (tmp_path / "jobs").exists()
+
+
+def test_dry_run_json(script: Path, tmp_path: Path) -> None:
+    done = _submit(["train.py", "--nodes", "3", "--tasks-per-node", "2", "--dry-run", "--json",
+                    "--folder", str(tmp_path / "jobs")], script.parent)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["executor"] == "slurm"
+    assert "#SBATCH --nodes=3" in plan["sbatch"] and "#SBATCH --ntasks-per-node=2" in plan["sbatch"]
+    assert plan["rank_env"]["WORLD_SIZE"] == "6"
+    assert plan["executor_params"]["srun_args"] == ["--kill-on-bad-exit=1", "--wait=60"]
