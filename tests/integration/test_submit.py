@@ -174,9 +174,12 @@ def test_arguments_and_script_path_arrive_verbatim_and_interface_is_the_veth(
     script = weird / "echo args.py"
     script.write_text(ECHO.read_text())
     folder = tmp_path / "jobs"
-    done = submit(slurm_cluster, folder, script, ARGS, "--nodes", "2", "--wait")
+    comment = "a b $(touch pwned_comment) `touch pwned_comment2`;'q'"
+    done = submit(slurm_cluster, folder, script, ARGS, "--nodes", "2", "--sbatch-arg", f"comment={comment}", "--wait")
     assert done.returncode == 0, done.stdout + done.stderr
     jdir = job_dir(folder)
+    shown = slurm_cluster.run(["scontrol", "show", "job", jdir.name.removeprefix("job_")]).stdout
+    assert f"Comment={comment}" in shown  # an #SBATCH value with metacharacters reaches Slurm verbatim
     for rank in (0, 1):
         seen = json.loads((jdir / f"argv_{rank}.json").read_text())
         assert seen["argv"] == ARGS

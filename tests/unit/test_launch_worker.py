@@ -237,3 +237,33 @@ def test_tee_keeps_the_last_words_of_a_rank_that_aborts(tmp_path: Path) -> None:
 ])
 def test_package_setup(parent: str, expected: list[str]) -> None:
     assert package_setup(parent) == expected
+
+
+@pytest.mark.parametrize(("environ", "call", "expected_s"), [
+    ({"DDPSLURM_PG_TIMEOUT": "7"}, ((), {}), 7),                                  # no timeout given: ours
+    ({"DDPSLURM_PG_TIMEOUT": "7"}, ((), {"timeout": "theirs"}), "theirs"),       # the script's wins
+    ({"DDPSLURM_PG_TIMEOUT": "7"}, (("gloo", None, "pos"), {}), "pos"),           # positional timeout wins
+    ({"DDPSLURM_PG_TIMEOUT": "0"}, ((), {}), None),                              # 0: torch's default
+    ({}, ((), {}), None),
+])
+def test_pg_timeout_default(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], call: tuple,
+                            expected_s: object) -> None:
+    from datetime import timedelta
+
+    import torch.distributed as tdist
+    import torch.distributed.distributed_c10d as c10d
+
+    from ddpslurm.launch.worker import patch_pg_timeout
+
+    seen: list[object] = []
+
+    def recorder(*args: object, **kwargs: object) -> None:
+        seen.append(args[2] if len(args) > 2 else kwargs.get("timeout"))
+
+    monkeypatch.setattr(c10d, "init_process_group", recorder)
+    monkeypatch.setattr(tdist, "init_process_group", recorder)
+    patch_pg_timeout(environ)
+    args, kwargs = call
+    tdist.init_process_group(*args, **kwargs)
+    expected = timedelta(seconds=expected_s) if isinstance(expected_s, int) else expected_s
+    assert seen == [expected]
