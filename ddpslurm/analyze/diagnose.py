@@ -652,7 +652,7 @@ def _build(events: list[Event], summaries: Sequence[FileSummary], sigs: Signatur
     exclude = sig.exclude_node if sig and sig.exclude_node is not None else (info.exclude_node if info else False)
     exclude_nodes = [host] if exclude and host else []
     evidence = _evidence(events, summaries, chosen, support, rank, cause)
-    rows = _rank_rows(events, facts, rank)
+    rows = _rank_rows(events, facts, rank, chosen)
     if exclude_nodes:
         advice.append(f"Resubmit avoiding the node: sbatch --exclude={','.join(exclude_nodes)} "
                       f"(or ddpslurm submit ... --exclude {','.join(exclude_nodes)}).")
@@ -698,8 +698,10 @@ def _evidence(events: list[Event], summaries: Sequence[FileSummary], chosen: Eve
     return out[:MAX_EVIDENCE]
 
 
-def _rank_rows(events: list[Event], facts: Facts, culprit: int | None) -> list[RankRow]:
+def _rank_rows(events: list[Event], facts: Facts, culprit: int | None, chosen: Event | None) -> list[RankRow]:
     first: dict[int, Event] = {}
+    if chosen is not None and culprit is not None and chosen.rank == culprit:
+        first[culprit] = chosen
     for e in sorted((e for e in events if e.rank is not None and e.role in ("culprit", "victim", "either")),
                     key=lambda e: (e.time is None, e.time or 0.0, e.file, e.line)):
         first.setdefault(e.rank, e)  # type: ignore[arg-type]

@@ -46,6 +46,18 @@ def collapse_rows(rows: Iterable[RankRow], max_rows: int = MAX_ROWS) -> list[tup
     return out
 
 
+def _hosts(rows: list[RankRow], label: str, row: RankRow) -> str:
+    """The host of a row, or `N hosts` (first..last) for a collapsed run spanning several."""
+    if "-" not in label:
+        return safe(row.host) or "-"
+    lo, hi = (int(x) for x in label.split("-"))
+    hosts = [r.host for r in rows if lo <= r.rank <= hi and r.host]
+    distinct = list(dict.fromkeys(hosts))
+    if len(distinct) <= 1:
+        return safe(distinct[0]) if distinct else "-"
+    return f"{len(distinct)} hosts ({safe(distinct[0])}..{safe(distinct[-1])})"
+
+
 def _shape(text: str | None) -> str:
     """An error message with numbers masked, so that rows differing only in rank/pid/seq collapse."""
     return re.sub(r"\d+", "N", text or "")
@@ -91,7 +103,7 @@ def render_text(diagnosis: Diagnosis, console=None) -> None:
         for label, row, count in groups[:MAX_ROWS]:
             role = row.role + (f" (x{count})" if count > 1 else "")
             style = {"culprit": "bold red", "victim": "yellow", "ok": "green"}.get(row.role, "")
-            table.add_row(Text(label), Text(safe(row.host) or "-"), Text(role, style=style),
+            table.add_row(Text(label), Text(_hosts(d.ranks, label, row)), Text(role, style=style),
                           Text(safe(row.first_error)[:160] or "-"))
         if len(groups) > MAX_ROWS:
             table.add_row(Text("..."), Text(""), Text(f"{len(groups) - MAX_ROWS} more groups"), Text(""))
@@ -131,7 +143,8 @@ def to_markdown(diagnosis: Diagnosis) -> str:
         out += ["### Ranks", "", "| rank | host | role | first error |", "|---|---|---|---|"]
         for label, row, count in collapse_rows(d.ranks)[:MAX_ROWS]:
             role = row.role + (f" (x{count})" if count > 1 else "")
-            out.append(f"| {label} | {_md(row.host) or '-'} | {role} | {_md((row.first_error or '-')[:160])} |")
+            error = _md((row.first_error or "-")[:160])
+            out.append(f"| {label} | {_md(_hosts(d.ranks, label, row))} | {role} | {error} |")
         out.append("")
     if d.advice:
         out += ["### What to do", ""] + [f"- {_md(a)}" for a in d.advice] + [""]
