@@ -19,7 +19,7 @@ from ddpslurm.launch.spec import make_spec
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden"
-SCRIPT = REPO / "tests" / "integration" / "scripts" / "ddp_steps.py"
+SCRIPT = REPO / "examples" / "train.py"
 UPDATE = os.environ.get("DDPSLURM_UPDATE_GOLDEN") == "1"
 
 CASES: dict[str, tuple[list[str], dict]] = {
