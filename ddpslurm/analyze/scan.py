@@ -9,9 +9,10 @@ worker processes when the input is large, and their events merged in input order
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -25,6 +26,8 @@ CHUNK = 1 << 20
 MAX_LINE = 16 * 1024
 TAIL_LINES = 6
 PARALLEL_MIN_BYTES = 8 << 20
+SPLIT_MIN_BYTES = 32 << 20
+OVERRUN_BYTES = 4 << 20
 HEAD_BYTES = 64 << 10
 HEAD_ANCHOR_BYTES = tuple(a.encode() for a in HEAD_ANCHORS)
 
@@ -247,9 +250,29 @@ class _FileState:
             self._exception(exc, stream)
 
 
+class _Window:
+    """A binary reader over the byte range [start, end) of an open file."""
+
+    def __init__(self, handle, start: int, end: int) -> None:
+        handle.seek(start)
+        self.handle, self.left = handle, end - start
+
+    def read(self, n: int) -> bytes:
+        if self.left <= 0:
+            return b""
+        data = self.handle.read(min(n, self.left))
+        self.left -= len(data)
+        return data
+
+
 def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
-              on_bytes: Callable[[int], None] | None = None) -> tuple[list[Event], FileSummary]:
-    """Scan one log file; never raises on content, only records an unreadable file in the summary."""
+              on_bytes: Callable[[int], None] | None = None, start: int = 0,
+              end: int | None = None) -> tuple[list[Event], FileSummary]:
+    """Scan one log file (or its lines in [start, end)); never raises on content.
+
+    A range ends at `end`, except that a traceback or failure block still open there is read to its end
+    (at most OVERRUN_BYTES further); line numbers are relative to `start`, `summary.lines` counts the range.
+    """
     summary = FileSummary(file=source.display)
     state = _FileState(source=source, sigs=sigs, year=year, summary=summary)
     anchors = sigs.anchors
@@ -258,13 +281,15 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     lineno = 0
     try:
         with open(source.path, "rb") as handle:
-            head = handle.read(8192)
-            if is_binary(head):
-                summary.binary = True
-                return [], summary
-            handle.seek(0)
-            first = True
-            for block, truncated in iter_blocks(handle):
+            if start == 0:
+                head = handle.read(8192)
+                if is_binary(head):
+                    summary.binary = True
+                    return [], summary
+                handle.seek(0)
+            reader = handle if end is None else _Window(handle, start, end)
+            first = start == 0
+            for block, truncated in iter_blocks(reader):
                 summary.truncated_lines += truncated
                 summary.bytes += len(block)
                 head = candidate_starts(block[:HEAD_BYTES], HEAD_ANCHOR_BYTES) if first else ()
@@ -274,6 +299,13 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
                     tail.append(piece[:400])
                 if on_bytes:
                     on_bytes(len(block))
+            in_range = lineno
+            if end is not None and state.line_mode:
+                for block, _t in iter_blocks(_Window(handle, end, end + OVERRUN_BYTES)):
+                    lineno = _scan_block(block, lineno, state, anchors, every_line, stop_when_idle=True)
+                    if not state.line_mode:
+                        break
+            lineno = in_range
     except OSError as error:
         summary.error = error.strerror or str(error)
         return state.events, summary
@@ -284,7 +316,7 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
 
 
 def _scan_block(block: bytes, lineno: int, state: _FileState, anchors: Sequence[bytes], every_line: bool,
-                extra: Sequence[int] = ()) -> int:
+                extra: Sequence[int] = (), stop_when_idle: bool = False) -> int:
     """Process one block of complete lines; returns the line count after it."""
     n = len(block)
     cur = 0
@@ -308,6 +340,8 @@ def _scan_block(block: bytes, lineno: int, state: _FileState, anchors: Sequence[
         lineno += 1
         state.handle(block[cur:min(end, cur + MAX_LINE)], lineno)
         cur = end + 1
+        if stop_when_idle and not state.line_mode:
+            break
     return lineno
 
 
@@ -320,10 +354,50 @@ def _init_worker(sigs: SignatureSet) -> None:
     _WORKER_SIGS = sigs
 
 
-def _scan_job(args: tuple[SourceFile, int | None]) -> tuple[list[Event], FileSummary]:
-    source, year = args
+def _scan_job(args: tuple[SourceFile, int | None, int, int | None]) -> tuple[list[Event], FileSummary]:
+    source, year, start, end = args
     assert _WORKER_SIGS is not None
-    return scan_file(source, _WORKER_SIGS, year)
+    return scan_file(source, _WORKER_SIGS, year, start=start, end=end)
+
+
+def split_points(path: str, size: int, parts: int) -> list[int]:
+    """Byte offsets cutting a file into `parts` ranges at line starts: [0, b1, ..., size]."""
+    cuts = [0]
+    with open(path, "rb") as handle:
+        for i in range(1, parts):
+            target = size * i // parts
+            handle.seek(target)
+            nl = handle.read(MAX_LINE).find(b"\n")
+            cut = target + nl + 1 if nl >= 0 else target
+            if cuts[-1] < cut < size:
+                cuts.append(cut)
+    return [*cuts, size]
+
+
+def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Event], FileSummary]:
+    """One file's ranges back together: line numbers shifted, events a range read past its end deduplicated."""
+    from dataclasses import replace
+
+    events: list[Event] = []
+    seen: set[tuple[int, str]] = set()
+    merged = FileSummary(file=parts[0][1].file)
+    offset = 0
+    for part_events, summary in parts:
+        for e in part_events:
+            e = replace(e, line=e.line + offset) if offset else e
+            if (e.line, e.kind) not in seen:
+                seen.add((e.line, e.kind))
+                events.append(e)
+        offset += summary.lines
+        merged.bytes += summary.bytes
+        merged.truncated_lines += summary.truncated_lines
+        merged.ranks_seen |= summary.ranks_seen
+        merged.binary = merged.binary or summary.binary
+        merged.torchrun = merged.torchrun or summary.torchrun
+        merged.error = merged.error or summary.error
+        merged.tail = summary.tail or merged.tail
+    merged.lines = offset
+    return events, merged
 
 
 def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequence[int | None] | None = None,
@@ -333,17 +407,23 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     years = list(years) if years is not None else [None] * len(sources)
     total = sum(s.size for s in sources)
     count = workers if workers is not None else min(os.cpu_count() or 1, 8)
-    if count <= 1 or len(sources) < 2 or total < PARALLEL_MIN_BYTES:
+    if count <= 1 or total < PARALLEL_MIN_BYTES:
         return [scan_file(s, sigs, y, progress) for s, y in zip(sources, years, strict=False)]
     import multiprocessing
 
+    # big files are cut into ranges at line starts so that one huge log also uses every core
+    jobs: list[tuple[int, tuple[SourceFile, int | None, int, int | None]]] = []
+    for i, source in enumerate(sources):
+        parts = min(count * 2, source.size // SPLIT_MIN_BYTES) if source.size >= 2 * SPLIT_MIN_BYTES else 1
+        cuts = split_points(source.path, source.size, parts) if parts > 1 else [0, None]
+        for start, end in itertools.pairwise(cuts):
+            jobs.append((i, (source, years[i], start, end if parts > 1 else None)))
+    jobs.sort(key=lambda job: -((job[1][3] or job[1][0].size) - job[1][2]))
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    order = sorted(range(len(sources)), key=lambda i: -sources[i].size)
-    results: dict[int, tuple[list[Event], FileSummary]] = {}
-    with ctx.Pool(min(count, len(sources)), initializer=_init_worker, initargs=(sigs,)) as pool:
-        jobs = [(sources[i], years[i]) for i in order]
-        for i, result in zip(order, pool.imap(_scan_job, jobs, chunksize=4), strict=False):
-            results[i] = result
+    pieces: dict[int, list[tuple[int, tuple[list[Event], FileSummary]]]] = defaultdict(list)
+    with ctx.Pool(min(count, len(jobs)), initializer=_init_worker, initargs=(sigs,)) as pool:
+        for (i, args), result in zip(jobs, pool.imap(_scan_job, [a for _, a in jobs], chunksize=2), strict=False):
+            pieces[i].append((args[2], result))
             if progress:
-                progress(sources[i].size)
-    return [results[i] for i in range(len(sources))]
+                progress((args[3] or args[0].size) - args[2])
+    return [merge_parts([r for _, r in sorted(pieces[i], key=lambda p: p[0])]) for i in range(len(sources))]

@@ -161,3 +161,21 @@ def test_candidate_starts_are_line_starts_of_anchor_lines() -> None:
 ], ids=["pickle", "all-bytes", "utf8", "latin", "nul-tail", "empty"])
 def test_is_binary(head: bytes, binary: bool) -> None:
     assert is_binary(head) is binary
+
+
+def test_one_big_file_split_across_workers_gives_the_same_events(tmp_path: Path, sigs, monkeypatch) -> None:
+    import ddpslurm.analyze.scan as scan
+
+    monkeypatch.setattr(scan, "SPLIT_MIN_BYTES", 4096)
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    filler = "".join(f"node1:1:2 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[0] via P2P/IPC\n" for i in range(60))
+    text = "".join(filler + INTERLEAVED + filler + ELASTIC for _ in range(12))
+    path = tmp_path / "big.log"
+    path.write_text(text)
+    source = SourceFile(path=str(path), display="big.log", size=path.stat().st_size)
+    whole = scan_file(source, sigs)
+    parts = scan.scan_files([source], sigs, workers=2)[0]
+    key = lambda events: sorted((e.line, e.kind, e.rank, e.text) for e in events)  # noqa: E731
+    assert len(scan.split_points(str(path), source.size, 4)) == 5
+    assert key(parts[0]) == key(whole[0]) and len(whole[0]) == 12 * 5  # 2 exceptions, ChildFailedError, 2 block entries
+    assert parts[1].lines == whole[1].lines == text.count("\n")
