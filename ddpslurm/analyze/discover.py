@@ -14,7 +14,7 @@ from pathlib import Path, PurePath
 
 from ddpslurm.analyze.attribution import path_info
 from ddpslurm.analyze.events import SourceFile
-from ddpslurm.errors import AnalyzeInputError
+from ddpslurm.errors import AnalyzeInputError, UsageError
 
 MAX_DEPTH = 8
 MAX_FILES = 20_000
@@ -128,7 +128,7 @@ def select_attempt(sources: list[SourceFile], attempt: str | int | None) -> list
         return sources
     wanted = attempts[-1] if attempt in (None, "last") else int(attempt)
     if wanted not in attempts:
-        raise AnalyzeInputError(f"attempt {wanted} is not in the logs (attempts found: "
+        raise UsageError(f"attempt {wanted} is not in the logs (attempts found: "
                                 f"{', '.join(map(str, attempts))})", "pass one of them to --attempt, or `all`")
     return [s for s in sources if s.attempt is None or s.attempt == wanted]
 

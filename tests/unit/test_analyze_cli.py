@@ -98,6 +98,14 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert run(str(tmp_path), "--format", "yaml").returncode == 2
 
 
+def test_attempt_not_in_the_logs_is_a_usage_error(tmp_path: Path) -> None:
+    for n in (0, 1):
+        (tmp_path / f"attempt_{n}").mkdir()
+        (tmp_path / f"attempt_{n}" / "rank_0.log").write_text("ValueError: x\n")
+    line = one_error_line(run(str(tmp_path), "--attempt", "7"), 2)
+    assert "attempts found: 0, 1" in line
+
+
 def test_unknown_job_id(tmp_path: Path) -> None:
     line = one_error_line(run("987654", cwd=tmp_path), 1)
     assert "no job folder for job 987654" in line
