@@ -201,7 +201,7 @@ def _strip_groups(pattern: str) -> str:
 
 def _fail(path: Path, sig_id: str, what: str) -> AnalyzeInputError:
     return AnalyzeInputError(f"signature {sig_id!r} in {path}: {what}",
-                             "fix that entry (see analyzer/signatures/README or DESIGN.md for the schema)")
+                             "fix that entry (the schema is in analyzer/signatures/README.md)")
 
 
 def parse_signature(raw: dict[str, Any], path: Path, validate: bool = True) -> Signature:
