@@ -371,10 +371,13 @@ def odd_tails(sources: Sequence[SourceFile], summaries: Sequence[FileSummary]) -
         last[rank] = re.sub(r"\d+", "N", lines[-1])
     if len(last) < 3:
         return set()
+    lines = {rank_of[s.file]: s.lines for s in summaries if rank_of.get(s.file) is not None}
+    median = sorted(lines.values())[len(lines) // 2] if lines else 0
+    short = {r for r, n in lines.items() if median >= 4 and n * 2 < median}  # far fewer lines than most ranks
     (common, n), *_ = Counter(last.values()).most_common(1)
     if n <= len(last) // 2:
-        return set()
-    return {r for r, tail in last.items() if tail != common}
+        return short
+    return {r for r, tail in last.items() if tail != common} | short
 
 
 def _worker_pids(events: Iterable[Event]) -> dict[tuple[str | None, int], int]:
@@ -470,11 +473,17 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
             confidence = "medium" if by_time or len({e.rank for e in eithers}) == 1 else "low"
         else:
             silent = _silent(events, facts)
+            stopped = sorted(r for r in facts.odd_tails if r not in _loud_ranks(events))
             if silent and failures:
                 rank = silent[0]
                 host = facts.rank_host.get(rank)
                 cause = _cause_of_silence(events, facts, rank)
                 notes.append(f"rank {rank} started but fell silent (no exit record, no error)")
+            elif len(stopped) == 1 and failures:
+                rank = stopped[0]
+                host = facts.rank_host.get(rank)
+                cause = _cause_of_silence(events, facts, rank)
+                notes.append(f"rank {rank}'s log stops earlier than the other ranks' logs")
             victims = [e for e in failures if e.role == "victim"]
             if victims and cause == "unknown":
                 cause = victims[0].cause or "unknown"
@@ -504,6 +513,10 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
             rank, host = named, facts.rank_host.get(named)
         elif not by_time:
             rank, host = _systemic(events, chosen, rank, host, facts)
+            stopped = sorted(r for r in facts.odd_tails if r not in _loud_ranks(events))
+            if rank is None and len(stopped) == 1 and chosen.role == "either":
+                rank, host = stopped[0], facts.rank_host.get(stopped[0])  # alike reports; one log stops early
+                notes.append(f"rank {rank}'s log stops earlier than the other ranks' logs")
     return _build(events, summaries, sigs, facts, cause, rank, host, confidence, chosen, support, by_time, notes)
 
 
@@ -551,6 +564,7 @@ def _systemic(events: list[Event], chosen: Event, rank: int, host: str | None,
     alike = [e for e in events if e.rank is not None and e.cause == chosen.cause
              and (e.role == "culprit" or e.signature == chosen.signature)]
     same = {e.rank for e in alike}
+    same |= {r for e in alike if e.kind == "slurm_task" for r in expand_ranks(e.get("tasks", ""))}
     if len(same) <= 1:
         return rank, host
     named = Counter(int(e.get("peer_rank", "")) for e in alike if e.get("peer_rank", "").isdigit())

@@ -184,3 +184,13 @@ def test_sacct_does_not_override_the_logs(tmp_path: Path) -> None:
     diagnosis = analyze_paths(write_ranks(tmp_path, {1: "torch.OutOfMemoryError: CUDA out of memory.\n"}))
     apply_accounting(diagnosis, {"state": "timeout"})
     assert (diagnosis.cause, diagnosis.first_failing_rank) == ("cuda_oom", 1)
+
+
+def test_rank_whose_log_stops_early_is_the_suspect(tmp_path: Path) -> None:
+    texts = {r: "".join(f"rank {r} step {s} loss 1.0\n" for s in range(20)) + "ddpslurm: rank terminated by SIGTERM\n"
+             for r in range(4)}
+    texts[2] = "rank 2 step 0 loss 1.0\nrank 2 step 1 loss 1.0\nddpslurm: rank terminated by SIGTERM\n"
+    paths = write_ranks(tmp_path, texts)
+    (tmp_path / "slurm-1.out").write_text("srun: error: n1: tasks 0-3: Killed\n")
+    got = diagnose([*paths, tmp_path / "slurm-1.out"])
+    assert got["first_failing_rank"] == 2
