@@ -269,9 +269,12 @@ class Context:
 
 
 class Hook:
-    """A fault from outside the script: `before` the submission, `live` once the trigger is seen, `cleanup`."""
+    """A fault from outside the script: `before` the submission, `submitted`, `live` once the trigger is seen,
+    `cleanup`."""
 
     def before(self, ctx: Context) -> None: ...
+
+    def submitted(self, ctx: Context) -> None: ...
 
     def live(self, ctx: Context) -> None: ...
 
@@ -367,9 +370,54 @@ class Preempt(Hook):
             ctx.cluster.run(["scancel", ctx.injected["preemptor_job"]], check=False)
 
 
+STORE = ("import sys, time\n"
+         "import torch.distributed as dist\n"
+         "store = dist.TCPStore(sys.argv[1], int(sys.argv[2]), is_master=True, multi_tenant=True,\n"
+         "                      wait_for_workers=False)\n"
+         "print('listening', flush=True); time.sleep(3600)\n")
+
+
+def predict_next_job_id(cluster: Cluster) -> str:
+    """The id Slurm gives the next job: one more than the highest it has given (ids are sequential)."""
+    out = cluster.run(["sacct", "-X", "-n", "-P", "-a", "-o", "JobIDRaw", "-S", "2000-01-01"]).stdout.split()
+    ids = [int(x) for x in out if x.isdigit()]
+    if not ids:
+        raise LabError("cannot predict the next job id: sacct lists no job yet; run any scenario first")
+    return str(max(ids) + 1)
+
+
+class StaleRendezvous(Hook):
+    """A c10d rendezvous store left from an earlier torchrun run with the same run id (the job id) still holds the
+    rendezvous port on the master node, its state closed: the job's torchrun agents meet that old state."""
+
+    def before(self, ctx: Context) -> None:
+        node, port = ctx.node(), str(ctx.scenario.hook_arg("port"))
+        netns = f"--net=/run/netns/{ctx.cluster.netns(node)}"
+        ctx.injected["predicted_job_id"] = run_id = predict_next_job_id(ctx.cluster)
+        proc = subprocess.Popen(["nsenter", netns, sys.executable, "-c", STORE, node, port],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ctx.processes.append(proc)
+        if proc.stdout is None or proc.stdout.readline().strip() != "listening":
+            raise LabError(f"the leftover store on {node}:{port} did not start")
+        earlier = ["nsenter", netns, sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+                   "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{node}:{port}",
+                   "--rdzv-id", run_id, "--no-python", "true"]
+        sh(earlier, timeout=120)
+        ctx.record(["nsenter", netns, "python3", "-c", f"<TCPStore server on {node}:{port}, kept running>"], node)
+        ctx.record(earlier, node)
+
+    def submitted(self, ctx: Context) -> None:
+        if ctx.job_id != ctx.injected["predicted_job_id"]:
+            raise LabError(f"job id {ctx.job_id} is not the predicted {ctx.injected['predicted_job_id']}: "
+                           "the leftover rendezvous has another run id; no case written")
+
+    def cleanup(self, ctx: Context) -> None:
+        ListenPort().cleanup(ctx)
+
+
 HOOKS: dict[str, Callable[[], Hook]] = {
     "listen_port": ListenPort, "firewall_port": FirewallPort, "scancel": Scancel, "crash_node": CrashNode,
-    "link_down": LinkDown, "preempt": Preempt,
+    "link_down": LinkDown, "preempt": Preempt, "stale_rendezvous": StaleRendezvous,
 }
 
 
@@ -490,6 +538,7 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
         ctx.job_id = str(reply["job_id"])
         job_dir = Path(reply["folder"])
         log(f"{scenario.name}: job {ctx.job_id} submitted ({job_dir})")
+        hook.submitted(ctx)
         if scenario.trigger:
             wait_for(lambda: _logs_contain(job_dir, scenario.trigger or ""), scenario.max_wait_s,
                      f"{scenario.trigger!r} in the logs of job {ctx.job_id}")
@@ -504,9 +553,10 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
     finally:
         hook.cleanup(ctx)
         remove_lab_cgroups()
-    if not list(job_dir.glob("attempt_*/rank_*.start.json")):
-        raise LabError(f"job {ctx.job_id} of {scenario.name} never started a rank (no start record in {job_dir}); "
-                       "no case written")
+    if _job_state(cluster, str(ctx.job_id)).split()[0] == "COMPLETED":
+        raise LabError(f"job {ctx.job_id} of {scenario.name} completed: the fault did not take; no case written")
+    if not any(job_dir.glob("*_log.*")):
+        raise LabError(f"job {ctx.job_id} of {scenario.name} never ran (no task log in {job_dir}); no case written")
     acct = cluster.run(["sacct", "-X", "-n", "-P", "-j", ctx.job_id, "-o", "State,ExitCode,NodeList,Elapsed"])
     state, exit_code, nodelist, elapsed = acct.stdout.strip().splitlines()[-1].split("|")
     allocation = cluster.expand(nodelist) if nodelist and nodelist != "None assigned" else nodes
