@@ -48,6 +48,16 @@ _IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,128}$")
 
 
+def _signal_delay_fix(signal_delay_s: int, time_s: int) -> str:
+    """The way out of a --signal-delay that does not fit in --time (only the possible ones)."""
+    minimum_minutes = -(-(signal_delay_s + SIGNAL_RESOLUTION_S + 1) // 60)
+    raise_time = f"raise --time to {minimum_minutes} (minutes) or more"
+    largest_delay = time_s - SIGNAL_RESOLUTION_S - 1
+    if largest_delay < 1:
+        return raise_time.capitalize()
+    return f"Use --signal-delay {largest_delay} or less, or {raise_time}"
+
+
 def parse_time(text: str) -> int:
     """Slurm `--time` text -> seconds (`90` -> 5400, `1:30:00` -> 5400, `2-00:00` -> 172800)."""
     value = text.strip()
@@ -182,7 +192,7 @@ def make_spec(
         raise UsageError(
             f"--signal-delay {signal_delay_s}s leaves no time in a --time {time} ({time_s}s) job: Slurm may send "
             f"the signal up to {SIGNAL_RESOLUTION_S}s earlier than asked, i.e. before the script starts",
-            f"Use --signal-delay below {time_s - SIGNAL_RESOLUTION_S}s or raise --time")
+            _signal_delay_fix(signal_delay_s, time_s))
     if local and launcher != "srun":
         raise UsageError("--local runs ranks as local processes and cannot use --launcher torchrun",
                          "Drop --launcher torchrun, or submit to Slurm without --local")

@@ -120,6 +120,19 @@ def apply_defaults(defaults: tuple[tuple[str, str], ...], environ: MutableMappin
         environ.setdefault(name, value)
 
 
+def enable_faulthandler(environ: Mapping[str, str]) -> bool:
+    """Honour PYTHONFAULTHANDLER set by `apply_defaults`: the interpreter reads it only at start-up.
+
+    With it, a segfault or abort prints every thread's Python stack to fd 2, i.e. into the rank's log.
+    """
+    if not environ.get("PYTHONFAULTHANDLER"):
+        return False
+    import faulthandler
+
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    return True
+
+
 def apply_interface(cfg: WorkerConfig, dist: Any, environ: MutableMapping[str, str]) -> None:
     """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: --interface wins, then the person's, then the routed one."""
     names = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -329,6 +342,7 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
     paths = records.rank_paths(attempt_dir, dist.rank)
     tee = FdTee(paths["log"])
     tee.start()
+    enable_faulthandler(environ)
     state = _RankState(cfg, dist, attempt, paths, tee)
     try:
         preemption.reset()

@@ -267,3 +267,20 @@ def test_pg_timeout_default(monkeypatch: pytest.MonkeyPatch, environ: dict[str, 
     tdist.init_process_group(*args, **kwargs)
     expected = timedelta(seconds=expected_s) if isinstance(expected_s, int) else expected_s
     assert seen == [expected]
+
+
+@pytest.mark.parametrize(("value", "stack_expected"), [("1", True), ("", False)])
+def test_faulthandler_from_the_default_puts_a_segfault_stack_in_the_log(value: str, stack_expected: bool) -> None:
+    """PYTHONFAULTHANDLER set after start-up only works through enable_faulthandler()."""
+    code = (
+        "import ctypes, os\n"
+        "from ddpslurm.launch.worker import enable_faulthandler\n"
+        f"os.environ['PYTHONFAULTHANDLER'] = {value!r}\n"
+        "print(enable_faulthandler(os.environ), flush=True)\n"
+        "ctypes.string_at(0)\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONFAULTHANDLER"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode != 0
+    assert done.stdout.strip() == str(stack_expected)
+    assert ("Fatal Python error: Segmentation fault" in done.stderr) is stack_expected
