@@ -327,10 +327,10 @@ def build_set(signatures: Iterable[Signature], causes: dict[str, CauseInfo] | No
     ordered = sorted(signatures, key=lambda s: -s.priority)
     anchors: list[str] = list(ANCHORS)
     for sig in ordered:
-        if sig.kind in ENGINE_KINDS or any(a in lit for lit in sig.prefilter for a in ANCHORS):
-            continue  # found through an anchor one of its literals contains
-        for lit in sorted(sig.prefilter, key=len):
-            if _anchor_for(lit, anchors) == lit and lit not in anchors:
+        if sig.kind in ENGINE_KINDS:
+            continue
+        for lit in sorted(sig.prefilter, key=len):  # a line may hold any ONE literal: each must be covered
+            if not any(a in lit for a in anchors):
                 anchors.append(lit)
     always = tuple(s for s in ordered if not s.prefilter)
     return SignatureSet(signatures=ordered, causes=causes or {}, anchors=tuple(a.encode() for a in anchors),

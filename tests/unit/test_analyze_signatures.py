@@ -112,6 +112,27 @@ def test_shipped_ids_are_unique_and_prefiltered(shipped) -> None:
     assert not shipped.always, "a shipped signature without prefilter forces a full regex scan of every line"
 
 
+def test_every_prefilter_literal_is_reached_by_an_anchor(shipped) -> None:
+    """A line may hold any ONE of a signature's literals; the scanner only looks at lines holding an anchor."""
+    unreached = [(sig.id, lit) for sig in shipped.signatures if sig.kind != "elastic_failure"
+                 for lit in sig.prefilter if not any(a.decode() in lit for a in shipped.anchors)]
+    assert not unreached
+
+
+def test_a_line_with_only_one_of_the_literals_is_scanned(tmp_path: Path) -> None:
+    """gloo's size-mismatch abort has 'mismatch' but no 'rror': it must still be seen (lab-collective_mismatch)."""
+    from ddpslurm.analyze.api import analyze_paths
+
+    log = tmp_path / "rank_4.log"
+    log.write_text(
+        "rank 4/6 on n03: process group ready\n"
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+        "  what():  [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:456] "
+        "op.preamble.length <= op.nbytes. 344 vs 4. Received data size doesn't match expected size. "
+        "Is there a distributed collective mismatch in your code?\n")
+    assert analyze_paths([log], workers=1).to_dict()["cause"] == "collective_mismatch"
+
+
 def test_shipped_anchors_stay_few(shipped) -> None:
     extra = [a for a in shipped.anchors if a.decode() not in ANCHORS]
     assert len(shipped.anchors) <= 80, f"{len(shipped.anchors)} anchors slow the prefilter: {extra}"
