@@ -517,6 +517,9 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
             if rank is None and len(stopped) == 1 and chosen.role == "either":
                 rank, host = stopped[0], facts.rank_host.get(stopped[0])  # alike reports; one log stops early
                 notes.append(f"rank {rank}'s log stops earlier than the other ranks' logs")
+    if chosen is not None and chosen.kind in OBSERVER_KINDS and rank == chosen.rank and chosen.rank is not None:
+        notes.append(f"rank {rank} detected the mismatch; its log does not name the rank that sent the odd data")
+        rank, host = None, None
     return _build(events, summaries, sigs, facts, cause, rank, host, confidence, chosen, support, by_time, notes)
 
 
@@ -540,6 +543,8 @@ def _complete(events: list[Event], chosen: Event, host: str | None, facts: Facts
     return first.rank, host or first.host
 
 
+#: signature kinds logged by the rank that DETECTED a fault in data a peer sent: it is not the offender
+OBSERVER_KINDS = ("mismatch_detected",)
 #: causes that concern the whole job, not one rank
 JOB_LEVEL = ("slurm_time_limit", "preempted", "slurm_cancelled", "node_failure")
 

@@ -1,0 +1,21 @@
+#!/bin/bash
+
+# Parameters
+#SBATCH --cpus-per-task=1
+#SBATCH --error=/tmp/lab-shape_mismatch_rank5-9hwb1i5l/job_%j/%j_0_log.err
+#SBATCH --job-name=lab-shape_mismatch_rank5
+#SBATCH --nodes=3
+#SBATCH --ntasks-per-node=2
+#SBATCH --open-mode=append
+#SBATCH --output=/tmp/lab-shape_mismatch_rank5-9hwb1i5l/job_%j/%j_0_log.out
+#SBATCH --requeue
+#SBATCH --signal=USR2@90
+#SBATCH --time=5
+#SBATCH --wckey=submitit
+
+# setup
+export PYTHONPATH=/work/main${PYTHONPATH:+:$PYTHONPATH}
+
+# command
+export SUBMITIT_EXECUTOR=slurm
+srun --unbuffered --output /tmp/lab-shape_mismatch_rank5-9hwb1i5l/job_%j/%j_%t_log.out --error /tmp/lab-shape_mismatch_rank5-9hwb1i5l/job_%j/%j_%t_log.err --kill-on-bad-exit=1 --wait=60 /root/.pyenv/versions/3.11.7/bin/python3 -u -m submitit.core._submit /tmp/lab-shape_mismatch_rank5-9hwb1i5l/job_%j
