@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -149,6 +150,11 @@ def submit(spec: JobSpec, plan: LaunchPlan) -> Submitted:
         from ddpslurm.scheduler.run import not_found_error
 
         raise not_found_error("sbatch")
+    from ddpslurm.scheduler.run import configuration_error
+
+    config_problem = configuration_error(os.environ)
+    if config_problem is not None:
+        raise config_problem
     from submitit.core.utils import FailedJobError
 
     unix = time.time()

@@ -7,6 +7,8 @@ environment (or `env`) is passed through as is.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -24,6 +26,39 @@ def not_found_error(binary: str) -> SlurmNotFoundError:
     )
 
 
+#: Where Slurm clients find their configuration without asking DNS: the packaged defaults, and the caches
+#: that slurmd and sackd keep on configless sites.
+CONFIG_FILES = (
+    "/etc/slurm/slurm.conf",
+    "/etc/slurm-llnl/slurm.conf",
+    "/usr/local/etc/slurm.conf",
+    "/run/slurm/conf/slurm.conf",
+    "/var/spool/slurmd/conf-cache/slurm.conf",
+)
+#: Set to 1 on a configless site whose clients really should find slurmctld through DNS SRV records.
+CONFIGLESS_ENV = "DDPSLURM_SLURM_CONFIGLESS"
+
+
+def configuration_error(environ: Mapping[str, str]) -> SlurmNotFoundError | None:
+    """Why Slurm's clients would have no configuration here, or None.
+
+    Without SLURM_CONF and without a slurm.conf file, every Slurm client looks the controller up in DNS
+    (SRV records) and fails with "Unknown host" after the round trip; ddpslurm says so instead.
+    """
+    conf = environ.get("SLURM_CONF")
+    if conf:
+        if os.path.isfile(conf):
+            return None
+        return SlurmNotFoundError(f"SLURM_CONF={conf} does not exist", "Point SLURM_CONF at the cluster's slurm.conf")
+    if environ.get(CONFIGLESS_ENV) == "1" or any(os.path.isfile(path) for path in CONFIG_FILES):
+        return None
+    return SlurmNotFoundError(
+        "Slurm is not configured on this machine: SLURM_CONF is unset and there is no /etc/slurm/slurm.conf",
+        "Set SLURM_CONF to the cluster's slurm.conf (the local cluster: eval \"$(slurm/cluster env)\"), "
+        f"set {CONFIGLESS_ENV}=1 on a configless site, or try ddpslurm without Slurm: `ddpslurm submit --local`",
+    )
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -34,12 +69,17 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """Run a Slurm command and capture its text output.
 
-    Raises SlurmNotFoundError when the binary is missing, SlurmCommandError when it exits non-zero
+    Raises SlurmNotFoundError when the binary is missing or Slurm has no configuration (it would ask DNS),
+    SlurmCommandError when it exits non-zero
     (only with `check=True`) or runs longer than `timeout` seconds.
     """
     args = [str(a) for a in argv]
     if not args:
         raise ValueError("run() needs a command")
+    environ = os.environ if env is None else env
+    config_problem = configuration_error(environ)
+    if config_problem is not None and shutil.which(args[0], path=environ.get("PATH")) is not None:
+        raise config_problem
     try:
         done = subprocess.run(
             args, capture_output=True, text=True, timeout=timeout, input=input,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.errors import SlurmCommandError, SlurmNotFoundError
-from ddpslurm.scheduler.run import TIMEOUT_EXIT, run
+from ddpslurm.scheduler import run as run_module
+from ddpslurm.scheduler.run import CONFIGLESS_ENV, TIMEOUT_EXIT, configuration_error, run
 
 
 def tool(folder: Path, name: str, body: str) -> None:
@@ -27,7 +28,9 @@ def bin_env(tmp_path: Path) -> dict[str, str]:
     tool(tmp_path, "sbatch", 'echo "sbatch: error: Batch job submission failed: Invalid partition name" >&2; exit 1')
     tool(tmp_path, "squeue", "exec /bin/sleep 5")
     tool(tmp_path, "scat", "exec /bin/cat")
-    return {"PATH": str(tmp_path), "FOO": "bar"}
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=fake\n")
+    return {"PATH": str(tmp_path), "FOO": "bar", "SLURM_CONF": str(conf)}
 
 
 def test_run_returns_output_and_passes_env(bin_env: dict[str, str]) -> None:
@@ -69,7 +72,7 @@ def test_timeout_is_a_clear_error(bin_env: dict[str, str]) -> None:
 
 def test_run_sets_no_slurm_variable(bin_env: dict[str, str], tmp_path: Path) -> None:
     tool(tmp_path, "sinfo", "/usr/bin/env | /bin/grep ^SLURM || true")
-    assert run(["sinfo"], env=bin_env).stdout == ""
+    assert run(["sinfo"], env=bin_env).stdout == f"SLURM_CONF={bin_env['SLURM_CONF']}\n"
 
 
 def test_not_executable_is_an_error(tmp_path: Path) -> None:
@@ -77,3 +80,34 @@ def test_not_executable_is_an_error(tmp_path: Path) -> None:
     os.chmod(tmp_path / "scancel", 0o644)
     with pytest.raises((SlurmCommandError, SlurmNotFoundError)):
         run([str(tmp_path / "scancel")])
+
+
+@pytest.fixture
+def no_default_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run_module, "CONFIG_FILES", (str(tmp_path / "absent" / "slurm.conf"),))
+
+
+@pytest.mark.parametrize(("extra", "problem"), [
+    ({}, "SLURM_CONF is unset"),
+    ({"SLURM_CONF": "/nonexistent/slurm.conf"}, "SLURM_CONF=/nonexistent/slurm.conf does not exist"),
+    ({CONFIGLESS_ENV: "1"}, None),
+    ({CONFIGLESS_ENV: "0"}, "SLURM_CONF is unset"),
+])
+def test_configuration_error(no_default_conf: None, extra: dict[str, str], problem: str | None) -> None:
+    error = configuration_error({"PATH": "/usr/bin", **extra})
+    assert (error is None) if problem is None else (problem in error.one_line())
+
+
+def test_a_default_slurm_conf_is_enough(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    monkeypatch.setattr(run_module, "CONFIG_FILES", (str(tmp_path / "none.conf"), str(conf)))
+    assert configuration_error({}) is None
+
+
+def test_run_refuses_a_slurm_without_configuration(bin_env: dict[str, str], no_default_conf: None) -> None:
+    """Without a slurm.conf, Slurm's clients would ask DNS for the controller: refuse before running them."""
+    env = {k: v for k, v in bin_env.items() if k != "SLURM_CONF"}
+    with pytest.raises(SlurmNotFoundError) as info:
+        run(["sacct", "--jobs=1"], env=env)
+    assert "not configured" in info.value.one_line() and "--local" in info.value.one_line()
