@@ -3,18 +3,45 @@
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Iterable
+import textwrap
+from collections.abc import Iterable, Sequence
 
 from ddpslurm.analyze.diagnosis import Diagnosis, RankRow
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: `[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]` -> `[pair.cc:553]`
+_SOURCE_PATH = re.compile(r"\[(?:[^\]\s]*/)?([^/\]\s]+\.(?:cc|cpp|cu|c|h|hpp|py):\d+)\]")
+#: a glog header (`[E217 07:43:09.310000653 ProcessGroupNCCL.cpp:629] `): its time is shown apart
+_GLOG_HEADER = re.compile(r"^\[?[IWEF]\d{3,4} \d\d:\d\d:\d\d\.\d+(?: +\d+)? [\w./-]+:\d+\]\s*")
 MAX_ROWS = 40
 
 
 def safe(text: str | None) -> str:
     """Log text without control characters (no terminal escapes get through)."""
     return _CONTROL.sub("", text or "")
+
+
+def one_line(text: str | None) -> str:
+    """Log text for a one-line display: safe, whitespace collapsed, build-tree paths cut to the file name."""
+    return " ".join(_GLOG_HEADER.sub("", _SOURCE_PATH.sub(r"[\1]", safe(text).strip())).split())
+
+
+def _crop(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def evidence_root(files: Sequence[str]) -> str:
+    """The folder all evidence files are under ('' when they share none), so rows can show short paths."""
+    folders = [os.path.dirname(f) for f in files if f]
+    if not folders:
+        return ""
+    try:
+        root = os.path.commonpath(folders)
+    except ValueError:  # absolute and relative paths mixed
+        return ""
+    return "" if root in ("", os.sep) else root
 
 
 def to_json(diagnosis: Diagnosis) -> str:
@@ -85,33 +112,43 @@ def render_text(diagnosis: Diagnosis, console=None) -> None:
     console.print(who)
     console.print(Text(safe(d.summary)))
     if d.evidence:
+        root = evidence_root([ev.file for ev in d.evidence])
         console.print(Text("\nEvidence", style="bold underline"))
+        if root:
+            console.print(Text(f"  in {safe(root)}{os.sep}", style="dim"), soft_wrap=True)
         for ev in d.evidence:
-            line = Text("  ")
-            line.append(f"{safe(ev.file)}:{ev.line}", style="cyan")
+            where = Text("  ")
+            where.append(f"{safe(os.path.relpath(ev.file, root) if root else ev.file)}:{ev.line}", style="cyan")
             if ev.rank is not None:
-                line.append(f" [rank {ev.rank}]", style="magenta")
+                where.append(f"  rank {ev.rank}", style="magenta")
             if ev.time:
-                line.append(f" {ev.time}", style="dim")
-            line.append("\n    " + safe(ev.text))
-            console.print(line)
+                where.append(f"  {ev.time}", style="dim")
+            console.print(where, no_wrap=True, overflow="ellipsis")
+            console.print(Text("    " + one_line(ev.text)), no_wrap=True, overflow="ellipsis")
     if d.ranks:
-        table = Table(title="Ranks", show_lines=False, title_justify="left")
-        for name in ("rank", "host", "role", "first error"):
-            table.add_column(name, overflow="fold")
+        console.print(Text("\nRanks", style="bold underline"))
         groups = collapse_rows(d.ranks)
-        for label, row, count in groups[:MAX_ROWS]:
-            role = row.role + (f" (x{count})" if count > 1 else "")
+        rows = [(label, _hosts(d.ranks, label, row), row.role + (f" (x{count})" if count > 1 else ""), row)
+                for label, row, count in groups[:MAX_ROWS]]
+        table = Table(show_lines=False)
+        names = ("rank", "host", "role")
+        widths = [max([len(name)] + [len(r[index]) for r in rows]) for index, name in enumerate(names)]
+        for name, width in zip(names, widths, strict=True):
+            table.add_column(name, no_wrap=True, width=width)
+        room = max(24, console.width - sum(widths) - 13)  # 4 columns: borders and padding take 13 cells
+        table.add_column("first error", no_wrap=True, width=room)
+        for label, hosts, role, row in rows:
             style = {"culprit": "bold red", "victim": "yellow", "ok": "green"}.get(row.role, "")
-            table.add_row(Text(label), Text(_hosts(d.ranks, label, row)), Text(role, style=style),
-                          Text(safe(row.first_error)[:160] or "-"))
+            table.add_row(Text(label), Text(hosts), Text(role, style=style),
+                          Text(_crop(one_line(row.first_error) or "-", room)))
         if len(groups) > MAX_ROWS:
             table.add_row(Text("..."), Text(""), Text(f"{len(groups) - MAX_ROWS} more groups"), Text(""))
         console.print(table)
     if d.advice:
-        console.print(Text("What to do", style="bold underline"))
+        console.print(Text("\nWhat to do", style="bold underline"))
         for item in d.advice:
-            console.print(Text(f"  - {safe(item)}"))
+            console.print(Text(textwrap.fill(safe(item), width=max(40, console.width - 1), initial_indent="  - ",
+                                             subsequent_indent="    ")))
     retry = {"requeue": "yes, resubmitting may succeed", "stop": "no, fix the cause first",
              "unknown": "unknown"}.get(d.retry, d.retry)
     console.print(Text(f"Retry: {retry}"))
@@ -137,13 +174,13 @@ def to_markdown(diagnosis: Diagnosis) -> str:
         for ev in d.evidence:
             who = f" [rank {ev.rank}]" if ev.rank is not None else ""
             when = f" {ev.time}" if ev.time else ""
-            out.append(f"{safe(ev.file)}:{ev.line}{who}{when}: {safe(ev.text).replace('```', '')}")
+            out.append(f"{safe(ev.file)}:{ev.line}{who}{when}: {one_line(ev.text).replace('```', '')}")
         out += ["```", ""]
     if d.ranks:
         out += ["### Ranks", "", "| rank | host | role | first error |", "|---|---|---|---|"]
         for label, row, count in collapse_rows(d.ranks)[:MAX_ROWS]:
             role = row.role + (f" (x{count})" if count > 1 else "")
-            error = _md((row.first_error or "-")[:160])
+            error = _md(one_line(row.first_error or "-")[:160])
             out.append(f"| {label} | {_md(_hosts(d.ranks, label, row))} | {role} | {error} |")
         out.append("")
     if d.advice:
