@@ -22,7 +22,7 @@ from ddpslurm.analyze.signatures import HEAD_ANCHORS, SignatureSet
 from ddpslurm.analyze.timestamps import parse_time
 from ddpslurm.analyze.tracebacks import ElasticBlock, Exc, TracebackAssembler
 
-CHUNK = 1 << 20
+CHUNK = 4 << 20
 MAX_LINE = 16 * 1024
 TAIL_LINES = 6
 PARALLEL_MIN_BYTES = 8 << 20
@@ -99,15 +99,28 @@ _RANK = {c: i for i, c in enumerate(_BYTE_ORDER)}
 PIVOT_SPACING = 2048
 
 
+class _ByteCounts(dict):
+    """How often each byte occurs in `sample`, counted on first ask."""
+
+    def __init__(self, sample: bytes) -> None:
+        super().__init__()
+        self.sample = sample
+
+    def __missing__(self, byte: int) -> int:
+        self[byte] = self.sample.count(bytes((byte,)))
+        return self[byte]
+
+
 class AnchorFinder:
     """Finds the lines of a block that hold at least one anchor, mostly through fast passes over rare bytes.
 
     `bytes.find` costs about the same for every anchor (~0.5 s per GB each, most of the scan's time), while a
     single-byte `find` is a memchr (~0.05 s per GB). So each anchor is looked for through its byte rarest in the
     first block scanned (its pivot): every occurrence of the pivot is checked with `startswith` for the anchors
-    it pivots. An anchor whose pivot turns out common (more than one per PIVOT_SPACING bytes scanned so far) is
-    looked for with `find` from then on. Anchors that contain another anchor are dropped (every line holding
-    them holds the shorter one). The lines found are exactly the lines holding an anchor, either way.
+    it pivots. When a pivot turns out common (more than one per PIVOT_SPACING bytes scanned so far), its anchors
+    move to their next rarest byte in the block at hand, or to `find` when none is rare. Anchors that contain
+    another anchor are dropped (every line holding them holds the shorter one). The lines found are exactly
+    the lines holding an anchor, either way.
     """
 
     def __init__(self, anchors: Sequence[bytes]) -> None:
@@ -116,22 +129,37 @@ class AnchorFinder:
         self.slow: list[bytes] = []  # anchors looked for with bytes.find
         self.pivots: dict[int, list[tuple[bytes, int]]] = {}  # pivot byte -> (anchor, offset of the pivot in it)
         self.seen: dict[int, int] = {}  # pivot byte -> occurrences so far
+        self.common: set[int] = set()  # bytes found too frequent to pivot on
         self.bytes = 0
         self.ready = False
 
     def _choose(self, sample: bytes) -> None:
         """Pick each anchor's pivot: its byte rarest in `sample` (the first block), ties by `_BYTE_ORDER`."""
-        counts = {c: sample.count(bytes((c,))) for c in {c for a in self.anchors for c in a}}
-        for anchor in self.anchors:
-            if b"\n" in anchor:
-                self.slow.append(anchor)
-                continue
-            off = min(range(len(anchor)), key=lambda i: (counts[anchor[i]], -_RANK.get(anchor[i], len(_BYTE_ORDER)), i))
-            self.pivots.setdefault(anchor[off], []).append((anchor, off))
         self.ready = True
+        counts = _ByteCounts(sample)
+        for anchor in self.anchors:
+            self._place(anchor, counts)
 
-    def _demote(self, pivot: int) -> None:
-        self.slow.extend(a for a, _ in self.pivots.pop(pivot))
+    def _place(self, anchor: bytes, counts: _ByteCounts) -> None:
+        """Pivot `anchor` on its byte rarest in `sample` among those not yet found common, else find it."""
+        offsets = [i for i in range(len(anchor)) if anchor[i] not in self.common]
+        if b"\n" in anchor or not offsets:
+            self.slow.append(anchor)
+            return
+        off = min(offsets, key=lambda i: (counts[anchor[i]], -_RANK.get(anchor[i], len(_BYTE_ORDER)), i))
+        if counts[anchor[off]] > len(counts.sample) // PIVOT_SPACING + 256:
+            self.slow.append(anchor)
+            return
+        self.pivots.setdefault(anchor[off], []).append((anchor, off))
+
+    def _demote(self, pivot: int, block: bytes) -> list[bytes]:
+        """`pivot` is common: its anchors get another pivot (or find); returns them, to be found in `block`."""
+        self.common.add(pivot)
+        moved = [a for a, _ in self.pivots.pop(pivot)]
+        counts = _ByteCounts(block)
+        for anchor in moved:
+            self._place(anchor, counts)
+        return moved
 
     def starts(self, block: bytes) -> list[int]:
         """Sorted offsets of the lines of `block` (complete lines) that contain at least one anchor."""
@@ -142,6 +170,7 @@ class AnchorFinder:
         find, rfind, startswith = block.find, block.rfind, block.startswith
         self.bytes += len(block)
         budget = self.bytes // PIVOT_SPACING + 256
+        moved: list[bytes] = []
         for pivot, group in list(self.pivots.items()):
             needle = bytes((pivot,))
             seen = self.seen.get(pivot, 0)
@@ -149,7 +178,7 @@ class AnchorFinder:
             while pos >= 0:
                 seen += 1
                 if seen > budget:
-                    self._demote(pivot)  # searched with find below, over the whole block
+                    moved += self._demote(pivot, block)  # found with find below, over the whole block
                     break
                 for anchor, off in group:
                     if pos >= off and startswith(anchor, pos - off):
@@ -159,7 +188,7 @@ class AnchorFinder:
                         break
                 pos = find(needle, pos + 1)
             self.seen[pivot] = seen
-        for anchor in self.slow:
+        for anchor in dict.fromkeys((*self.slow, *moved)) if moved else self.slow:
             pos = find(anchor)
             while pos >= 0:
                 add(rfind(b"\n", 0, pos) + 1)
