@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -70,7 +71,12 @@ def test_requeued_job_shows_requeue_count(slurm_cluster, tmp_path: Path) -> None
     pending = status_json(slurm_cluster, job_id)
     assert pending["requeue_count"] == 1
     assert pending["terminal"] is False
-    # Slurm delays a requeued job's start (BeginTime); let it start now, then wait for the end.
+    # Slurm delays a requeued job's start by CredExpire + 1 s (BeginTime): slurmd revoked the first
+    # attempt's credential, and refuses one signed in the same second ("Job credential revoked": the job
+    # then really FAILS, exit 1). So wait until the requeue is done (the job is PENDING again, the old
+    # attempt's credential revoked), then until the clock has passed that second, then start it now.
+    assert wait_until(slurm_cluster, job_id, "pending")["state"] == "pending"
+    time.sleep(math.floor(time.time()) + 1.1 - time.time())
     slurm_cluster.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"])
     done = status_json(slurm_cluster, job_id, "--wait")
     assert (done["state"], done["requeue_count"], done["exit_code"]) == ("completed", 1, 0)
