@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpslurm.errors import JobNotFoundError, SlurmCommandError, UsageError
+from ddpslurm.errors import JobNotFoundError, SlurmCommandError, SlurmNotFoundError, UsageError
 from ddpslurm.scheduler.accounting import JobAccounting, accounting_from_records, array_tasks, sacct_records, step_dict
 from ddpslurm.scheduler.commands import check_job_id, scontrol_show_job_argv
 from ddpslurm.scheduler.hostlist import compress_hostlist
@@ -116,14 +116,26 @@ def status_from_scontrol(job_id: str, record: Mapping[str, str], folder: str | N
     )
 
 
-def _scontrol_record(job_id: str, env: Mapping[str, str] | None) -> dict[str, str] | None:
+def _scontrol_records(job_id: str, env: Mapping[str, str] | None) -> list[dict[str, str]]:
+    """`scontrol show job` records ([] for a job the controller does not know); an array's id gives one
+    record per task, its own (the task that kept the array's id) first."""
     done = run(scontrol_show_job_argv(job_id), env=env, check=False, timeout=30)
     if done.returncode != 0:
         if "invalid job id" in (done.stderr + done.stdout).lower():
-            return None
+            return []
         raise SlurmCommandError(scontrol_show_job_argv(job_id), done.returncode, done.stderr or done.stdout)
-    records = parse_scontrol_show(done.stdout)
-    return records[0] if records else None
+    return parse_scontrol_show(done.stdout)
+
+
+def controller_array_tasks(job_id: str, records: Iterable[Mapping[str, str]]) -> list[str]:
+    """The task ids (`123_0`, `123_[2-5]` for tasks still pending together) when the controller's records
+    say `job_id` is an array's id, else [] (pure). A task's own id (`124` = `123_0`) is not an array's id."""
+    ids = []
+    for record in records:
+        task = record.get("ArrayTaskId", "")
+        if record.get("ArrayJobId") == job_id and task not in ("", "N/A"):
+            ids.append((0, int(task), f"{job_id}_{task}") if task.isdigit() else (1, 0, f"{job_id}_[{task}]"))
+    return [text for *_, text in sorted(set(ids))]
 
 
 def merge(sacct: JobStatus, live: JobStatus) -> JobStatus:
@@ -157,21 +169,35 @@ def combine(from_sacct: JobStatus | None, live: JobStatus | None) -> JobStatus |
 
 
 def job_status(job_ref: str, *, env: Mapping[str, str] | None = None) -> JobStatus:
-    """The status of a job id or job folder: sacct first; scontrol for jobs it does not (yet) know."""
+    """The status of a job id or job folder: sacct first; scontrol for jobs it does not (yet) know.
+
+    An array's id alone is no job (UsageError naming its tasks). sacct alone cannot always tell: for a
+    few seconds after an array's tasks ran, slurmdbd may list the task that kept the array's id as a
+    plain job `123` (no `_1`) and not list the other tasks at all. So for a plain id the controller is
+    asked too, while it still remembers the job (MinJobAge); if it cannot answer, sacct's word stands.
+    The controller's task list wins over sacct's, which may still lack some tasks.
+    """
     job_id, folder = resolve_job(job_ref)
     check_job_id(job_id)
     records = sacct_records(job_id, env=env) or []
     tasks = array_tasks(job_id, records)
+    acc = accounting_from_records(job_id, records) if not tasks else None
+    from_sacct = status_from_accounting(acc, folder) if acc is not None else None
+    controller: list[dict[str, str]] = []
+    if needs_controller(from_sacct) or "_" not in job_id:
+        try:
+            controller = _scontrol_records(job_id, env)
+        except (SlurmCommandError, SlurmNotFoundError):
+            if needs_controller(from_sacct) and not tasks:
+                raise
+        tasks = controller_array_tasks(job_id, controller) or tasks
     if tasks:
         shown = ", ".join(tasks[:4]) + (", ..." if len(tasks) > 4 else "")
         raise UsageError(f"job {job_id} is an array job with {len(tasks)} tasks ({shown})",
                          f"Give one task, e.g. `ddpslurm status {tasks[0]}`")
-    acc = accounting_from_records(job_id, records)
-    from_sacct = status_from_accounting(acc, folder) if acc is not None else None
     live = None
-    if needs_controller(from_sacct):
-        record = _scontrol_record(job_id, env)
-        live = status_from_scontrol(job_id, record, folder) if record is not None else None
+    if needs_controller(from_sacct) and controller:
+        live = status_from_scontrol(job_id, controller[0], folder)
     status = combine(from_sacct, live)
     if status is None:
         raise JobNotFoundError(f"Slurm knows no job {job_id} (neither sacct nor scontrol)",

@@ -273,3 +273,69 @@ def test_progress_line_ignores_elapsed_time() -> None:
     status = status_from_accounting(acc)
     assert "elapsed" in render_text(status).splitlines()[0]
     assert progress_line(status) == "job 2815410 (wrap): RUNNING  requeued 0x  nodes h3-n03"
+
+
+def _fake_slurm(monkeypatch, sacct: str, scontrol: str | None) -> list[str]:
+    """status.job_status against recorded output: sacct prints `sacct`; scontrol prints `scontrol`, or
+    fails as with slurmctld down when None. Returns the commands run."""
+    import subprocess
+
+    from ddpslurm.errors import SlurmCommandError
+    from ddpslurm.scheduler import accounting, status
+
+    calls: list[str] = []
+
+    def fake_run(argv, *, check: bool = True, **kw):
+        calls.append(argv[0])
+        if argv[0] == "sacct":
+            return subprocess.CompletedProcess(argv, 0, sacct, "")
+        if scontrol is None:
+            raise SlurmCommandError(argv, 1, "Unable to contact slurm controller")
+        return subprocess.CompletedProcess(argv, 0, scontrol, "")
+
+    monkeypatch.setattr(accounting, "run", fake_run)
+    monkeypatch.setattr(status, "run", fake_run)
+    return calls
+
+
+def test_array_id_while_sacct_lags_is_refused_from_the_controller_records(monkeypatch) -> None:
+    """Recorded: seconds after array 20477536's tasks ended, sacct listed task 1 (raw id 20477536) as a
+    plain job `20477536` and task 0 not at all; the controller knew both tasks."""
+    from ddpslurm.errors import UsageError
+    from ddpslurm.scheduler.accounting import array_tasks
+    from ddpslurm.scheduler.status import controller_array_tasks, job_status
+
+    lagging = (DATA / "sacct_array_lagging.txt").read_text()
+    records = parse_sacct(lagging)
+    assert [r.job_id for r in records] == ["20477536"] and array_tasks("20477536", records) == []
+    shown = parse_scontrol_show((DATA / "scontrol_array_completed.txt").read_text())
+    assert controller_array_tasks("20477536", shown) == ["20477536_0", "20477536_1"]
+    assert controller_array_tasks("20477537", shown[1:]) == []  # a task's own id is a job
+    assert controller_array_tasks("7", [{"JobId": "7", "ArrayJobId": "7", "ArrayTaskId": "0-3"}]) == ["7_[0-3]"]
+    assert controller_array_tasks("7", [{"JobId": "7", "JobState": "COMPLETED"}]) == []
+
+    controller = (DATA / "scontrol_array_completed.txt").read_text()
+    _fake_slurm(monkeypatch, lagging, controller)
+    with pytest.raises(UsageError, match=r"job 20477536 is an array job with 2 tasks \(20477536_0, 20477536_1\)"):
+        job_status("20477536")
+    # a moment later sacct knows task 1 as `20477536_1` but still not task 0: the controller's list wins
+    task_1_only = "\n".join(ln.replace("20477536|", "20477536_1|").replace("20477536.", "20477536_1.", 1)
+                            for ln in lagging.splitlines())
+    assert array_tasks("20477536", parse_sacct(task_1_only)) == ["20477536_1"]
+    _fake_slurm(monkeypatch, task_1_only, controller)
+    with pytest.raises(UsageError, match=r"2 tasks \(20477536_0, 20477536_1\)"):
+        job_status("20477536")
+    # the controller forgot the array (MinJobAge) or cannot be reached: sacct's list stands
+    _fake_slurm(monkeypatch, task_1_only, None)
+    with pytest.raises(UsageError, match=r"1 tasks \(20477536_1\)"):
+        job_status("20477536")
+
+
+def test_finished_plain_job_keeps_sacct_status_when_the_controller_cannot_answer(monkeypatch) -> None:
+    from ddpslurm.scheduler.status import job_status
+
+    text = (DATA / "sacct_array.txt").read_text().replace("2815452_1", "2815452")
+    calls = _fake_slurm(monkeypatch, "\n".join(ln for ln in text.splitlines() if "2815452_0" not in ln), None)
+    status = job_status("2815452")
+    assert (status.job_id, status.state, status.source) == ("2815452", JobState.COMPLETED, "sacct")
+    assert calls == ["sacct", "scontrol"]
