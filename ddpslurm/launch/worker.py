@@ -272,16 +272,33 @@ class _RankState:
         raise GraceExpired()
 
     def on_terminate(self, signum: int, frame: FrameType | None) -> None:
-        """SIGTERM (scancel, srun ending the step): record it, unless a final record exists, and exit."""
+        """SIGTERM (scancel, srun ending the step): record it and exit, unless the rank has already ended.
+
+        Once the final record exists the rank is leaving by itself (rank 0 waiting for `scontrol requeue`,
+        submitit writing `<job>_<task>_result.pkl`), and the SIGTERM is usually the requeue's own: exiting
+        here would cut submitit's result write between its `.save_tmp` file and the rename, and the stale
+        `.save_tmp` makes submitit fail that task of the next attempt ("A temporary saved file already
+        exists"), i.e. the job ends FAILED after it finished. So it finishes; Slurm's SIGKILL after
+        KillWait is still there for a rank that would not.
+        """
+        if self.final_code is not None:
+            return
         name = signal.Signals(signum).name
-        if self.final_code is None:
-            print(f"ddpslurm: rank {self.dist.rank} terminated by {name}", file=sys.stderr, flush=True)
-            self.exit_record("signal", 128 + signum, signal=name)
-            code = 128 + signum
-        else:
-            code = self.final_code
+        print(f"ddpslurm: rank {self.dist.rank} terminated by {name}", file=sys.stderr, flush=True)
+        self.exit_record("signal", 128 + signum, signal=name)
         self.tee.stop(timeout=0.5)
-        os._exit(code)
+        os._exit(128 + signum)
+
+
+def ignore_late_preemption_signal() -> None:
+    """The script has ended: a preemption signal from now on has nothing left to stop, so ignore it.
+
+    Slurm's signal comes at a jittered time (up to 60 s early), often just as a job's last attempt
+    finishes. Left to the Python handler it would requeue a finished job, and during interpreter
+    shutdown, where Python puts SIG_DFL back for the signals it handled, it would kill the rank
+    (status 140) and turn a completed job into a FAILED one. SIG_IGN survives shutdown.
+    """
+    signal.signal(preemption.PREEMPTION_SIGNAL, signal.SIG_IGN)
 
 
 def _attempt_start(environ: MutableMapping[str, str]) -> float:
@@ -360,6 +377,7 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
             env=records.selected_env(environ)))
         outcome = run_script(cfg.script, cfg.script_args)
         signal.alarm(0)
+        ignore_late_preemption_signal()
         if preemption.preemption_requested() and outcome.status != "signal":
             # Once Slurm announced the end, peers leave at slightly different steps and a rank may die in
             # a collective: the job is still requeued; the record keeps the exception for post-mortems.
@@ -443,7 +461,10 @@ def run_torchrun_agent(cfg: WorkerConfig) -> int:
     from torch.distributed.run import main as torchrun_main
 
     try:
-        torchrun_main(argv)
+        try:
+            torchrun_main(argv)
+        finally:
+            ignore_late_preemption_signal()
     except ChildFailedError as failed:
         print(f"ddpslurm: torchrun on node {node.node_rank}: {failed}", file=sys.stderr, flush=True)
         return 1

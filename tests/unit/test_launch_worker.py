@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from ddpslurm.launch.worker import (
     apply_interface,
     config_from_env,
     config_to_env,
+    ignore_late_preemption_signal,
     local_dist_env,
     run_script,
     torchrun_child_dist_env,
@@ -284,3 +286,59 @@ def test_faulthandler_from_the_default_puts_a_segfault_stack_in_the_log(value: s
     assert done.returncode != 0
     assert done.stdout.strip() == str(stack_expected)
     assert ("Fatal Python error: Segmentation fault" in done.stderr) is stack_expected
+
+
+TERM_PROBE = """
+import os, signal, sys
+from pathlib import Path
+from types import SimpleNamespace
+from ddpslurm.launch.worker import _RankState
+folder = Path(sys.argv[1])
+tee = SimpleNamespace(stop=lambda timeout=2.0: None)
+dist = SimpleNamespace(rank=1, job_id="7")
+state = _RankState(None, dist, 0, {"exit": folder / "rank_1.exit.json"}, tee)
+signal.signal(signal.SIGTERM, state.on_terminate)
+if sys.argv[2] == "ended":
+    state.exit_record("preempted", 0)
+os.kill(os.getpid(), signal.SIGTERM)
+(folder / "tail_done").write_text("submitit's result pickle")
+"""
+
+
+@pytest.mark.parametrize(("when", "code", "status", "tail_done"), [
+    ("running", 128 + 15, "signal", False),   # scancel / the step ending: record it and exit at once
+    ("ended", 0, "preempted", True),          # the requeue's SIGTERM: let submitit finish its result file
+])
+def test_sigterm_before_and_after_the_final_record(tmp_path: Path, when: str, code: int, status: str,
+                                                   tail_done: bool) -> None:
+    done = subprocess.run([sys.executable, "-c", TERM_PROBE, str(tmp_path), when], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == code, done.stderr
+    assert json.loads((tmp_path / "rank_1.exit.json").read_text())["status"] == status
+    assert (tmp_path / "tail_done").exists() == tail_done
+
+
+LATE_SIGNAL_PROBE = """
+import sys
+from ddpslurm import preemption
+from ddpslurm.launch.worker import ignore_late_preemption_signal
+preemption.install_handler()
+ignore_late_preemption_signal()
+print("ready", flush=True)
+"""
+
+
+def test_a_preemption_signal_during_shutdown_does_not_kill_a_finished_rank() -> None:
+    """Python puts SIG_DFL back at shutdown for the signals it handled; USR2 (Slurm's jittered signal,
+    often just as the last attempt finishes) would then kill the rank with status 140."""
+    import signal
+
+    assert ignore_late_preemption_signal is not None
+    probe = subprocess.Popen([sys.executable, "-c", LATE_SIGNAL_PROBE], stdout=subprocess.PIPE, text=True)
+    assert probe.stdout is not None and probe.stdout.readline().strip() == "ready"
+    deadline = time.time() + 30
+    while probe.poll() is None and time.time() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            probe.send_signal(signal.SIGUSR2)
+        time.sleep(0.002)
+    assert probe.wait(timeout=30) == 0
