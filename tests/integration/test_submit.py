@@ -221,19 +221,28 @@ def test_unknown_partition_is_one_line(slurm_cluster: SlurmCluster, tmp_path: Pa
     assert "partition" in lines[0].lower() and "sinfo -s" in lines[0]
 
 
-@pytest.mark.slow
-def test_preemption_signal_requeues_and_resumes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    folder, steps, every = tmp_path / "jobs", 60, 5
+PREEMPT_STEPS, PREEMPT_EVERY = 60, 5
+
+
+def preempt_mid_training(slurm_cluster: SlurmCluster, tmp_path: Path, *submit_args: str) -> Path:
+    """Train on 2 nodes, send USR2 once rank 0 is past step 10, wait for the end; the job folder."""
+    folder = tmp_path / "jobs"
     jid = start_async(slurm_cluster, folder, TRAIN,
-                      ["--epochs", "1", "--steps-per-epoch", str(steps), "--step-sleep", "0.3",
-                       "--checkpoint-every", str(every)], "--nodes", "2")
+                      ["--epochs", "1", "--steps-per-epoch", str(PREEMPT_STEPS), "--step-sleep", "0.3",
+                       "--checkpoint-every", str(PREEMPT_EVERY)], "--nodes", "2", *submit_args)
     log = job_dir(folder) / "attempt_0" / "rank_0.log"
     deadline = time.time() + 120
     while time.time() < deadline and not re.search(r"step (1\d|[2-9]\d)\b", log.read_text() if log.exists() else ""):
         time.sleep(1)
     slurm_cluster.run(["scancel", "--signal=USR2", jid])
     assert wait_end(slurm_cluster, jid) == "COMPLETED"
-    jdir = job_dir(folder)
+    return job_dir(folder)
+
+
+@pytest.mark.slow
+def test_preemption_signal_requeues_and_resumes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    steps, every = PREEMPT_STEPS, PREEMPT_EVERY
+    jdir = preempt_mid_training(slurm_cluster, tmp_path)
     first = read_records(jdir / "attempt_0", "exit")
     assert {r["status"] for r in first.values()} == {"preempted"}
     assert first[0]["reason"] == "preemption" and first[0]["requeue"] is True
@@ -297,18 +306,8 @@ def test_script_ignoring_the_flag_is_still_requeued(slurm_cluster: SlurmCluster,
 @pytest.mark.slow
 def test_torchrun_preemption_requeues_and_resumes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     """torchrun's agent does not handle USR2: the worker forwards it, the children checkpoint and stop."""
-    folder, steps = tmp_path / "jobs", 60
-    jid = start_async(slurm_cluster, folder, TRAIN,
-                      ["--epochs", "1", "--steps-per-epoch", str(steps), "--step-sleep", "0.3",
-                       "--checkpoint-every", "5"], "--nodes", "2", "--launcher", "torchrun")
-    log = job_dir(folder) / "attempt_0" / "rank_0.log"
-    deadline = time.time() + 120
-    while time.time() < deadline and not re.search(r"step (1\d|[2-9]\d)\b", log.read_text() if log.exists() else ""):
-        time.sleep(1)
-    slurm_cluster.run(["scancel", "--signal=USR2", jid])
-    assert wait_end(slurm_cluster, jid) == "COMPLETED"
-    jdir = job_dir(folder)
+    jdir = preempt_mid_training(slurm_cluster, tmp_path, "--launcher", "torchrun")
     first = read_records(jdir / "attempt_0", "exit")
     assert sorted(first) == [0, 1] and {r["status"] for r in first.values()} == {"preempted"}
     assert {r["launcher"] for r in read_records(jdir / "attempt_1", "start").values()} == {"torchrun"}
-    assert_identical_finish(jdir / "attempt_1", 2, steps)
+    assert_identical_finish(jdir / "attempt_1", 2, PREEMPT_STEPS)
