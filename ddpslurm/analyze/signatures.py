@@ -2,10 +2,9 @@
 
 A bad file is an `AnalyzeInputError` naming the file and the signature id. The scanner's cheap prefilter
 is built here: a buffer is searched for a few byte strings (ANCHORS) before any regex runs, and only lines
-holding one are parsed. A signature is reached through the anchors when one of its `prefilter` literals
-contains an anchor (its lines are expected to hold that literal); a signature none of whose literals
-contains an anchor (a site's `SITE GPU FAULT`) adds its literals as anchors. Per line, a signature's regex
-runs only when one of its literals is in the line.
+holding one are parsed. A matching line holds ANY ONE of a signature's `prefilter` literals, so every
+literal must contain an anchor; a literal that contains none (a site's `SITE GPU FAULT`) becomes an anchor
+itself. Per line, a signature's regex runs only when one of its literals is in the line.
 """
 
 from __future__ import annotations
@@ -288,10 +287,6 @@ def default_dirs() -> list[Path]:
     from ddpslurm._data import data_dir
 
     return [data_dir("analyzer") / "signatures"]
-
-
-def _anchor_for(literal: str, anchors: Sequence[str]) -> str:
-    return next((a for a in anchors if a in literal), literal)
 
 
 def load_signatures(extra_dirs: Sequence[str | Path] = (), *, use_env: bool = True) -> SignatureSet:
