@@ -85,6 +85,11 @@ def _hosts(rows: list[RankRow], label: str, row: RankRow) -> str:
     return f"{len(distinct)} hosts ({safe(distinct[0])}..{safe(distinct[-1])})"
 
 
+def _role(row: RankRow, count: int) -> str:
+    """The role of a (collapsed) row: `victim (x11)` for a run of eleven alike ranks."""
+    return row.role + (f" (x{count})" if count > 1 else "")
+
+
 def _shape(text: str | None) -> str:
     """An error message with numbers masked, so that rows differing only in rank/pid/seq collapse."""
     return re.sub(r"\d+", "N", text or "")
@@ -128,8 +133,7 @@ def render_text(diagnosis: Diagnosis, console=None) -> None:
     if d.ranks:
         console.print(Text("\nRanks", style="bold underline"))
         groups = collapse_rows(d.ranks)
-        rows = [(label, _hosts(d.ranks, label, row), row.role + (f" (x{count})" if count > 1 else ""), row)
-                for label, row, count in groups[:MAX_ROWS]]
+        rows = [(label, _hosts(d.ranks, label, row), _role(row, count), row) for label, row, count in groups[:MAX_ROWS]]
         table = Table(show_lines=False)
         names = ("rank", "host", "role")
         widths = [max([len(name)] + [len(r[index]) for r in rows]) for index, name in enumerate(names)]
@@ -179,7 +183,7 @@ def to_markdown(diagnosis: Diagnosis) -> str:
     if d.ranks:
         out += ["### Ranks", "", "| rank | host | role | first error |", "|---|---|---|---|"]
         for label, row, count in collapse_rows(d.ranks)[:MAX_ROWS]:
-            role = row.role + (f" (x{count})" if count > 1 else "")
+            role = _role(row, count)
             error = _md(one_line(row.first_error or "-")[:160])
             out.append(f"| {label} | {_md(_hosts(d.ranks, label, row))} | {role} | {error} |")
         out.append("")
