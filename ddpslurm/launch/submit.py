@@ -12,7 +12,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -146,15 +145,9 @@ def submit(spec: JobSpec, plan: LaunchPlan) -> Submitted:
     check_folder(spec.folder)
     if spec.local:
         return _submit_local(spec, plan)
-    if shutil.which("sbatch") is None:
-        from ddpslurm.scheduler.run import not_found_error
+    from ddpslurm.scheduler.run import require_slurm
 
-        raise not_found_error("sbatch")
-    from ddpslurm.scheduler.run import configuration_error
-
-    config_problem = configuration_error(os.environ)
-    if config_problem is not None:
-        raise config_problem
+    require_slurm("sbatch", os.environ)
     from submitit.core.utils import FailedJobError
 
     unix = time.time()

@@ -59,6 +59,18 @@ def configuration_error(environ: Mapping[str, str]) -> SlurmNotFoundError | None
     )
 
 
+def require_slurm(binary: str, environ: Mapping[str, str]) -> None:
+    """Raise the one-line error when `binary` is not on PATH or Slurm has no configuration here.
+
+    For commands ddpslurm runs itself (`run`) and for the sbatch that submitit runs on its behalf.
+    """
+    if shutil.which(binary, path=environ.get("PATH")) is None:
+        raise not_found_error(binary)
+    config_problem = configuration_error(environ)
+    if config_problem is not None:
+        raise config_problem
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -76,10 +88,7 @@ def run(
     args = [str(a) for a in argv]
     if not args:
         raise ValueError("run() needs a command")
-    environ = os.environ if env is None else env
-    config_problem = configuration_error(environ)
-    if config_problem is not None and shutil.which(args[0], path=environ.get("PATH")) is not None:
-        raise config_problem
+    require_slurm(args[0], os.environ if env is None else env)
     try:
         done = subprocess.run(
             args, capture_output=True, text=True, timeout=timeout, input=input,
