@@ -36,8 +36,20 @@ ANCHORS: tuple[str, ...] = (
 HEAD_ANCHORS: tuple[str, ...] = ("JobEnvironment(",)
 #: signature kinds the engine attaches to events it builds itself (never matched against a raw line)
 ENGINE_KINDS = ("elastic_failure",)
+#: a signature folder's cause table (advice, retry) beside its signature files
+CAUSES_FILE = "causes.toml"
 _KEYS = {"id", "cause", "role", "pattern", "prefilter", "priority", "advice", "summary", "retry", "exclude_node",
-         "kind", "description"}
+         "kind", "description", "accuses"}
+#: What a matching line says about whom (analyzer/signatures/README.md): the reporter's own failure, a peer it
+#: names, nobody (a waiting victim or a detector), the whole job, or a host it names.
+ACCUSES = ("self", "peer", "none", "job", "host")
+#: event kinds the engine and its producers understand; a signature of another kind would be silently ignored
+KINDS = ("signature", "exception", "watchdog_timeout", "store_barrier", "barrier", "barrier_peer", "peer_lost",
+         "slurm_job", "slurm_task", "oom_kill", "agent", "agent_sigterm", "agent_failed", "elastic_failure",
+         "nccl_warn", "signal", "socket", "gpu", "hang", "mismatch_detected", "interface", "nccl_rank_map",
+         "ras_report", "progress")
+#: named groups that make a victim's line name a peer (`accuses = "peer"` by default)
+PEER_GROUPS = ("peer_rank", "peer_host", "peer_host2", "peer_ip")
 _ID = _re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
 
@@ -57,6 +69,7 @@ class Signature:
     exclude_node: bool | None = None
     kind: str = "signature"
     source: str = ""
+    accuses: str = "self"
 
     @property
     def pattern(self) -> regex.Pattern:
@@ -203,7 +216,8 @@ def _fail(path: Path, sig_id: str, what: str) -> AnalyzeInputError:
                              "fix that entry (the schema is in analyzer/signatures/README.md)")
 
 
-def parse_signature(raw: dict[str, Any], path: Path, validate: bool = True) -> Signature:
+def parse_signature(raw: dict[str, Any], path: Path, validate: bool = True,
+                    causes: Iterable[str] = CAUSES) -> Signature:
     """Validate one `[[signature]]` table; `validate` also compiles its pattern now (site files)."""
     sig_id = raw.get("id")
     if not isinstance(sig_id, str) or not _ID.match(sig_id):
@@ -212,8 +226,9 @@ def parse_signature(raw: dict[str, Any], path: Path, validate: bool = True) -> S
     if unknown:
         raise _fail(path, sig_id, f"unknown key(s) {', '.join(sorted(unknown))}")
     cause = raw.get("cause")
-    if cause not in CAUSES:
-        raise _fail(path, sig_id, f"unknown cause {cause!r} (the vocabulary is in DESIGN.md)")
+    if cause not in causes:
+        raise _fail(path, sig_id, f"unknown cause {cause!r} (the vocabulary is in DESIGN.md; a site adds its own "
+                                  f"in its folder's {CAUSES_FILE})")
     role = raw.get("role")
     if role not in ROLES:
         raise _fail(path, sig_id, f"role must be one of {', '.join(ROLES)}, not {role!r}")
@@ -247,38 +262,53 @@ def parse_signature(raw: dict[str, Any], path: Path, validate: bool = True) -> S
     if exclude is not None and not isinstance(exclude, bool):
         raise _fail(path, sig_id, "`exclude_node` must be true or false")
     kind = raw.get("kind", "signature")
-    if not isinstance(kind, str):
-        raise _fail(path, sig_id, "`kind` must be a string")
+    if kind not in KINDS:
+        raise _fail(path, sig_id, f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
+    accuses = raw.get("accuses", default_accuses(role, pattern))
+    if accuses not in ACCUSES:
+        raise _fail(path, sig_id, f"`accuses` must be one of {', '.join(ACCUSES)}, not {accuses!r}")
     return Signature(id=sig_id, cause=cause, role=role, pattern_text=pattern, prefilter=tuple(prefilter),
                      priority=priority, advice=tuple(advice), summary=summary, retry=retry, exclude_node=exclude,
-                     kind=kind, source=str(path))
+                     kind=kind, source=str(path), accuses=accuses)
 
 
-def load_signature_file(path: Path, validate: bool = True) -> list[Signature]:
+def default_accuses(role: str, pattern: str) -> str:
+    """A culprit or `either` line accuses its own rank; a victim's names a peer when its pattern captures one."""
+    if role != "victim":
+        return "self"
+    return "peer" if any(f"(?P<{g}>" in pattern for g in PEER_GROUPS) else "none"
+
+
+def load_signature_file(path: Path, validate: bool = True, causes: Iterable[str] = CAUSES) -> list[Signature]:
     """All signatures of one TOML file (`validate=False` defers compiling to first use: shipped files are tested)."""
     data = _load_toml(path)
     tables = data.get("signature", [])
     if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
         raise AnalyzeInputError(f"signature file {path} must hold a list of [[signature]] tables",
                                 "write each signature as a [[signature]] table")
-    return [parse_signature(t, path, validate) for t in tables]
+    known = set(causes) | set(CAUSES)
+    return [parse_signature(t, path, validate, known) for t in tables]
 
 
-def load_causes(path: Path) -> dict[str, CauseInfo]:
-    """Cause-level defaults; every table name must be in the vocabulary."""
+def load_causes(path: Path, base: dict[str, CauseInfo] | None = None, *, site: bool = False) -> dict[str, CauseInfo]:
+    """Cause-level defaults layered over `base`. The shipped file names only the vocabulary's causes; a site's
+    `causes.toml` may override their advice or add a cause of its own (a snake_case name)."""
+    out: dict[str, CauseInfo] = dict(base or {})
     if not path.is_file():
-        return {}
-    out: dict[str, CauseInfo] = {}
+        return out
     for cause, raw in _load_toml(path).items():
-        if cause not in CAUSES or not isinstance(raw, dict):
+        new_ok = site and _re.fullmatch(r"[a-z][a-z0-9_]{0,63}", cause) is not None
+        if not isinstance(raw, dict) or (cause not in CAUSES and not new_ok):
             raise AnalyzeInputError(f"{path}: [{cause}] is not a cause of the vocabulary",
-                                    "use one of the causes listed in DESIGN.md")
+                                    "use one of the causes listed in DESIGN.md (a site may add snake_case names)")
         retry = raw.get("retry", "unknown")
         if retry not in RETRY:
             raise AnalyzeInputError(f"{path}: [{cause}] retry must be one of {', '.join(RETRY)}", "fix the value")
+        advice = raw.get("advice", [])
+        if not isinstance(advice, list) or not all(isinstance(a, str) for a in advice):
+            raise AnalyzeInputError(f"{path}: [{cause}] advice must be a list of strings", "fix the value")
         out[cause] = CauseInfo(cause=cause, summary=str(raw.get("summary", cause.replace("_", " "))),
-                               advice=tuple(str(a) for a in raw.get("advice", [])), retry=retry,
-                               exclude_node=bool(raw.get("exclude_node", False)))
+                               advice=tuple(advice), retry=retry, exclude_node=bool(raw.get("exclude_node", False)))
     return out
 
 
@@ -293,27 +323,31 @@ def load_signatures(extra_dirs: Sequence[str | Path] = (), *, use_env: bool = Tr
     """The shipped signatures, then `$DDPSLURM_SIGNATURES` (os.pathsep-separated) and `extra_dirs`.
 
     A later folder may redefine an id of an earlier one (a site overrides a shipped signature); the same id
-    twice within one folder is an error.
+    twice within one folder is an error. A folder's `causes.toml` is layered the same way over the shipped
+    `analyzer/causes.toml` (advice for a shipped cause, or a cause of the site's own).
     """
     dirs: list[Path] = default_dirs()
     if use_env and os.environ.get("DDPSLURM_SIGNATURES"):
         dirs += [Path(p) for p in os.environ["DDPSLURM_SIGNATURES"].split(os.pathsep) if p]
     dirs += [Path(d) for d in extra_dirs]
-    by_id: dict[str, Signature] = {}
-    for index, folder in enumerate(dirs):
+    for folder in dirs:
         if not folder.is_dir():
             raise AnalyzeInputError(f"signature folder {folder} does not exist or is not a folder",
                                     "give a folder of *.toml files to --signatures")
+    causes = load_causes(dirs[0].parent / "causes.toml")
+    for folder in dirs[1:]:
+        causes = load_causes(folder / CAUSES_FILE, causes, site=True)
+    by_id: dict[str, Signature] = {}
+    for index, folder in enumerate(dirs):
         seen: dict[str, Path] = {}
-        for path in sorted(folder.glob("*.toml")):
-            for sig in load_signature_file(path, validate=index > 0):
+        for path in sorted(p for p in folder.glob("*.toml") if p.name != CAUSES_FILE):
+            for sig in load_signature_file(path, validate=index > 0, causes=causes):
                 if sig.id in seen:
                     raise _fail(path, sig.id, f"duplicate id (also in {seen[sig.id]})")
                 seen[sig.id] = path
                 if index == 0 and sig.id in by_id:
                     raise _fail(path, sig.id, "duplicate id")
                 by_id[sig.id] = sig
-    causes = load_causes(dirs[0].parent / "causes.toml")
     return build_set(by_id.values(), causes)
 
 
