@@ -1,13 +1,17 @@
 """Generate a large, realistic failed-job folder for the analyzer benchmark.
 
     python benchmarks/make_big_job.py --ranks 512 --gb 1.0 --out .bench/big_job [--seed 7] [--gpus-per-node 8]
+                                      [--layout submitit|torchrun] [--culprit R] [--scenario oom|straggler]
 
-Writes a submitit-style folder (`<jobid>_<task>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it):
-per rank an NCCL_DEBUG=INFO init of a few hundred lines (bootstrap, NET/IB, Channel/Ring/Tree, Init COMPLETE with
-the comm rank mapping), training progress lines with timestamps up to the requested size, occasional benign
-warnings, and one planted failure: a CUDA OOM on one rank in the middle of the job, followed by torch 2.4 watchdog
-timeouts on every other rank and srun's exit lines. The planted culprit is written to `PLANTED.json` (outside the
-log layout's name patterns) so the benchmark can check the diagnosis. Generated data stays out of git (.bench/).
+`--layout submitit` (default) writes `<jobid>_<rank>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it;
+`--layout torchrun` writes one pair per node (srun one task per node running torchrun --tee: lines prefixed
+`[defaultL]:[rankR]:`, the agent's SIGTERM lines at the end). Per rank: an NCCL_DEBUG=INFO init of a few hundred
+lines (bootstrap, NET/IB, Channel/Ring/Tree, Init COMPLETE with the comm rank mapping), training progress lines
+with timestamps up to the requested size, occasional benign warnings, and one planted failure on `--culprit`
+(default ranks/2 + 3; any rank, e.g. past the 20,000th file): a CUDA OOM (`oom`) or silence (`straggler`), with
+torch 2.4 watchdog timeouts on every other rank and srun's exit lines. The planted answer is written to
+`PLANTED.json` (outside the log layout's name patterns) so the benchmark can check the diagnosis. Generated data
+stays out of git (.bench/).
 """
 
 from __future__ import annotations
@@ -145,48 +149,98 @@ def oom(rank: int, when: datetime) -> list[str]:
             "Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"]
 
 
-def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int) -> dict:
-    """Write the job folder; return the planted diagnosis."""
+def rank_texts(r: int, ranks: int, gpn: int, per_rank: int, blocks: list[str], rng: random.Random,
+               culprit: int, scenario: str, when: datetime, submitit: bool = True) -> tuple[str, list[str]]:
+    """One rank's stdout (submitit's JobEnvironment when submitit started the rank, NCCL init, progress up to
+    `per_rank` bytes) and its stderr lines."""
+    host = host_of(r, gpn)
+    stamp = f"submitit INFO ({T0:%Y-%m-%d %H:%M:%S},{r % 1000:03d}) - "
+    head = [] if not submitit else [
+        f"{stamp}Starting with JobEnvironment(job_id={JOB_ID}, hostname={host}, local_rank={r % gpn}({gpn}), "
+        f"node={r // gpn}({ranks // gpn}), global_rank={r}({ranks}))",
+        f"{stamp}Loading pickle: /bench/jobs/{JOB_ID}_submitted.pkl"]
+    head += nccl_init(r, ranks, gpn, 16, rng)
+    parts = ["\n".join(head) + "\n"]
+    written, k, mine = len(parts[0]), 0, f"[rank {r}]"
+    while written < per_rank:
+        parts.append(blocks[k % len(blocks)].replace("[rank 999999]", mine))
+        written += len(parts[-1])
+        k += 1
+    err = [WARNINGS[0]]
+    if r == culprit and scenario == "oom":
+        err += oom(r, when)
+    elif r == culprit:
+        err.append(f"{when:%Y-%m-%d %H:%M:%S},000 INFO train [rank {r}]: evaluating and saving a checkpoint...")
+    else:
+        err += watchdog(r, 80001, when + timedelta(seconds=600, milliseconds=200 + r % 900))
+    return "".join(parts), err
+
+
+def srun_lines(ranks: int, gpn: int, culprit: int, layout: str) -> list[str]:
+    """srun's exit lines: task ids are ranks (submitit) or node indexes (torchrun, one task per node)."""
+    if layout == "torchrun":
+        node = culprit // gpn
+        return [f"srun: error: {host_of(culprit, gpn)}: task {node}: Exited with exit code 1"]
+    return [f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Exited with exit code 1",
+            f"srun: error: {host_of(0, gpn)}: tasks 0-{gpn - 1}: Aborted (core dumped)"]
+
+
+def agent_lines(node: int, gpn: int) -> list[str]:
+    """torchrun's agent on one node: SIGTERM to its workers, then the failure summary (pids are per rank)."""
+    when = T0 + timedelta(hours=17)
+    out = []
+    for local in range(gpn):
+        r = node * gpn + local
+        out.append(f"W{when:%m%d %H:%M:%S}.000000 {900000 + node} torch/distributed/elastic/multiprocessing/api.py:"
+                   f"897] Sending process {100000 + r * 7} closing signal SIGTERM")
+    return out
+
+
+def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: str = "submitit",
+             culprit: int | None = None, scenario: str = "oom") -> dict:
+    """Write the job folder; return the planted diagnosis.
+
+    layout `submitit`: one `<job>_<rank>_log.out/.err` pair per rank. layout `torchrun`: one pair per node
+    (`<job>_<node>_log.*`, srun one task per node), each rank's lines prefixed `[defaultL]:` (torchrun --tee) and
+    C++ lines `[rankR]:`, the agent's SIGTERM lines at the end. scenario `oom`: a CUDA OOM on `culprit`, watchdog
+    timeouts everywhere else; `straggler`: `culprit` says nothing while every other rank times out.
+    """
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(f"{JOB_ID}_*_log.*"):
         old.unlink()
     rng = random.Random(seed)
-    culprit = ranks // 2 + 3
+    culprit = ranks // 2 + 3 if culprit is None else culprit
+    if not 0 <= culprit < ranks:
+        raise ValueError(f"culprit {culprit} is not a rank of a {ranks}-rank job")
     per_rank = int(gb * 1e9 / ranks)
-    steps_done = 40000
-    oom_time = T0 + timedelta(minutes=5, seconds=steps_done * 1.5 + 0.8)
+    when = T0 + timedelta(minutes=5, seconds=40000 * 1.5 + 0.8)
     # a few distinct progress blocks, re-used with the rank substituted: fast and still varied
     blocks = [progress_block(999999, k * 500, 500, random.Random(seed + k)) for k in range(8)]
+    node_out: list[str] = []
+    node_err: list[str] = []
     for r in range(ranks):
-        host = host_of(r, gpn)
-        stamp = f"submitit INFO ({T0:%Y-%m-%d %H:%M:%S},{r % 1000:03d}) - "
-        head = [f"{stamp}Starting with JobEnvironment(job_id={JOB_ID}, hostname={host}, local_rank={r % gpn}({gpn}), "
-                f"node={r // gpn}({ranks // gpn}), global_rank={r}({ranks}))",
-                f"{stamp}Loading pickle: /bench/jobs/{JOB_ID}_submitted.pkl"]
-        head += nccl_init(r, ranks, gpn, 16, rng)
-        text_head = "\n".join(head) + "\n"
-        with open(out / f"{JOB_ID}_{r}_log.out", "w") as f:
-            f.write(text_head)
-            written = len(text_head)
-            k = 0
-            tag = "[rank 999999]"
-            mine = f"[rank {r}]"
-            while written < per_rank:
-                chunk = blocks[k % len(blocks)].replace(tag, mine)
-                f.write(chunk)
-                written += len(chunk)
-                k += 1
-        err = [WARNINGS[0]]
-        if r == culprit:
-            err += oom(r, oom_time)
-        else:
-            err += watchdog(r, 80001, oom_time + timedelta(seconds=600, milliseconds=200 + r % 900))
+        text, err = rank_texts(r, ranks, gpn, per_rank, blocks, rng, culprit, scenario, when, layout == "submitit")
         if r == 0:
-            err += [f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Exited with exit code 1",
-                    f"srun: error: {host_of(0, gpn)}: tasks 0-{gpn - 1}: Aborted (core dumped)"]
-        (out / f"{JOB_ID}_{r}_log.err").write_text("\n".join(err) + "\n")
-    planted = {"cause": "cuda_oom", "first_failing_rank": culprit, "first_failing_host": host_of(culprit, gpn),
-               "ranks": ranks, "gpus_per_node": gpn, "seed": seed}
+            err += srun_lines(ranks, gpn, culprit, layout)
+        if layout == "submitit":
+            (out / f"{JOB_ID}_{r}_log.out").write_text(text)
+            (out / f"{JOB_ID}_{r}_log.err").write_text("\n".join(err) + "\n")
+            continue
+        tag = f"[default{r % gpn}]:"
+        ranked = tag + (f"[rank{r}]:" if r else "")  # torch >= 2.2 names non-zero ranks; C++ lines already do
+        node_out.append(ranked + text[:-1].replace("\n", "\n" + ranked) + "\n")
+        node_err += [(tag if line.startswith("[rank") else ranked) + line for line in err
+                     if not line.startswith("srun: ")]
+        node_err += [line for line in err if line.startswith("srun: ")]
+        if r % gpn == gpn - 1:
+            node = r // gpn
+            (out / f"{JOB_ID}_{node}_log.out").write_text("".join(node_out))
+            node_err += agent_lines(node, gpn)
+            (out / f"{JOB_ID}_{node}_log.err").write_text("\n".join(node_err) + "\n")
+            node_out, node_err = [], []
+    cause = "cuda_oom" if scenario == "oom" else "collective_timeout"
+    planted = {"cause": cause, "first_failing_rank": culprit, "first_failing_host": host_of(culprit, gpn),
+               "ranks": ranks, "gpus_per_node": gpn, "seed": seed, "layout": layout, "scenario": scenario}
     (out / "PLANTED.json").write_text(json.dumps(planted, indent=2) + "\n")
     return planted
 
@@ -198,11 +252,17 @@ def main() -> None:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path(".bench/big_job"))
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--layout", choices=("submitit", "torchrun"), default="submitit",
+                        help="one file pair per rank (submitit) or per node (srun one task per node + torchrun --tee)")
+    parser.add_argument("--culprit", type=int, default=None, help="the failing rank [default: ranks/2 + 3]")
+    parser.add_argument("--scenario", choices=("oom", "straggler"), default="oom",
+                        help="a CUDA OOM on the culprit, or a culprit that is silent while every other rank times out")
     args = parser.parse_args()
     if args.ranks < 2 or args.ranks % args.gpus_per_node:
         raise SystemExit("--ranks must be a multiple of --gpus-per-node and at least 2")
     start = time.perf_counter()
-    planted = generate(args.out, args.ranks, args.gb, args.gpus_per_node, args.seed)
+    planted = generate(args.out, args.ranks, args.gb, args.gpus_per_node, args.seed, layout=args.layout,
+                       culprit=args.culprit, scenario=args.scenario)
     size = sum(p.stat().st_size for p in args.out.iterdir())
     print(f"wrote {args.out} ({size / 1e9:.2f} GB, {args.ranks} ranks) in {time.perf_counter() - start:.1f}s; "
           f"planted {planted['cause']} on rank {planted['first_failing_rank']} ({planted['first_failing_host']})")
