@@ -33,9 +33,11 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
                                 "give a job folder, a torchrun --log-dir, slurm-*.out files or a pasted log")
     events: list[Event] = []
     facts: dict[str, Any] = {}
+    record_notes: list[str] = []
     for rec in records:
         evs, found = record_events(rec, sigs)
         events.extend(evs)
+        record_notes.extend(found.pop("notes", ()))
         for key, value in found.items():
             facts[key] = max(facts.get(key, 0), value) if isinstance(value, int) else value
     year = _year(events, logs)
@@ -54,6 +56,7 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
                                 "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
     events = _fix_year(events, year)
     diagnosis = diagnose(events, sources, summaries, sigs, facts)
+    diagnosis.notes.extend(record_notes)
     skipped = [s.file for s in summaries if s.binary]
     if skipped:
         diagnosis.notes.append(f"skipped {len(skipped)} binary file(s)")

@@ -6,11 +6,14 @@ Records are small JSON files read whole (capped); a malformed one is skipped, ne
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any
 
 from ddpslurm.analyze.events import Event, SourceFile
 from ddpslurm.analyze.signatures import SignatureSet
 from ddpslurm.analyze.timestamps import parse_record_time
+from ddpslurm.sanitize import escape_undecodable, terminal
 
 MAX_RECORD_BYTES = 4 << 20
 
@@ -32,8 +35,40 @@ SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS"
                 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE", 15: "SIGTERM"}
 
 
+#: Bounds a record field must lie in to be believed. They come from facts about the systems that write the
+#: records, never from a number in a log: no Slurm job has had a million ranks (the largest published runs
+#: are ~100k GPUs), Linux pids stop at PID_MAX_LIMIT (2**22), exit codes are a byte (Python reports a signal
+#: as -N), and ddpslurm records times of this century.
+MAX_WORLD_SIZE = 1 << 20
+MAX_PID = 1 << 22
+MAX_ATTEMPT = 100_000
+EPOCH_RANGE = (946_684_800.0, 4_102_444_800.0)  # 2000-01-01 .. 2100-01-01 UTC
+MAX_NAME_CHARS = 255  # host names (RFC 1035: 253), signal and status words
+MAX_MESSAGE_CHARS = 64 << 10  # an exception message is kept up to this size, then cut
+MAX_MATCH_CHARS = 2000  # what a signature is matched against (a longer first line is cut, never timed out)
+
+#: record field -> (type, lowest, highest) for integers, or (type,) for the others; rules as data.
+FIELD_RULES: dict[str, tuple[Any, ...]] = {
+    "rank": ("int", 0, MAX_WORLD_SIZE - 1), "local_rank": ("int", 0, MAX_WORLD_SIZE - 1),
+    "node_rank": ("int", 0, MAX_WORLD_SIZE - 1), "world_size": ("int", 1, MAX_WORLD_SIZE),
+    "local_world_size": ("int", 1, MAX_WORLD_SIZE), "pid": ("int", 1, MAX_PID), "exit_code": ("int", -255, 255),
+    "attempt": ("int", 0, MAX_ATTEMPT), "master_port": ("int", 1, 65535), "nodes": ("int", 1, MAX_WORLD_SIZE),
+    "tasks_per_node": ("int", 1, MAX_WORLD_SIZE), "ntasks_per_node": ("int", 1, MAX_WORLD_SIZE),
+    "gpus_per_node": ("int", 0, MAX_WORLD_SIZE), "nproc_per_node": ("int", 1, MAX_WORLD_SIZE),
+    "host": ("name",), "master_addr": ("name",), "status": ("word",), "signal": ("word",), "kind": ("word",),
+    "reason": ("word",), "launcher": ("word",), "unix": ("time",), "time": ("time",),
+}
+_NAME = re.compile(r"[A-Za-z0-9_.:\[\]%-]+")  # host names, IPv4/IPv6 addresses (ASCII only)
+_WORD = re.compile(r"[A-Za-z0-9_.+-]+")
+_INTEGER_TEXT = re.compile(r"-?[0-9]{1,12}")
+
+
+class _NotANumber:
+    """What NaN and +-Infinity decode to: a value no field rule accepts, so the field is noted as bad."""
+
+
 def read_json(path: str) -> Any:
-    """The JSON value of a small file, or None when it is too big, unreadable or not JSON."""
+    """The JSON value of a small file, or None when it is too big, unreadable, not JSON or nested too deep."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_RECORD_BYTES + 1)
@@ -42,77 +77,158 @@ def read_json(path: str) -> Any:
     if len(data) > MAX_RECORD_BYTES:
         return None
     try:
-        return json.loads(data.decode("utf-8", errors="replace"))
-    except ValueError:
+        return json.loads(data.decode("utf-8", errors="replace"), parse_constant=lambda _: _NotANumber())
+    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the interpreter's stack
         return None
 
 
 def _int(value: Any) -> int | None:
+    """An integer field: a JSON integer, or ASCII digits in a string (never a float, a bool or `1e11`)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
+    if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value):
         return int(value)
     return None
 
 
+def _valid(rule: tuple[Any, ...], value: Any) -> Any:
+    """`value` if it satisfies the field rule, else None."""
+    kind = rule[0]
+    if kind == "int":
+        number = _int(value)
+        return number if number is not None and rule[1] <= number <= rule[2] else None
+    if kind == "time":
+        when = parse_record_time(value) if isinstance(value, (int, float, str)) and len(str(value)) <= 64 else None
+        return when if when is not None and math.isfinite(when) and EPOCH_RANGE[0] <= when < EPOCH_RANGE[1] else None
+    pattern = _NAME if kind == "name" else _WORD
+    if isinstance(value, str) and len(value) <= MAX_NAME_CHARS and pattern.fullmatch(value):
+        return value
+    return None
+
+
+def validate_record(data: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The fields of a record that pass FIELD_RULES (and `exception`), and the names of those that did not.
+
+    A field that is absent or null is neither. A rank outside the record's own world size is bad. Pure.
+    """
+    clean: dict[str, Any] = {}
+    bad: list[str] = []
+    for name, rule in FIELD_RULES.items():
+        if data.get(name) is None:
+            continue
+        value = _valid(rule, data[name])
+        if value is None:
+            bad.append(name)
+        else:
+            clean[name] = value
+    if "rank" in clean and clean["rank"] >= clean.get("world_size", MAX_WORLD_SIZE):
+        bad.append("rank")
+        del clean["rank"]
+    if data.get("exception") is not None:
+        exc = _exception(data["exception"])
+        if exc is None:
+            bad.append("exception")
+        else:
+            clean["exception"] = exc
+    return clean, bad
+
+
+def _exception(value: Any) -> dict[str, str] | None:
+    """`{"type", "message"}` of a record's exception: a word and text (cut to MAX_MESSAGE_CHARS), or None."""
+    if not isinstance(value, dict):
+        return None
+    kind = value.get("type", "Exception")
+    message = value.get("message", "")
+    if not isinstance(kind, str) or not _WORD.fullmatch(kind) or len(kind) > MAX_NAME_CHARS:
+        return None
+    if not isinstance(message, str):
+        return None
+    return {"type": kind, "message": escape_undecodable(message[:MAX_MESSAGE_CHARS])}
+
+
+def _bad_note(source: SourceFile, what: str) -> dict[str, Any]:
+    return {"notes": [f"record {terminal(source.display)}: {what}"]}
+
+
 def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], dict[str, Any]]:
-    """Events of one record file, and job-level facts (world_size, ...) it states."""
+    """Events of one record file, and job-level facts (world_size, ...) it states.
+
+    A record that is not a JSON object is skipped; a field that fails its rule is left out; both add a
+    line to `facts["notes"]`. Nothing in a record aborts the analysis.
+    """
     data = read_json(source.path)
     if not isinstance(data, dict):
-        return [], {}
+        return [], _bad_note(source, "skipped, not a readable JSON object")
     if source.kind == "job_record":
         return [], _job_facts(data)
     if source.kind == "elastic_error":
         return _elastic_error(source, data, sigs), {}
-    rank = _int(data.get("rank"))
-    rank = rank if rank is not None else source.rank
-    host = data.get("host") if isinstance(data.get("host"), str) else source.host
-    pid = _int(data.get("pid"))
-    when = parse_record_time(data.get("unix")) or parse_record_time(data.get("time"))
-    family = "record" if when is not None else None
-    base = {"file": source.display, "line": 1, "rank": rank, "host": host, "pid": pid, "time": when,
-            "time_family": family, "local_rank": _int(data.get("local_rank"))}
-    facts: dict[str, Any] = {}
-    if source.kind == "start_record" or data.get("kind") == "start":
+    clean, bad = validate_record(data)
+    notes = _bad_note(source, "ignored invalid field(s) " + ", ".join(bad)) if bad else {}
+    events, facts = _rank_record(source, clean, data.get("kind"), sigs)
+    return events, {**facts, **notes}
+
+
+def _rank_record(source: SourceFile, data: dict[str, Any], kind: Any,
+                 sigs: SignatureSet) -> tuple[list[Event], dict[str, Any]]:
+    """Events of a ddpslurm start or exit record whose fields passed validate_record."""
+    rank = data.get("rank", source.rank)
+    host = data.get("host", source.host)
+    when = data.get("unix", data.get("time"))
+    base = {"file": source.display, "line": 1, "rank": rank, "host": host, "pid": data.get("pid"), "time": when,
+            "time_family": "record" if when is not None else None, "local_rank": data.get("local_rank")}
+    if source.kind == "start_record" or kind == "start":
         fields = tuple((k, str(data[k])) for k in ("world_size", "local_world_size", "node_rank", "launcher", "attempt",
-                                                   "master_addr", "master_port") if data.get(k) is not None)
-        if _int(data.get("world_size")):
-            facts["world_size"] = _int(data.get("world_size"))
+                                                   "master_addr", "master_port") if k in data)
+        facts = {"world_size": data["world_size"]} if "world_size" in data else {}
         return [Event(kind="start", text=f"rank {rank} started on {host}", fields=fields, **base)], facts
-    status = str(data.get("status", ""))
-    exc = data.get("exception") if isinstance(data.get("exception"), dict) else None
-    signal = data.get("signal") if isinstance(data.get("signal"), str) else None
-    code = _int(data.get("exit_code"))
+    return _exit_events(data, rank, base, sigs), {}
+
+
+def _match(sigs: SignatureSet, text: str) -> Any:
+    """sigs.match on at most MAX_MATCH_CHARS characters; a signature that times out is no match."""
+    try:
+        return sigs.match(text[:MAX_MATCH_CHARS])
+    except TimeoutError:
+        return None
+
+
+def _exit_events(data: dict[str, Any], rank: int | None, base: dict[str, Any], sigs: SignatureSet) -> list[Event]:
+    """Events of an exit record: an exception, a preemption, a signal or an exit code."""
+    status = data.get("status", "")
+    exc = data.get("exception")
+    signal = data.get("signal")
+    code = data.get("exit_code")
     pairs = (("status", status), ("exit_code", code), ("signal", signal))
     fields = tuple((k, str(v)) for k, v in pairs if v is not None)
     if status == "ok":
-        return [Event(kind="exit", text=f"rank {rank} exited normally", fields=fields, **base)], facts
+        return [Event(kind="exit", text=f"rank {rank} exited normally", fields=fields, **base)]
     if exc is not None:
-        text = f"{exc.get('type', 'Exception')}: {exc.get('message', '')}".strip()
-        first_line = text.splitlines()[0] if text else "Exception"
-        hit = sigs.match(first_line) or sigs.match(text[:4000])
+        text = f"{exc['type']}: {exc['message']}".strip()
+        first_line = (text.splitlines() or ["Exception"])[0][:MAX_MATCH_CHARS]
+        hit = _match(sigs, first_line) or _match(sigs, text)
         sig = hit[0] if hit else sigs.by_id("python-exception")
         groups = tuple(sorted((k, v) for k, v in hit[1].groupdict().items() if v is not None)) if hit else ()
-        marker = Event(kind="exit", text=first_line[:2000], fields=fields, **base)
+        marker = Event(kind="exit", text=first_line, fields=fields, **base)
         kind = sig.kind if sig is not None and sig.kind not in ("signature", "exit") else "exception"
-        return [marker, _sig_event(base, kind, first_line[:2000], sig, fields + groups)], facts
+        return [marker, _sig_event(base, kind, first_line, sig, fields + groups)]
     if status == "preempted":
         time_limit = data.get("reason") in ("time_limit", "TIME_LIMIT")
         what = "the time limit" if time_limit else "preemption"
         marker = Event(kind="exit", text=f"rank {rank} stopped for {what}", fields=fields, **base)
         sig = sigs.by_id("ddpslurm-time-limit" if time_limit else "ddpslurm-preempted")
-        return [marker, _sig_event(base, "slurm_job", marker.text, sig, fields)], facts
+        return [marker, _sig_event(base, "slurm_job", marker.text, sig, fields)]
     if signal:
         cause, role = SIGNAL_CAUSES.get(signal, ("unknown", "either"))
         return [Event(kind="exit_signal", text=f"rank {rank} was killed by {signal}", cause=cause, role=role,
                       priority=40 if role == "culprit" else 5, fields=fields, signature="exit-record-signal",
-                      **base)], facts
+                      **base)]
     text = f"rank {rank} exited with code {code}"
     role = "either" if code else None
     return [Event(kind="exit", text=text, fields=fields, role=role, cause="user_code_exception" if code else None,
-                  priority=5 if code else 0, signature="exit-record-code" if code else None, **base)], facts
+                  priority=5 if code else 0, signature="exit-record-code" if code else None, **base)]
 
 
 def _sig_event(base: dict[str, Any], kind: str, text: str, sig, fields: tuple) -> Event:
@@ -122,41 +238,41 @@ def _sig_event(base: dict[str, Any], kind: str, text: str, sig, fields: tuple) -
 
 
 def _elastic_error(source: SourceFile, data: dict[str, Any], sigs: SignatureSet) -> list[Event]:
+    """torchelastic's error.json: its final message line (or the stack's last line) as an exception event."""
     msg = data.get("message")
     when = None
     stack = ""
     if isinstance(msg, dict):
         extra = msg.get("extraInfo") if isinstance(msg.get("extraInfo"), dict) else {}
-        when = parse_record_time(extra.get("timestamp"))
-        stack = str(extra.get("py_callstack", ""))
+        when = _valid(("time",), extra.get("timestamp"))
+        stack = extra.get("py_callstack") if isinstance(extra.get("py_callstack"), str) else ""
         msg = msg.get("message")
-    text = str(msg or "").strip()
+    text = escape_undecodable(msg[:MAX_MESSAGE_CHARS]).strip() if isinstance(msg, str) else ""
     if not text:
         return []
     lines = [ln for ln in text.splitlines() if ln.strip()]
     final = next((ln for ln in reversed(lines) if not ln[:1].isspace()), lines[-1]) if lines else text
     if not final and stack:
-        final = stack.strip().splitlines()[-1]
-    hit = sigs.match(final)
+        final = escape_undecodable(stack[-MAX_MESSAGE_CHARS:]).strip().splitlines()[-1]
+    final = final[:MAX_MATCH_CHARS]
+    hit = _match(sigs, final)
     sig = hit[0] if hit else sigs.by_id("python-exception")
     groups = tuple(sorted((k, v) for k, v in hit[1].groupdict().items() if v is not None)) if hit else ()
     base = {"file": source.display, "line": 1, "rank": source.rank, "host": source.host, "pid": None, "time": when,
             "time_family": "epoch" if when is not None else None, "local_rank": source.local_rank}
-    return [_sig_event(base, "exception", final[:2000], sig, groups)]
+    return [_sig_event(base, "exception", final, sig, groups)]
 
 
 def _job_facts(data: dict[str, Any]) -> dict[str, Any]:
-    facts: dict[str, Any] = {}
+    """The launched world size from ddpslurm.json (its spec), within MAX_WORLD_SIZE."""
     spec = data.get("spec") if isinstance(data.get("spec"), dict) else data
-    world = _int(spec.get("world_size"))
+    clean, _ = validate_record(spec)
+    world = clean.get("world_size")
     if world is None:
-        nodes = _int(spec.get("nodes"))
-        per = _int(spec.get("tasks_per_node")) or _int(spec.get("ntasks_per_node")) or _int(spec.get("gpus_per_node"))
-        launcher = str(spec.get("launcher", "srun"))
-        if launcher == "torchrun":
-            per = _int(spec.get("nproc_per_node")) or per
-        if nodes and per:
+        nodes = clean.get("nodes")
+        per = clean.get("tasks_per_node") or clean.get("ntasks_per_node") or clean.get("gpus_per_node")
+        if clean.get("launcher", "srun") == "torchrun":
+            per = clean.get("nproc_per_node") or per
+        if nodes and per and nodes * per <= MAX_WORLD_SIZE:
             world = nodes * per
-    if world:
-        facts["world_size"] = world
-    return facts
+    return {"world_size": world} if world else {}

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import textwrap
 from collections.abc import Iterable, Sequence
 
+from ddpslurm import sanitize
 from ddpslurm.analyze.diagnosis import Diagnosis, RankRow
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 #: `[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]` -> `[pair.cc:553]`
 _SOURCE_PATH = re.compile(r"\[(?:[^\]\s]*/)?([^/\]\s]+\.(?:cc|cpp|cu|c|h|hpp|py):\d+)\]")
 #: a glog header (`[E217 07:43:09.310000653 ProcessGroupNCCL.cpp:629] `): its time is shown apart
@@ -19,8 +18,8 @@ MAX_ROWS = 40
 
 
 def safe(text: str | None) -> str:
-    """Log text without control characters (no terminal escapes get through)."""
-    return _CONTROL.sub("", text or "")
+    """Log text as one terminal-safe line (ddpslurm.sanitize: no escape, no control, no line break)."""
+    return sanitize.terminal(text)
 
 
 def one_line(text: str | None) -> str:
@@ -46,7 +45,7 @@ def evidence_root(files: Sequence[str]) -> str:
 
 def to_json(diagnosis: Diagnosis) -> str:
     """The `--json` object, one per run."""
-    return json.dumps(diagnosis.to_dict(), indent=2, ensure_ascii=False)
+    return sanitize.json_dumps(diagnosis.to_dict())
 
 
 def collapse_rows(rows: Iterable[RankRow], max_rows: int = MAX_ROWS) -> list[tuple[str, RankRow, int]]:
@@ -106,9 +105,9 @@ def render_text(diagnosis: Diagnosis, console=None) -> None:
     colour = {"high": "green", "medium": "yellow", "low": "red"}.get(d.confidence, "white")
     head = Text()
     head.append("Cause: ", style="bold")
-    head.append(d.cause, style="bold red" if d.cause != "unknown" else "bold")
+    head.append(safe(d.cause), style="bold red" if d.cause != "unknown" else "bold")
     head.append("   confidence: ")
-    head.append(d.confidence, style=colour)
+    head.append(safe(d.confidence), style=colour)
     console.print(head)
     who = Text("First failing rank: ", style="bold")
     who.append(str(d.first_failing_rank) if d.first_failing_rank is not None else "unknown")
@@ -127,7 +126,7 @@ def render_text(diagnosis: Diagnosis, console=None) -> None:
             if ev.rank is not None:
                 where.append(f"  rank {ev.rank}", style="magenta")
             if ev.time:
-                where.append(f"  {ev.time}", style="dim")
+                where.append(f"  {safe(ev.time)}", style="dim")
             console.print(where, no_wrap=True, overflow="ellipsis")
             console.print(Text("    " + one_line(ev.text)), no_wrap=True, overflow="ellipsis")
     if d.ranks:
@@ -155,7 +154,7 @@ def render_text(diagnosis: Diagnosis, console=None) -> None:
                                              subsequent_indent="    ")))
     retry = {"requeue": "yes, resubmitting may succeed", "stop": "no, fix the cause first",
              "unknown": "unknown"}.get(d.retry, d.retry)
-    console.print(Text(f"Retry: {retry}"))
+    console.print(Text(f"Retry: {safe(retry)}"))
     if d.exclude_nodes:
         console.print(Text(f"Exclude nodes: --exclude={','.join(safe(n) for n in d.exclude_nodes)}"))
     for note in d.notes:
@@ -163,14 +162,14 @@ def render_text(diagnosis: Diagnosis, console=None) -> None:
 
 
 def _md(text: str | None) -> str:
-    return safe(text).replace("|", "\\|").replace("`", "'")
+    return sanitize.markdown(text)
 
 
 def to_markdown(diagnosis: Diagnosis) -> str:
     """A support-ticket friendly report."""
     d = diagnosis
     rank = d.first_failing_rank if d.first_failing_rank is not None else "unknown"
-    out = [f"## ddpslurm analyze: `{d.cause}` (confidence: {d.confidence})", "",
+    out = [f"## ddpslurm analyze: `{sanitize.code_text(d.cause)}` (confidence: {_md(d.confidence)})", "",
            f"**First failing rank:** {rank} on host {_md(d.first_failing_host) or 'unknown'}", "",
            _md(d.summary), ""]
     if d.evidence:
@@ -178,17 +177,17 @@ def to_markdown(diagnosis: Diagnosis) -> str:
         for ev in d.evidence:
             who = f" [rank {ev.rank}]" if ev.rank is not None else ""
             when = f" {ev.time}" if ev.time else ""
-            out.append(f"{safe(ev.file)}:{ev.line}{who}{when}: {one_line(ev.text).replace('```', '')}")
+            out.append(sanitize.code_text(f"{ev.file}:{ev.line}{who}{when}: {one_line(ev.text)}"))
         out += ["```", ""]
     if d.ranks:
         out += ["### Ranks", "", "| rank | host | role | first error |", "|---|---|---|---|"]
         for label, row, count in collapse_rows(d.ranks)[:MAX_ROWS]:
             role = _role(row, count)
             error = _md(one_line(row.first_error or "-")[:160])
-            out.append(f"| {label} | {_md(_hosts(d.ranks, label, row))} | {role} | {error} |")
+            out.append(f"| {label} | {_md(_hosts(d.ranks, label, row))} | {_md(role)} | {error} |")
         out.append("")
     if d.advice:
         out += ["### What to do", ""] + [f"- {_md(a)}" for a in d.advice] + [""]
-    exclude = f"  **Exclude nodes:** {', '.join(d.exclude_nodes)}" if d.exclude_nodes else ""
-    out.append(f"**Retry:** {d.retry}{exclude}")
+    exclude = f"  **Exclude nodes:** {', '.join(_md(n) for n in d.exclude_nodes)}" if d.exclude_nodes else ""
+    out.append(f"**Retry:** {_md(d.retry)}{exclude}")
     return "\n".join(out) + "\n"

@@ -20,7 +20,7 @@ GLOO = ("RuntimeError: \n[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/t
     ("[E217 07:43:09.365200139 ProcessGroupNCCL.cpp:629] [Rank 11] Watchdog caught",
      "[Rank 11] Watchdog caught"),
     ("E0217 08:19:10.679000 1234 torch/distributed/elastic/multiprocessing/api.py:882] failed", "failed"),
-    ("plain \x1b[31mred\x1b[0m   text", "plain [31mred[0m text"),
+    ("plain \x1b[31mred\x1b[0m   text", "plain red text"),
 ])
 def test_one_line(text: str, short: str) -> None:
     assert one_line(text) == short
