@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ddpslurm.analyze.attribution import clean, nccl_source, strip_prefixes
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
+from ddpslurm.analyze.prefilter import candidate_starts
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, SignatureSet
 from ddpslurm.analyze.timestamps import parse_time
 from ddpslurm.analyze.tracebacks import ElasticBlock, Exc, TracebackAssembler
@@ -89,131 +90,6 @@ def iter_blocks(handle, chunk: int = CHUNK, max_line: int = MAX_LINE) -> Iterato
         if len(carry) > max_line:
             yield carry[:max_line] + b"\n", 1
             carry, discarding = b"", True
-
-
-#: bytes ordered from common to rare in log text (ASCII letters, digits, punctuation); an anchor is looked for
-#: through its rarest byte when that byte is rare in the data (see AnchorFinder)
-_BYTE_ORDER = (b" etaonirslcdmuph.:0_12-/gfyb=,3k45v[]9687w()xINCLEOTRSAPDMFGU'\"BHWKVYXJQZqzj<>#@!*%&;|~^`{}+?$\\")
-_RANK = {c: i for i, c in enumerate(_BYTE_ORDER)}
-#: a pivot byte seen more often than once per this many bytes of a block is not rare: its anchors fall back to find
-PIVOT_SPACING = 2048
-
-
-class _ByteCounts(dict):
-    """How often each byte occurs in `sample`, counted on first ask."""
-
-    def __init__(self, sample: bytes) -> None:
-        super().__init__()
-        self.sample = sample
-
-    def __missing__(self, byte: int) -> int:
-        self[byte] = self.sample.count(bytes((byte,)))
-        return self[byte]
-
-
-class AnchorFinder:
-    """Finds the lines of a block that hold at least one anchor, mostly through fast passes over rare bytes.
-
-    `bytes.find` costs about the same for every anchor (~0.5 s per GB each, most of the scan's time), while a
-    single-byte `find` is a memchr (~0.05 s per GB). So each anchor is looked for through its byte rarest in the
-    first block scanned (its pivot): every occurrence of the pivot is checked with `startswith` for the anchors
-    it pivots. When a pivot turns out common (more than one per PIVOT_SPACING bytes scanned so far), its anchors
-    move to their next rarest byte in the block at hand, or to `find` when none is rare. Anchors that contain
-    another anchor are dropped (every line holding them holds the shorter one). The lines found are exactly
-    the lines holding an anchor, either way.
-    """
-
-    def __init__(self, anchors: Sequence[bytes]) -> None:
-        uniq = [a for a in dict.fromkeys(anchors) if a]
-        self.anchors = tuple(a for a in uniq if not any(b != a and b in a for b in uniq))
-        self.slow: list[bytes] = []  # anchors looked for with bytes.find
-        self.pivots: dict[int, list[tuple[bytes, int]]] = {}  # pivot byte -> (anchor, offset of the pivot in it)
-        self.seen: dict[int, int] = {}  # pivot byte -> occurrences so far
-        self.common: set[int] = set()  # bytes found too frequent to pivot on
-        self.bytes = 0
-        self.ready = False
-
-    def _choose(self, sample: bytes) -> None:
-        """Pick each anchor's pivot: its byte rarest in `sample` (the first block), ties by `_BYTE_ORDER`."""
-        self.ready = True
-        counts = _ByteCounts(sample)
-        for anchor in self.anchors:
-            self._place(anchor, counts)
-
-    def _place(self, anchor: bytes, counts: _ByteCounts) -> None:
-        """Pivot `anchor` on its byte rarest in `sample` among those not yet found common, else find it."""
-        offsets = [i for i in range(len(anchor)) if anchor[i] not in self.common]
-        if b"\n" in anchor or not offsets:
-            self.slow.append(anchor)
-            return
-        off = min(offsets, key=lambda i: (counts[anchor[i]], -_RANK.get(anchor[i], len(_BYTE_ORDER)), i))
-        if counts[anchor[off]] > len(counts.sample) // PIVOT_SPACING + 256:
-            self.slow.append(anchor)
-            return
-        self.pivots.setdefault(anchor[off], []).append((anchor, off))
-
-    def _demote(self, pivot: int, block: bytes) -> list[bytes]:
-        """`pivot` is common: its anchors get another pivot (or find); returns them, to be found in `block`."""
-        self.common.add(pivot)
-        moved = [a for a, _ in self.pivots.pop(pivot)]
-        counts = _ByteCounts(block)
-        for anchor in moved:
-            self._place(anchor, counts)
-        return moved
-
-    def starts(self, block: bytes) -> list[int]:
-        """Sorted offsets of the lines of `block` (complete lines) that contain at least one anchor."""
-        if not self.ready:
-            self._choose(block[:1 << 20])
-        starts: set[int] = set()
-        add = starts.add
-        find, rfind, startswith = block.find, block.rfind, block.startswith
-        self.bytes += len(block)
-        budget = self.bytes // PIVOT_SPACING + 256
-        moved: list[bytes] = []
-        for pivot, group in list(self.pivots.items()):
-            needle = bytes((pivot,))
-            seen = self.seen.get(pivot, 0)
-            pos = find(needle)
-            while pos >= 0:
-                seen += 1
-                if seen > budget:
-                    moved += self._demote(pivot, block)  # found with find below, over the whole block
-                    break
-                for anchor, off in group:
-                    if pos >= off and startswith(anchor, pos - off):
-                        add(rfind(b"\n", 0, pos) + 1)
-                        end = find(b"\n", pos)
-                        pos = len(block) if end < 0 else end
-                        break
-                pos = find(needle, pos + 1)
-            self.seen[pivot] = seen
-        for anchor in dict.fromkeys((*self.slow, *moved)) if moved else self.slow:
-            pos = find(anchor)
-            while pos >= 0:
-                add(rfind(b"\n", 0, pos) + 1)
-                end = find(b"\n", pos)
-                if end < 0:
-                    break
-                pos = find(anchor, end)
-        return sorted(starts)
-
-
-_FINDERS: dict[tuple[bytes, ...], AnchorFinder] = {}
-
-
-def anchor_finder(anchors: Sequence[bytes]) -> AnchorFinder:
-    """The finder of `anchors`, one per process (it learns which pivots are common)."""
-    key = tuple(anchors)
-    finder = _FINDERS.get(key)
-    if finder is None:
-        finder = _FINDERS[key] = AnchorFinder(key)
-    return finder
-
-
-def candidate_starts(block: bytes, anchors: Sequence[bytes]) -> list[int]:
-    """Sorted offsets of the lines of `block` that contain at least one anchor."""
-    return anchor_finder(anchors).starts(block)
 
 
 @dataclass

@@ -1,0 +1,175 @@
+"""The scanner's prefilter: the lines of a block that hold at least one anchor, in one pass over the bytes.
+
+The engine is a multi-pattern automaton (`ahocorasick_rs`, Rust aho-corasick with a SIMD prefilter: about 0.18 CPU s
+per GB for the 45 shipped anchors, benchmarks/README.md), whatever the number of anchors. Where its wheel is
+missing (a platform or Python it has no build for), `AnchorFinder`, pure Python through each anchor's rarest byte,
+finds exactly the same lines, 10-20x slower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+try:
+    import ahocorasick_rs as _ahocorasick
+except ImportError:  # no wheel for this platform or Python: the pure-Python finder below
+    _ahocorasick = None
+
+
+class Finder(Protocol):
+    def starts(self, block: bytes) -> list[int]: ...
+
+
+class AutomatonFinder:
+    """All anchors in one automaton; a line is reported once, whatever it holds."""
+
+    def __init__(self, anchors: Sequence[bytes]) -> None:
+        assert _ahocorasick is not None
+        self.anchors = tuple(a for a in dict.fromkeys(anchors) if a)
+        self.automaton = _ahocorasick.BytesAhoCorasick(list(self.anchors),
+                                                      matchkind=_ahocorasick.MATCHKIND_LEFTMOST_FIRST)
+
+    def starts(self, block: bytes) -> list[int]:
+        """Sorted offsets of the lines of `block` (complete lines) that contain at least one anchor.
+
+        Matches never span a line end (no anchor holds one), so each anchor line yields a match of its own.
+        """
+        out: list[int] = []
+        line_end = -1
+        find, rfind = block.find, block.rfind
+        for _, _, end in self.automaton.find_matches_as_indexes(block):
+            if end <= line_end:
+                continue
+            out.append(rfind(b"\n", 0, end) + 1)
+            line_end = find(b"\n", end - 1)
+            if line_end < 0:
+                line_end = len(block)
+        return out
+
+
+#: bytes ordered from common to rare in log text (ASCII letters, digits, punctuation); an anchor is looked for
+#: through its rarest byte when that byte is rare in the data (see AnchorFinder)
+_BYTE_ORDER = (b" etaonirslcdmuph.:0_12-/gfyb=,3k45v[]9687w()xINCLEOTRSAPDMFGU'\"BHWKVYXJQZqzj<>#@!*%&;|~^`{}+?$\\")
+_RANK = {c: i for i, c in enumerate(_BYTE_ORDER)}
+#: a pivot byte seen more often than once per this many bytes of a block is not rare: its anchors fall back to find
+PIVOT_SPACING = 2048
+
+
+class _ByteCounts(dict):
+    """How often each byte occurs in `sample`, counted on first ask."""
+
+    def __init__(self, sample: bytes) -> None:
+        super().__init__()
+        self.sample = sample
+
+    def __missing__(self, byte: int) -> int:
+        self[byte] = self.sample.count(bytes((byte,)))
+        return self[byte]
+
+
+class AnchorFinder:
+    """Finds the lines of a block that hold at least one anchor, mostly through fast passes over rare bytes.
+
+    `bytes.find` costs about the same for every anchor (~0.5 s per GB each, most of the scan's time), while a
+    single-byte `find` is a memchr (~0.05 s per GB). So each anchor is looked for through its byte rarest in the
+    first block scanned (its pivot): every occurrence of the pivot is checked with `startswith` for the anchors
+    it pivots. When a pivot turns out common (more than one per PIVOT_SPACING bytes scanned so far), its anchors
+    move to their next rarest byte in the block at hand, or to `find` when none is rare. Anchors that contain
+    another anchor are dropped (every line holding them holds the shorter one). The lines found are exactly
+    the lines holding an anchor, either way.
+    """
+
+    def __init__(self, anchors: Sequence[bytes]) -> None:
+        uniq = [a for a in dict.fromkeys(anchors) if a]
+        self.anchors = tuple(a for a in uniq if not any(b != a and b in a for b in uniq))
+        self.slow: list[bytes] = []  # anchors looked for with bytes.find
+        self.pivots: dict[int, list[tuple[bytes, int]]] = {}  # pivot byte -> (anchor, offset of the pivot in it)
+        self.seen: dict[int, int] = {}  # pivot byte -> occurrences so far
+        self.common: set[int] = set()  # bytes found too frequent to pivot on
+        self.bytes = 0
+        self.ready = False
+
+    def _choose(self, sample: bytes) -> None:
+        """Pick each anchor's pivot: its byte rarest in `sample` (the first block), ties by `_BYTE_ORDER`."""
+        self.ready = True
+        counts = _ByteCounts(sample)
+        for anchor in self.anchors:
+            self._place(anchor, counts)
+
+    def _place(self, anchor: bytes, counts: _ByteCounts) -> None:
+        """Pivot `anchor` on its byte rarest in `sample` among those not yet found common, else find it."""
+        offsets = [i for i in range(len(anchor)) if anchor[i] not in self.common]
+        if b"\n" in anchor or not offsets:
+            self.slow.append(anchor)
+            return
+        off = min(offsets, key=lambda i: (counts[anchor[i]], -_RANK.get(anchor[i], len(_BYTE_ORDER)), i))
+        if counts[anchor[off]] > len(counts.sample) // PIVOT_SPACING + 256:
+            self.slow.append(anchor)
+            return
+        self.pivots.setdefault(anchor[off], []).append((anchor, off))
+
+    def _demote(self, pivot: int, block: bytes) -> list[bytes]:
+        """`pivot` is common: its anchors get another pivot (or find); returns them, to be found in `block`."""
+        self.common.add(pivot)
+        moved = [a for a, _ in self.pivots.pop(pivot)]
+        counts = _ByteCounts(block)
+        for anchor in moved:
+            self._place(anchor, counts)
+        return moved
+
+    def starts(self, block: bytes) -> list[int]:
+        """Sorted offsets of the lines of `block` (complete lines) that contain at least one anchor."""
+        if not self.ready:
+            self._choose(block[:1 << 20])
+        starts: set[int] = set()
+        add = starts.add
+        find, rfind, startswith = block.find, block.rfind, block.startswith
+        self.bytes += len(block)
+        budget = self.bytes // PIVOT_SPACING + 256
+        moved: list[bytes] = []
+        for pivot, group in list(self.pivots.items()):
+            needle = bytes((pivot,))
+            seen = self.seen.get(pivot, 0)
+            pos = find(needle)
+            while pos >= 0:
+                seen += 1
+                if seen > budget:
+                    moved += self._demote(pivot, block)  # found with find below, over the whole block
+                    break
+                for anchor, off in group:
+                    if pos >= off and startswith(anchor, pos - off):
+                        add(rfind(b"\n", 0, pos) + 1)
+                        end = find(b"\n", pos)
+                        pos = len(block) if end < 0 else end
+                        break
+                pos = find(needle, pos + 1)
+            self.seen[pivot] = seen
+        for anchor in dict.fromkeys((*self.slow, *moved)) if moved else self.slow:
+            pos = find(anchor)
+            while pos >= 0:
+                add(rfind(b"\n", 0, pos) + 1)
+                end = find(b"\n", pos)
+                if end < 0:
+                    break
+                pos = find(anchor, end)
+        return sorted(starts)
+
+
+_FINDERS: dict[tuple[tuple[bytes, ...], bool], Finder] = {}
+
+
+def anchor_finder(anchors: Sequence[bytes], pure: bool = False) -> Finder:
+    """The finder of `anchors`, one per process (the pure one learns which pivot bytes are common)."""
+    key = (tuple(anchors), pure or _ahocorasick is None)
+    finder = _FINDERS.get(key)
+    if finder is None:
+        usable = [a for a in key[0] if a]
+        automaton = not key[1] and all(b"\n" not in a for a in usable)
+        finder = _FINDERS[key] = AutomatonFinder(usable) if automaton else AnchorFinder(usable)
+    return finder
+
+
+def candidate_starts(block: bytes, anchors: Sequence[bytes]) -> list[int]:
+    """Sorted offsets of the lines of `block` that contain at least one anchor."""
+    return anchor_finder(anchors).starts(block)

@@ -1,0 +1,63 @@
+"""The prefilter finds exactly the lines holding an anchor, with the automaton and with the pure-Python fallback."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ddpslurm.analyze import prefilter
+from ddpslurm.analyze.prefilter import AnchorFinder, AutomatonFinder, anchor_finder
+from ddpslurm.analyze.signatures import load_signatures
+
+FINDERS = [AnchorFinder]
+if prefilter._ahocorasick is not None:
+    FINDERS.append(AutomatonFinder)
+
+
+def brute_force(block: bytes, anchors: list[bytes]) -> list[int]:
+    out, pos = [], 0
+    for line in block.splitlines(keepends=True):
+        if any(a in line for a in anchors):
+            out.append(pos)
+        pos += len(line)
+    return out
+
+
+ALPHABET = b"ab \nEr"
+words = st.binary(min_size=1, max_size=4).map(lambda b: bytes(ALPHABET[x % len(ALPHABET)] for x in b))
+
+
+@pytest.mark.parametrize("finder", FINDERS, ids=lambda f: f.__name__)
+@settings(max_examples=200, deadline=None)
+@given(text=st.lists(words, max_size=60), anchors=st.lists(words.filter(lambda w: b"\n" not in w), min_size=1,
+                                                           max_size=5))
+def test_finders_report_exactly_the_anchor_lines(finder, text: list[bytes], anchors: list[bytes]) -> None:
+    block = b"".join(text) + b"\n"
+    assert finder(anchors).starts(block) == brute_force(block, anchors)
+
+
+@pytest.mark.parametrize("finder", FINDERS, ids=lambda f: f.__name__)
+def test_finders_agree_on_log_lines_with_the_shipped_anchors(finder) -> None:
+    anchors = list(load_signatures().anchors)
+    block = (b"node1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] via P2P/IPC\n"
+             b"[rank3]: torch.OutOfMemoryError: CUDA out of memory. Error Error\n"
+             b"2025-03-14 06:05:00,000 INFO train [rank 3]: step 1 | loss 2.9\n"
+             b"[E612 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught collective operation timeout\n"
+             b"srun: error: gpu-0001: task 3: Exited with exit code 1\n") * 3
+    assert finder(anchors).starts(block) == brute_force(block, anchors)
+    assert len(finder(anchors).starts(block)) == 9
+
+
+def test_the_pure_finder_is_used_without_the_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prefilter, "_ahocorasick", None)
+    monkeypatch.setattr(prefilter, "_FINDERS", {})
+    assert isinstance(anchor_finder([b"rror"]), AnchorFinder)
+    assert anchor_finder([b"rror"]).starts(b"x\nan Error\n") == [2]
+
+
+def test_an_anchor_spanning_lines_falls_back_to_the_pure_finder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prefilter, "_FINDERS", {})
+    finder = anchor_finder([b"rror", b"end\nstart"])
+    assert isinstance(finder, AnchorFinder)
+    assert finder.starts(b"x\nthe end\nstart\n") == [2]
