@@ -28,7 +28,7 @@ CASES_DIR = REPO / "analyzer" / "cases"
 CAUSES_TOML = REPO / "analyzer" / "causes.toml"
 LABEL_KEYS = {"cause", "first_failing_rank", "first_failing_host", "source", "description"}
 #: Optional keys that the corpus test checks; other keys (lab metadata such as `injected`, `job`) are kept as notes.
-OPTIONAL_KEYS = {"confidence_at_least", "exclude_nodes", "retry", "rank_observable"}
+OPTIONAL_KEYS = {"confidence_at_least", "exclude_nodes", "retry", "rank_observable", "pending"}
 CONFIDENCE_ORDER = {"low": 0, "medium": 1, "high": 2}
 RETRY_VALUES = {"requeue", "stop", "unknown"}
 ROLE_VALUES = {"culprit", "victim", "ok", "unknown"}
@@ -106,6 +106,8 @@ def test_label_is_valid(case: Path) -> None:
         assert "rank_observable_why" in label, "say why the logs cannot name the culprit"
     if "exclude_nodes" in label:
         assert isinstance(label["exclude_nodes"], list) and all(isinstance(n, str) for n in label["exclude_nodes"])
+    if "pending" in label:
+        assert label["pending"] is True, "pending is only ever set to true (remove the key once the engine passes)"
     assert case_files(case), "a case needs at least one log file besides label.json"
 
 
@@ -115,7 +117,21 @@ def test_every_cause_has_a_case() -> None:
     assert not missing, f"causes without a case: {missing}"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def _diagnosis_params(cases: list[Path]) -> list[Any]:
+    """Each case as a test parameter; a label with `"pending": true` (a real case the engine does not read right
+    yet, see analyzer/cases/README.md) runs as a non-strict xfail, so it reports but does not fail CI."""
+    params = []
+    for case in cases:
+        label = load_label(case)
+        marks = []
+        if label.get("pending") is True:
+            why = label.get("pending_why", "engine does not diagnose this real case yet")
+            marks.append(pytest.mark.xfail(strict=False, reason=f"pending: {why}"))
+        params.append(pytest.param(case, marks=marks, id=case.name))
+    return params
+
+
+@pytest.mark.parametrize("case", _diagnosis_params(CASES))
 def test_case_is_diagnosed(case: Path) -> None:
     from ddpslurm.analyze.api import analyze_paths
 
