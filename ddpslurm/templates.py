@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpslurm.errors import TemplateError
+from ddpslurm.sbatch_values import check_sbatch_value
 
 SOURCE_DIR = Path(__file__).resolve().parent / "template_sources"
 GOLDEN_SUFFIX = ".sbatch"
@@ -77,6 +78,10 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("gloo_socket_ifname", "GLOO_SOCKET_IFNAME ('' = let gloo pick the hostname's interface)",
           pattern=rf"{_IFACE}(,{_IFACE})*", example="eth0", optional=True),
 )}
+
+#: text parameters that become `#SBATCH --<option>=` lines -> that sbatch option
+SBATCH_OPTIONS = {"time": "time", "partition": "partition", "account": "account", "qos": "qos", "mem": "mem",
+                  "job_name": "job-name", "array": "array"}
 
 _GPU = ("gpus_per_node", "nccl_socket_ifname", "nccl_ib_hca")
 _COMMON = ("cpus_per_task", "time", "partition", "account", "qos", "mem", "job_name", "script", "python", "log_dir")
@@ -173,11 +178,12 @@ def validate(param: str, value: object) -> Value:
         return value
     if param == "time":
         slurm_time_seconds(value)
-        return value
+    elif spec.pattern is not None and not re.fullmatch(spec.pattern, value):
+        raise TemplateError(f"{spec.option} {value!r} is not allowed in a template (letters, digits, "
+                            "'_', '.', '-' in the usual format only, so that nothing can inject shell)", fix)
+    if param in SBATCH_OPTIONS:  # then the check shared with `submit`: an ASCII token in the option's sbatch syntax
+        return check_sbatch_value(SBATCH_OPTIONS[param], value, TemplateError, spec.option)
     if spec.pattern is not None:
-        if not re.fullmatch(spec.pattern, value):
-            raise TemplateError(f"{spec.option} {value!r} is not allowed in a template (letters, digits, "
-                                "'_', '.', '-' in the usual format only, so that nothing can inject shell)", fix)
         return value
     # Free text (paths): shell-quoted when rendered; still no control characters, and no '%' because
     # srun would expand it in the --output patterns that contain the log folder.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpslurm.errors import SubmitError, UsageError
+from ddpslurm.sbatch_values import check_sbatch_value
 
 LAUNCHERS = ("srun", "torchrun")
 DEFAULT_FOLDER = "ddpslurm_jobs"
@@ -32,20 +33,18 @@ RESERVED_SBATCH_KEYS: dict[str, str] = {
     "requeue": "--max-requeues", "no-requeue": "--max-requeues 0",
 }
 
-# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
+# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (ASCII digits, the whole value: see ddpslurm.sbatch_values)
 _TIME_FORMS = (
-    (re.compile(r"^(\d+)$"), ("m",)),
-    (re.compile(r"^(\d+):(\d+)$"), ("m", "s")),
-    (re.compile(r"^(\d+):(\d+):(\d+)$"), ("h", "m", "s")),
-    (re.compile(r"^(\d+)-(\d+)$"), ("d", "h")),
-    (re.compile(r"^(\d+)-(\d+):(\d+)$"), ("d", "h", "m")),
-    (re.compile(r"^(\d+)-(\d+):(\d+):(\d+)$"), ("d", "h", "m", "s")),
+    (re.compile(r"([0-9]+)"), ("m",)),
+    (re.compile(r"([0-9]+):([0-9]+)"), ("m", "s")),
+    (re.compile(r"([0-9]+):([0-9]+):([0-9]+)"), ("h", "m", "s")),
+    (re.compile(r"([0-9]+)-([0-9]+)"), ("d", "h")),
+    (re.compile(r"([0-9]+)-([0-9]+):([0-9]+)"), ("d", "h", "m")),
+    (re.compile(r"([0-9]+)-([0-9]+):([0-9]+):([0-9]+)"), ("d", "h", "m", "s")),
 )
 _UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_MEM = re.compile(r"^\d+[KMGT]?$", re.IGNORECASE)
-_SBATCH_KEY = re.compile(r"^[a-z][a-z0-9-]*$")
-_IFNAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
-_JOB_NAME = re.compile(r"^[A-Za-z0-9_.+-]{1,128}$")
+_SBATCH_KEY = re.compile(r"[a-z][a-z0-9-]*")
+_IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 
 
 def _signal_delay_fix(signal_delay_s: int, time_s: int) -> str:
@@ -60,9 +59,9 @@ def _signal_delay_fix(signal_delay_s: int, time_s: int) -> str:
 
 def parse_time(text: str) -> int:
     """Slurm `--time` text -> seconds (`90` -> 5400, `1:30:00` -> 5400, `2-00:00` -> 172800)."""
-    value = text.strip()
+    value = text.strip(" ")  # spaces from quoting are harmless; a newline or a tab is not
     for pattern, units in _TIME_FORMS:
-        match = pattern.match(value)
+        match = pattern.fullmatch(value)
         if match:
             seconds = sum(int(num) * _UNIT_S[unit] for num, unit in zip(match.groups(), units, strict=False))
             if seconds <= 0:
@@ -81,13 +80,13 @@ def parse_sbatch_args(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
         if not sep:
             raise UsageError(f"--sbatch-arg {item!r} has no '='",
                              "Write KEY=VALUE (`--sbatch-arg mail-type=END`), or KEY= for a bare flag")
-        if not _SBATCH_KEY.match(key):
+        if not _SBATCH_KEY.fullmatch(key):
             raise UsageError(f"--sbatch-arg {item!r}: {key!r} is not an sbatch option name",
                              "Write the long option without dashes, e.g. `--sbatch-arg reservation=myres`")
         if key in RESERVED_SBATCH_KEYS:
             raise UsageError(f"--sbatch-arg {item!r} sets an option ddpslurm controls",
                              f"Use {RESERVED_SBATCH_KEYS[key]} instead")
-        out.append((key, value))
+        out.append((key, check_sbatch_value(key, value, UsageError, f"--sbatch-arg {key}")))
     return tuple(out)
 
 
@@ -180,13 +179,13 @@ def make_spec(
     _positive("--signal-delay", signal_delay_s)
     if launcher not in LAUNCHERS:
         raise UsageError(f"--launcher {launcher!r} is unknown", f"Use one of: {', '.join(LAUNCHERS)}")
-    if mem is not None and not _MEM.match(mem):
-        raise UsageError(f"--mem {mem!r} is not a Slurm memory size", "Use e.g. `16G`, `500M` or `16000` (MB)")
-    if interface is not None and not _IFNAME.match(interface):
+    for option, value in (("mem", mem), ("partition", partition), ("account", account), ("qos", qos),
+                          ("constraint", constraint), ("exclude", exclude), ("job-name", job_name)):
+        if value is not None:
+            check_sbatch_value(option, value, UsageError)
+    if interface is not None and not _IFNAME.fullmatch(interface):
         raise UsageError(f"--interface {interface!r} is not a network interface name",
                          "Give a name such as `eth0` or `ib0` (see `ip -o link`)")
-    if not _JOB_NAME.match(job_name):
-        raise UsageError(f"--job-name {job_name!r} is invalid", "Use letters, digits, `_`, `.`, `+` or `-`")
     time_s = parse_time(time)
     if signal_delay_s + SIGNAL_RESOLUTION_S >= time_s:
         raise UsageError(
@@ -198,10 +197,12 @@ def make_spec(
                          "Drop --launcher torchrun, or submit to Slurm without --local")
     if tasks_per_node is None:
         tasks_per_node = gpus_per_node if gpus_per_node else 1
+    folder_path = Path(folder).expanduser().absolute()
+    check_sbatch_value("folder", str(folder_path), UsageError, "--folder")  # it becomes #SBATCH --output=...
     return JobSpec(
         script=check_script(script), script_args=tuple(script_args), nodes=nodes, tasks_per_node=tasks_per_node,
         gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mem=mem, partition=partition, account=account,
         qos=qos, time_s=time_s, constraint=constraint, exclude=exclude, sbatch_args=parse_sbatch_args(sbatch_args),
-        launcher=launcher, folder=Path(folder).expanduser().absolute(), max_requeues=max_requeues,
+        launcher=launcher, folder=folder_path, max_requeues=max_requeues,
         interface=interface, signal_delay_s=signal_delay_s, local=local, job_name=job_name,
     )
