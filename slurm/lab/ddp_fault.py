@@ -15,6 +15,8 @@ Faults before init (the rank's own configuration is wrong, or it is late):
 Faults in the training loop at `--fault-step` on the faulty rank:
   raise                 raise an exception (the others wait in the gradient all_reduce)
   segfault              dereference NULL (SIGSEGV)
+  sigkill               the rank SIGKILLs itself (what the OOM killer or an admin's `kill -9` does to it)
+  sigabrt               os.abort(): the rank dies of SIGABRT (as on a failed native assertion)
   hang ARG              sleep ARG seconds inside the step (the others' collectives time out)
   shape-mismatch [ARG]  all_reduce a metric tensor of ARG (default 5) floats where the others use 4
   op-mismatch           broadcast where the other ranks all_reduce
@@ -23,8 +25,10 @@ Faults in the training loop at `--fault-step` on the faulty rank:
   oom-cgroup [ARG]      first confine the rank to a memory cgroup of ARG MiB (default 700, as Slurm's
                         task/cgroup would), then allocate: the kernel's OOM killer kills the rank
   dataloader-kill       the rank's DataLoader worker dies by SIGKILL while loading a batch
+  dataloader-straggler ARG  the rank's DataLoader worker sleeps ARG seconds (default 600) loading the batch of
+                        the fault step, so the rank never reaches that step's collectives: the others time out
   shm                   the rank's DataLoader worker gets a tiny private /dev/shm (mount namespace)
-  none                  no fault (a healthy run; also what scancel/time-limit/node scenarios use)
+  none                  no fault (a healthy run; also what scancel/time-limit/node/external-kill scenarios use)
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ import sys
 import time
 
 PRE_INIT_FAULTS = ("bad-master-addr", "bad-ifname", "duplicate-rank", "world-size", "late-start")
-LOOP_FAULTS = ("raise", "segfault", "hang", "shape-mismatch", "op-mismatch", "unused-params", "oom",
-               "oom-cgroup", "dataloader-kill", "shm")
+LOOP_FAULTS = ("raise", "segfault", "sigkill", "sigabrt", "hang", "shape-mismatch", "op-mismatch", "unused-params",
+               "oom", "oom-cgroup", "dataloader-kill", "dataloader-straggler", "shm")
+LOADER_FAULTS = ("dataloader-kill", "dataloader-straggler", "shm")  # faults that need a DataLoader worker
 CGROUP_PREFIX = "ddpslurm-lab-"
 FAULTS = ("none", *PRE_INIT_FAULTS, *LOOP_FAULTS)
 METRIC_SIZE = 4
@@ -155,13 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
 
     class Synthetic(Dataset):
-        """A deterministic regression set; item `kill_at` SIGKILLs the worker that loads it."""
+        """A deterministic regression set; item `kill_at` SIGKILLs the worker that loads it, item `stall_at`
+        makes it sleep `stall_s` seconds."""
 
-        def __init__(self, n: int, kill_at: int = -1, width: int = 16) -> None:
+        def __init__(self, n: int, width: int = 16) -> None:
             g = torch.Generator().manual_seed(0)
             self.x = torch.randn(n, width, generator=g)
             self.y = self.x.sum(dim=1, keepdim=True)
-            self.kill_at = kill_at
+            self.kill_at = self.stall_at = -1
+            self.stall_s = 0.0
 
         def __len__(self) -> int:
             return len(self.x)
@@ -169,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         def __getitem__(self, i: int):
             if i == self.kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if i == self.stall_at:
+                time.sleep(self.stall_s)
             return self.x[i], self.y[i]
 
     class Net(nn.Module):
@@ -191,12 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     model = Net() if args.no_ddp else DistributedDataParallel(Net())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    workers = args.workers or (1 if faulty and args.fault in ("dataloader-kill", "shm") else 0)
+    workers = args.workers or (1 if faulty and args.fault in LOADER_FAULTS else 0)
     per_rank = args.batch_size * (args.steps + 1)
     data = Synthetic(per_rank * world)
-    if faulty and args.fault == "dataloader-kill":
+    if faulty and args.fault in ("dataloader-kill", "dataloader-straggler"):
         sampler_order = list(DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False))
-        data.kill_at = sampler_order[args.fault_step * args.batch_size]
+        first_item_of_fault_step = sampler_order[args.fault_step * args.batch_size]
+        if args.fault == "dataloader-kill":
+            data.kill_at = first_item_of_fault_step
+        else:
+            data.stall_at, data.stall_s = first_item_of_fault_step, float(args.fault_arg or 600)
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
     shm_fault = faulty and args.fault == "shm"
     batch_size = 4096 if shm_fault else args.batch_size  # a batch far larger than the 64 KiB /dev/shm
@@ -216,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"lab fault: bad batch at step {step}")
         if fire and args.fault == "segfault":
             ctypes.string_at(0)
+        if fire and args.fault == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if fire and args.fault == "sigabrt":
+            os.abort()
         if fire and args.fault == "hang":
             time.sleep(float(args.fault_arg or 3600))
         if fire and args.fault == "oom-cgroup":

@@ -255,6 +255,7 @@ class Context:
     scenario: Scenario
     nodes: list[str]
     job_id: str | None = None
+    job_dir: Path | None = None
     injected: dict[str, Any] = field(default_factory=dict)
     processes: list[subprocess.Popen] = field(default_factory=list)
     live_fired: bool = False
@@ -415,9 +416,45 @@ class StaleRendezvous(Hook):
         ListenPort().cleanup(ctx)
 
 
+def rank_pid(job_dir: Path, rank: int) -> tuple[int, str]:
+    """(pid, host) of global `rank` from its start record in the job's latest attempt (ddpslurm writes one per
+    rank, from the process that runs the script)."""
+    records = sorted(job_dir.glob(f"attempt_*/rank_{rank}.start.json"),
+                     key=lambda path: int(path.parent.name.rpartition("_")[2]))
+    if not records:
+        raise LabError(f"no start record of rank {rank} under {job_dir}")
+    record = json.loads(records[-1].read_text())
+    return int(record["pid"]), str(record["host"])
+
+
+def process_job_id(pid: int) -> str | None:
+    """SLURM_JOB_ID in the environment of process `pid` (None when it is gone or has none)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    values = [item.partition(b"=")[2].decode() for item in environ if item.startswith(b"SLURM_JOB_ID=")]
+    return values[0] if values else None
+
+
+class ExternalKill(Hook):
+    """SIGKILL from outside (an admin's `kill -9`, a node health check, the OOM killer of another cgroup): the
+    faulty rank's process, found by the pid of its start record and checked to belong to the job, is killed."""
+
+    def live(self, ctx: Context) -> None:
+        rank = int(ctx.scenario.hook_arg("rank"))
+        pid, host = rank_pid(ctx.job_dir or Path("/nonexistent"), rank)
+        if process_job_id(pid) != ctx.job_id:
+            raise LabError(f"pid {pid} of rank {rank} is not a live process of job {ctx.job_id}; nothing killed")
+        argv = ["kill", "-KILL", str(pid)]
+        sh(argv)
+        ctx.record(argv, host)
+        ctx.injected["killed"] = {"rank": rank, "pid": pid, "host": host}
+
+
 HOOKS: dict[str, Callable[[], Hook]] = {
     "listen_port": ListenPort, "firewall_port": FirewallPort, "scancel": Scancel, "crash_node": CrashNode,
-    "link_down": LinkDown, "preempt": Preempt, "stale_rendezvous": StaleRendezvous,
+    "link_down": LinkDown, "preempt": Preempt, "stale_rendezvous": StaleRendezvous, "external_kill": ExternalKill,
 }
 
 
@@ -536,7 +573,7 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
         done = sh(argv, env=env, timeout=120)
         reply = json.loads(done.stdout.strip().splitlines()[-1])
         ctx.job_id = str(reply["job_id"])
-        job_dir = Path(reply["folder"])
+        ctx.job_dir = job_dir = Path(reply["folder"])
         log(f"{scenario.name}: job {ctx.job_id} submitted ({job_dir})")
         hook.submitted(ctx)
         if scenario.trigger:
