@@ -6,14 +6,20 @@ Heavy modules (torch, pandas, submitit, rich) are imported inside the commands t
 
 from __future__ import annotations
 
+import errno
+import io
+import os
 import sys
 
 import click
 
 from ddpslurm import __version__
-from ddpslurm.errors import DdpSlurmError
+from ddpslurm.errors import DdpSlurmError, TemplateError
+from ddpslurm.sanitize import terminal
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+#: `analyze --jobs` beyond this is refused: more worker processes than cores only cost memory and forks
+MAX_ANALYZE_JOBS = max(64, os.cpu_count() or 1)
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -97,8 +103,7 @@ def status(job: str, wait: bool, as_json: bool) -> None:
     JOB is a job id or a ddpslurm job folder (`.../job_<jobid>/`). Exit status: 0 shown (with --wait:
     the job completed), 1 unknown job or no Slurm, 3 with --wait: the job ended in failure.
     """
-    import json
-
+    from ddpslurm.sanitize import json_dumps
     from ddpslurm.scheduler.status import JobStatus, exit_code_for, job_status, progress_line, render_text, wait_for_job
 
     if not wait:
@@ -119,7 +124,7 @@ def status(job: str, wait: bool, as_json: bool) -> None:
 
         with Live(Text("querying Slurm..."), refresh_per_second=4, transient=True) as live:
             result = wait_for_job(job, on_update=lambda s: live.update(Text(render_text(s))))
-    click.echo(json.dumps(result.to_dict(), indent=2) if as_json else render_text(result))
+    click.echo(json_dumps(result.to_dict()) if as_json else render_text(result))
     code = exit_code_for(result, waited=wait)
     if code:
         sys.exit(code)
@@ -184,8 +189,13 @@ def template(name: str | None, train_args: tuple[str, ...], list_only: bool, out
     values["time"] = time_limit
     text = templates.render(name, {k: v for k, v in values.items() if v is not None}, train_args)
     if output:
-        Path(output).write_text(text, encoding="utf-8")
-        click.echo(f"wrote {output}: check it with `sbatch --test-only {output}`", err=True)
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as failed:
+            raise TemplateError(f"cannot write {output!r}: {failed.strerror or failed}",
+                                "Give -o a file in an existing folder you can write, or leave -o out to print "
+                                "the script") from None
+        click.echo(f"wrote {terminal(output)}: check it with `sbatch --test-only {terminal(output)}`", err=True)
     else:
         click.echo(text, nl=False)
 
@@ -198,7 +208,8 @@ def template(name: str | None, train_args: tuple[str, ...], list_only: bool, out
 @click.option("--signatures", "signature_dirs", multiple=True, metavar="DIR",
               help="Extra folder of *.toml failure signatures (also $DDPSLURM_SIGNATURES).")
 @click.option("--attempt", default=None, metavar="N|all", help="Which attempt of a requeued job [default: the last].")
-@click.option("--jobs", type=int, default=None, help="Worker processes for large inputs [default: CPU count].")
+@click.option("--jobs", type=click.IntRange(1, MAX_ANALYZE_JOBS), default=None,
+              help=f"Worker processes for large inputs, 1 to {MAX_ANALYZE_JOBS} [default: CPU count, at most 8].")
 @click.option("--folder", "folders", multiple=True, metavar="ROOT", help="Where job folders are, for a JOBID.")
 def analyze(inputs: tuple[str, ...], as_json: bool, fmt: str, signature_dirs: tuple[str, ...], attempt: str | None,
             jobs: int | None, folders: tuple[str, ...]) -> None:
@@ -226,40 +237,71 @@ def _debug_requested(argv: list[str]) -> bool:
     return False
 
 
+def _error_line(text: str) -> None:
+    """One line on stderr, whatever the text holds (own arguments may carry escapes or newlines)."""
+    click.echo(terminal(text), err=True)
+
+
+def _show_usage_error(usage: click.ClickException) -> None:
+    """click's usage message, with the arguments it quotes made terminal-safe."""
+    buffer = io.StringIO()
+    usage.show(file=buffer)
+    click.echo(terminal(buffer.getvalue(), single_line=False), err=True, nl=False)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the CLI and map every known failure to one line + exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = _debug_requested(args)
     try:
         cli.main(args=args, prog_name="ddpslurm", standalone_mode=False)
+        sys.stdout.flush()  # a full disk or a closed pipe shows here, not as Python's message at exit
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.Abort:
-        click.echo("ddpslurm: aborted.", err=True)
+        _error_line("ddpslurm: aborted.")
         sys.exit(130)
     except click.ClickException as usage:
-        usage.show()
+        _show_usage_error(usage)
         sys.exit(usage.exit_code)
     except DdpSlurmError as error:
         if debug:
             raise
-        click.echo(f"ddpslurm: error: {error.one_line()}", err=True)
+        _error_line(f"ddpslurm: error: {error.one_line()}")
         sys.exit(error.exit_code)
     except KeyboardInterrupt:
-        click.echo("ddpslurm: interrupted.", err=True)
+        _error_line("ddpslurm: interrupted.")
         sys.exit(130)
     except BrokenPipeError:
-        sys.stderr.close()
+        _quiet_stdout()
+        sys.exit(1)
+    except OSError as failed:
+        if debug or failed.errno not in (errno.ENOSPC, errno.EDQUOT):
+            _internal_error(failed, debug)
+        _quiet_stdout()
+        _error_line(f"ddpslurm: error: cannot write: {failed.strerror}. Free some space, or write elsewhere")
         sys.exit(1)
     except Exception as unexpected:
-        if debug:
-            raise
-        click.echo(
-            f"ddpslurm: internal error: {type(unexpected).__name__}: {unexpected}. "
-            "Rerun with `ddpslurm --debug ...` for the traceback and report it.",
-            err=True,
-        )
-        sys.exit(1)
+        _internal_error(unexpected, debug)
+
+
+def _internal_error(unexpected: Exception, debug: bool) -> None:
+    """A bug of ddpslurm's own: one line and exit 1, or the traceback with --debug."""
+    if debug:
+        raise unexpected
+    _error_line(f"ddpslurm: internal error: {type(unexpected).__name__}: {unexpected}. "
+                "Rerun with `ddpslurm --debug ...` for the traceback and report it.")
+    sys.exit(1)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush cannot fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

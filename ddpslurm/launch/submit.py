@@ -12,6 +12,8 @@ import contextlib
 import io
 import json
 import os
+import shlex
+import stat
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -103,15 +105,34 @@ def dry_run_text(spec: JobSpec, plan: LaunchPlan) -> str:
 
 
 def check_folder(folder: Path) -> None:
-    """Create the jobs folder if needed and prove it is writable, or raise a one-line SubmitError."""
+    """Create the jobs folder private (0700) if needed, refuse one that others may write, prove it writable.
+
+    submitit unpickles what this folder holds on the compute node: whoever can write it before the job
+    starts runs code as the job. Raises a one-line SubmitError.
+    """
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        check_private(folder)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".ddpslurm-write-test-"):
             pass
     except OSError as error:
         reason = error.strerror or str(error)
         raise SubmitError(f"job folder {str(folder)!r} is not writable ({reason})",
                           "Pass --folder with a writable directory that all nodes can see") from None
+
+
+def check_private(folder: Path) -> None:
+    """Raise a SubmitError when `folder` is not owned by this user or is writable by group or others."""
+    info = folder.stat()
+    shown = ascii(str(folder))
+    if info.st_uid != os.getuid():
+        raise SubmitError(f"job folder {shown} belongs to another user (uid {info.st_uid})",
+                          "Pass --folder with a folder of your own: submitit runs what the folder holds")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise SubmitError(f"job folder {shown} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
+                          "whoever writes there before the job starts could run code as your job",
+                          f"Run `chmod go-w {shlex.quote(str(folder))}`, or pass --folder with a folder only you "
+                          "can write")
 
 
 def job_record(spec: JobSpec, plan: LaunchPlan, job_id: str, unix: float) -> dict[str, Any]:

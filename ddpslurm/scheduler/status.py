@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpslurm.errors import JobNotFoundError, SlurmCommandError, SlurmNotFoundError, UsageError
+from ddpslurm.sanitize import terminal as _t
 from ddpslurm.scheduler.accounting import JobAccounting, accounting_from_records, array_tasks, sacct_records, step_dict
 from ddpslurm.scheduler.commands import check_job_id, scontrol_show_job_argv
 from ddpslurm.scheduler.hostlist import compress_hostlist
@@ -269,26 +270,28 @@ def progress_line(status: JobStatus) -> str:
 
 
 def render_text(status: JobStatus, with_elapsed: bool = True) -> str:
-    """Plain-text status for a terminal or a log (pure)."""
-    head = f"job {status.job_id}" + (f" ({status.name})" if status.name else "")
-    parts = [f"{head}: {status.raw_state or status.state.value.upper()}"]
+    """Plain-text status for a terminal or a log (pure). Every Slurm-given text (job name, reason, states,
+    nodes) goes through ddpslurm.sanitize: a job name is chosen by whoever submits and must not drive the
+    terminal or forge a line."""
+    head = f"job {_t(status.job_id)}" + (f" ({_t(status.name)})" if status.name else "")
+    parts = [f"{head}: {_t(status.raw_state or status.state.value.upper())}"]
     if status.terminal:
         parts.append(f"exit {_exit_text(status.exit_code, status.signal)}")
     parts.append(f"requeued {status.requeue_count}x"
-                 + (f" (previous attempt {status.previous_state})" if status.previous_state else ""))
+                 + (f" (previous attempt {_t(status.previous_state)})" if status.previous_state else ""))
     if status.nodelist:
-        parts.append(f"nodes {status.nodelist}")
+        parts.append(f"nodes {_t(status.nodelist)}")
     if status.elapsed_s is not None and with_elapsed:
         parts.append(f"elapsed {status.elapsed_s}s")
     if status.reason:
-        parts.append(f"reason {status.reason}")
+        parts.append(f"reason {_t(status.reason)}")
     lines = ["  ".join(parts)]
     if status.steps:
         lines.append(f"  {'step':<12} {'state':<22} {'exit':<16} nodes")
         for step in status.steps:
             nodes = compress_hostlist(step.nodes) if step.nodes else (step.nodelist or "-")
-            lines.append(f"  {step.step_id:<12} {step.raw_state:<22} "
-                         f"{_exit_text(step.exit_code, step.signal):<16} {nodes}")
+            lines.append(f"  {_t(step.step_id):<12} {_t(step.raw_state):<22} "
+                         f"{_exit_text(step.exit_code, step.signal):<16} {_t(nodes)}")
     if status.folder:
-        lines.append(f"folder: {status.folder}")
+        lines.append(f"folder: {_t(status.folder)}")
     return "\n".join(lines)
