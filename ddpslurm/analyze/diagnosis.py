@@ -33,6 +33,19 @@ class RankRow:
         return {"rank": self.rank, "host": self.host, "role": self.role, "first_error": self.first_error}
 
 
+@dataclass(frozen=True)
+class TimelineRow:
+    """One rank on the job's time axis (for the HTML report): its first failure and its last sign of life."""
+
+    rank: int
+    host: str | None
+    role: str  # culprit | victim | ok | unknown
+    first_failure_time: float | None
+    first_failure_text: str | None
+    last_time: float | None
+    exit_status: str | None
+
+
 @dataclass
 class Diagnosis:
     """What went wrong, who failed first, how sure, and what to do."""
@@ -50,6 +63,9 @@ class Diagnosis:
     #: not part of the JSON schema: notes for the text report (files skipped, times missing, sacct view)
     notes: list[str] = field(default_factory=list)
     accounting: dict[str, Any] | None = None
+    #: not part of the JSON schema: per-rank times and Slurm's job-level events, for the HTML timeline
+    timeline: list[TimelineRow] = field(default_factory=list)
+    job_events: list[Evidence] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly the `--json` object of DESIGN.md."""

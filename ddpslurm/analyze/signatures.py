@@ -48,6 +48,8 @@ KINDS = ("signature", "exception", "watchdog_timeout", "store_barrier", "barrier
          "slurm_job", "slurm_task", "oom_kill", "agent", "agent_sigterm", "agent_failed", "elastic_failure",
          "nccl_warn", "signal", "socket", "gpu", "hang", "mismatch_detected", "interface", "nccl_rank_map",
          "ras_report", "progress")
+#: kinds logged by a rank that DETECTED a fault in data a peer sent (it is not the offender)
+DETECTOR_KINDS = ("mismatch_detected",)
 #: named groups that make a victim's line name a peer (`accuses = "peer"` by default)
 PEER_GROUPS = ("peer_rank", "peer_host", "peer_host2", "peer_ip")
 _ID = _re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -264,7 +266,7 @@ def parse_signature(raw: dict[str, Any], path: Path, validate: bool = True,
     kind = raw.get("kind", "signature")
     if kind not in KINDS:
         raise _fail(path, sig_id, f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
-    accuses = raw.get("accuses", default_accuses(role, pattern))
+    accuses = raw.get("accuses", default_accuses(role, pattern, kind, cause))
     if accuses not in ACCUSES:
         raise _fail(path, sig_id, f"`accuses` must be one of {', '.join(ACCUSES)}, not {accuses!r}")
     return Signature(id=sig_id, cause=cause, role=role, pattern_text=pattern, prefilter=tuple(prefilter),
@@ -272,8 +274,13 @@ def parse_signature(raw: dict[str, Any], path: Path, validate: bool = True,
                      kind=kind, source=str(path), accuses=accuses)
 
 
-def default_accuses(role: str, pattern: str) -> str:
-    """A culprit or `either` line accuses its own rank; a victim's names a peer when its pattern captures one."""
+def default_accuses(role: str, pattern: str, kind: str = "signature", cause: str = "unknown") -> str:
+    """Slurm's job lines accuse the job (a node failure its host); a detector of bad data from a peer nobody;
+    a culprit or `either` line its own rank; a victim's line a peer when its pattern captures one."""
+    if kind == "slurm_job":
+        return "host" if cause == "node_failure" else "job"
+    if kind in DETECTOR_KINDS:
+        return "none"
     if role != "victim":
         return "self"
     return "peer" if any(f"(?P<{g}>" in pattern for g in PEER_GROUPS) else "none"

@@ -1,0 +1,287 @@
+"""One combiner: the producers' votes -> who failed first, of what, and how sure.
+
+1. Slurm ending the job (time limit, preemption, scancel, node failure) is the verdict unless a rank's own
+   failure comes before it in comparable time.
+2. Ranks whose own failure is decisive (their own error, srun's first dead task, a rank that vanished) are
+   ordered by time where their clocks compare (stronger evidence wins within `TIME_TOLERANCE`), else by the
+   weight of all votes for them. Several ranks failing alike at once is *systemic*: no single rank.
+3. Without a decisive own failure, the rank with the most vote weight, if it stands out (`MARGIN`) from the
+   next; a tie is "no single rank", never a guess.
+4. Confidence comes from how the answer was reached and the margin.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ddpslurm.analyze.events import Event
+from ddpslurm.analyze.producers import HOST_REPORT_SCALE, Vote, all_votes
+from ddpslurm.analyze.timeline import JobTimeline
+from ddpslurm.analyze.timestamps import comparable
+
+TIME_TOLERANCE = 1.0  # seconds: closer than this, the stronger evidence wins (1-second clocks)
+SYSTEMIC_WINDOW = 5.0  # seconds: ranks failing alike within this window failed together
+STRONG_OWN = 40.0  # own-failure weight that makes a rank a decisive candidate
+MARGIN = 1.25  # the top candidate must outweigh the next by this factor to be named without time
+MIN_WEIGHT = 10.0  # less than this names nobody
+JOB_DECISIVE = 50.0  # a Slurm job line this heavy (time limit, preemption, scancel) ends the job by itself
+
+
+@dataclass
+class Candidate:
+    """All votes for one rank (or one host when no rank is known)."""
+
+    rank: int | None
+    host: str | None
+    votes: list[Vote] = field(default_factory=list)
+
+    @property
+    def weight(self) -> float:
+        return sum(v.weight for v in self.votes)
+
+    @property
+    def own_weight(self) -> float:
+        return sum(v.weight for v in self.votes if v.own)
+
+    @property
+    def pointer_weight(self) -> float:
+        """What the others say about it (named, absent, behind), as opposed to what it said itself."""
+        return self.weight - self.own_weight
+
+    @property
+    def own_time(self) -> tuple[float, str | None] | None:
+        timed = [(v.time, v.time_family) for v in self.votes if v.own and v.time is not None]
+        return min(timed, key=lambda t: t[0]) if timed else None  # type: ignore[arg-type, return-value]
+
+    @property
+    def cause(self) -> str | None:
+        """The cause of its own strongest vote, else of its heaviest vote that names one."""
+        for pool in ([v for v in self.votes if v.own], self.votes):
+            named = [v for v in pool if v.cause not in (None, "unknown")]
+            if named:
+                return max(named, key=lambda v: v.weight).cause
+        return None
+
+
+@dataclass
+class Verdict:
+    """The combiner's answer, with how it was reached."""
+
+    cause: str
+    rank: int | None
+    host: str | None
+    confidence: str
+    decided_by: str  # job | time | weight | only | systemic | tie | none
+    reasons: list[str]
+    chosen: Event | None
+    support: list[Event]
+    votes: list[Vote]
+
+
+def combine(tl: JobTimeline) -> Verdict:
+    """Weigh every producer's votes for the job in `tl`."""
+    votes = all_votes(tl)
+    candidates = _candidates(votes, tl)
+    job = _job_verdict(votes, candidates, tl)
+    if job is not None:
+        return job
+    strong = [c for c in candidates if c.own_weight >= STRONG_OWN]
+    if strong:
+        return _among_strong(strong, candidates, votes, tl)
+    return _by_weight(candidates, votes, tl)
+
+
+def _candidates(votes: list[Vote], tl: JobTimeline) -> list[Candidate]:
+    by_rank: dict[int, Candidate] = {}
+    by_host: dict[str, Candidate] = {}
+    for v in votes:
+        if v.rank is not None:
+            by_rank.setdefault(v.rank, Candidate(v.rank, v.host or tl.facts.rank_host.get(v.rank))).votes.append(v)
+    for v in votes:
+        if v.rank is not None or v.host is None or v.producer == "slurm":
+            continue
+        on_host = [c for c in by_rank.values() if _same_host(c.host, v.host)]
+        ranks = tl.facts.ranks_of_host(v.host)
+        if on_host:
+            for c in on_host:
+                c.votes.append(v)
+        elif len(ranks) == 1:
+            by_rank.setdefault(ranks[0], Candidate(ranks[0], v.host)).votes.append(v)
+        else:
+            by_host.setdefault(v.host, Candidate(None, v.host)).votes.append(v)
+    return list(by_rank.values()) + list(by_host.values())
+
+
+def _same_host(a: str | None, b: str | None) -> bool:
+    return bool(a and b) and (a == b or a.split(".")[0] == b.split(".")[0])  # type: ignore[union-attr]
+
+
+def _job_verdict(votes: list[Vote], candidates: list[Candidate], tl: JobTimeline) -> Verdict | None:
+    """Slurm's own end of the job, unless a rank's decisive failure came before it in comparable time."""
+    slurm = [v for v in votes if v.producer == "slurm" and v.weight >= JOB_DECISIVE]
+    if not slurm:
+        return None
+    top = max(slurm, key=lambda v: (v.weight, -(v.time or 0.0)))
+    for c in candidates:
+        t = c.own_time
+        if c.own_weight >= STRONG_OWN and t and top.time is not None and comparable(t[1], top.time_family) \
+                and t[0] < top.time - TIME_TOLERANCE:
+            return None
+    host = top.host if top.cause == "node_failure" else None
+    return Verdict(cause=top.cause or "unknown", rank=None, host=host, confidence="high", decided_by="job",
+                   reasons=[top.why], chosen=top.evidence[0], support=[], votes=votes)
+
+
+def _among_strong(strong: list[Candidate], candidates: list[Candidate], votes: list[Vote],
+                  tl: JobTimeline) -> Verdict:
+    systemic = _systemic(strong, tl)
+    if systemic is not None:
+        pointed = _stands_out(systemic, key=lambda c: c.pointer_weight)
+        if pointed is not None:  # all failed alike, but the others name one of them (a desync report)
+            return _verdict(pointed, votes, tl, "weight", "medium")
+        return _no_single_rank(systemic, votes, tl, "systemic",
+                               f"{len(systemic)} ranks failed the same way at about the same time")
+    timed = _earliest(strong)
+    if timed is not None:
+        winner, clear = timed
+        return _verdict(winner, votes, tl, "time", "high" if clear or len(strong) == 1 else "medium")
+    ranked = sorted(strong, key=lambda c: (-c.weight, _tiebreak(c)))
+    if len(ranked) == 1:
+        return _verdict(ranked[0], votes, tl, "only", "high" if ranked[0].own_weight >= 50 else "medium")
+    first, second = ranked[0], ranked[1]
+    if first.weight < second.weight * MARGIN and first.cause == second.cause:
+        return _no_single_rank(ranked[:2], votes, tl, "tie", "several ranks failed alike and nothing orders them")
+    return _verdict(first, votes, tl, "weight", "medium")
+
+
+def _stands_out(candidates: list[Candidate], key) -> Candidate | None:  # noqa: ANN001 - a sort key
+    """The candidate whose `key` weight is at least MIN_WEIGHT and MARGIN times the next one's, else None."""
+    ranked = sorted(candidates, key=lambda c: -key(c))
+    if not ranked or key(ranked[0]) < MIN_WEIGHT:
+        return None
+    if len(ranked) > 1 and key(ranked[0]) < key(ranked[1]) * MARGIN:
+        return None
+    return ranked[0]
+
+
+def _tiebreak(c: Candidate) -> tuple:
+    return (c.rank if c.rank is not None else 1 << 40, c.host or "")
+
+
+def _earliest(strong: list[Candidate]) -> tuple[Candidate, bool] | None:
+    """The candidate whose own failure came first, when every one has a comparable time; and whether by a margin."""
+    times = [c.own_time for c in strong]
+    if any(t is None for t in times) or not all(comparable(times[0][1], t[1]) for t in times):  # type: ignore[index]
+        return None
+    ordered = sorted(zip(strong, times), key=lambda pair: pair[1][0])  # type: ignore[index]
+    first_time = ordered[0][1][0]  # type: ignore[index]
+    near = [c for c, t in ordered if t[0] - first_time <= TIME_TOLERANCE]  # type: ignore[index]
+    best = max(near, key=lambda c: (c.own_weight, -c.own_time[0]))  # type: ignore[index]
+    return best, len(near) == 1
+
+
+def _systemic(strong: list[Candidate], tl: JobTimeline) -> list[Candidate] | None:
+    """Most decisive candidates failed of one cause, together (no time, or within SYSTEMIC_WINDOW)."""
+    if len(strong) < 2:
+        return None
+    causes = Counter(c.cause for c in strong)
+    cause, n = causes.most_common(1)[0]
+    alike = [c for c in strong if c.cause == cause]
+    if n < 2 or n * 4 < len(strong) * 3:
+        return None
+    times = sorted(t[0] for c in alike if (t := c.own_time) is not None)
+    if len(times) == len(alike) and times[1] - times[0] > SYSTEMIC_WINDOW:
+        return None
+    if len(times) not in (0, len(alike)):
+        return None
+    return alike
+
+
+def _by_weight(candidates: list[Candidate], votes: list[Vote], tl: JobTimeline) -> Verdict:
+    job_causes = [v for v in votes if v.rank is None and (v.host is None or v.producer == "slurm")]
+    ranked = sorted(candidates, key=lambda c: (-c.weight, _tiebreak(c)))
+    best_job = max(job_causes, key=lambda v: v.weight, default=None)
+    if best_job is not None and (not ranked or best_job.weight >= ranked[0].weight):
+        return _no_single_rank([], votes, tl, "job", best_job.why, cause=best_job.cause, chosen=best_job.evidence[0])
+    if not ranked or ranked[0].weight < MIN_WEIGHT:
+        return _no_single_rank(ranked[:0], votes, tl, "none", "no rank stands out in the logs")
+    first = ranked[0]
+    if len(ranked) > 1 and first.weight < ranked[1].weight * MARGIN:
+        tied = [c for c in ranked if c.weight * MARGIN > first.weight]
+        return _no_single_rank(tied, votes, tl, "tie", f"{len(tied)} ranks are equally suspect")
+    margin = first.weight / ranked[1].weight if len(ranked) > 1 and ranked[1].weight else float("inf")
+    return _verdict(first, votes, tl, "weight", "medium" if margin >= 2 else "low")
+
+
+def _verdict(c: Candidate, votes: list[Vote], tl: JobTimeline, how: str, confidence: str) -> Verdict:
+    cause = _explained_by_node(c, votes) or c.cause or cause_of_silence(c, tl)
+    own = [v for v in c.votes if v.own and v.evidence]
+    chosen = max(own, key=lambda v: v.weight).evidence[0] if own else _first_evidence(c.votes)
+    support = [e for v in sorted(c.votes, key=lambda v: -v.weight) for e in v.evidence if e is not chosen]
+    reasons = _reasons(c.votes)
+    if c.rank is None:
+        return Verdict(cause, None, c.host, confidence, how, reasons, chosen, support[:4], votes)
+    return Verdict(cause, c.rank, c.host or tl.facts.rank_host.get(c.rank), confidence, how, reasons, chosen,
+                   support[:4], votes)
+
+
+def _explained_by_node(c: Candidate, votes: list[Vote]) -> str | None:
+    """A stronger report from the rank's node (kernel, driver, Slurm) that names no rank explains its failure."""
+    own = max((v.weight for v in c.votes if v.own), default=0.0)
+    node = [v for v in votes if v.rank is None and v.producer == "host report" and v.cause
+            and (v.host is None or _same_host(v.host, c.host)) and v.weight / HOST_REPORT_SCALE > own]
+    return max(node, key=lambda v: v.weight).cause if node else None
+
+
+def _first_evidence(votes: Iterable[Vote]) -> Event | None:
+    for v in sorted(votes, key=lambda v: -v.weight):
+        if v.evidence:
+            return v.evidence[0]
+    return None
+
+
+def _reasons(votes: list[Vote]) -> list[str]:
+    seen: dict[str, float] = defaultdict(float)
+    for v in votes:
+        seen[v.why] += v.weight
+    return [why for why, _w in sorted(seen.items(), key=lambda kv: -kv[1])][:3]
+
+
+def _no_single_rank(alike: list[Candidate], votes: list[Vote], tl: JobTimeline, how: str, reason: str, *,
+                    cause: str | None = None, chosen: Event | None = None) -> Verdict:
+    """No single first rank: the cause they share, and their host when they all share one."""
+    causes = Counter(c.cause for c in alike if c.cause)
+    cause = cause or (causes.most_common(1)[0][0] if causes else None) or victims_cause(tl)
+    hosts = {c.host for c in alike}
+    host = hosts.pop() if len(hosts) == 1 else _standout_host(votes)
+    if chosen is None and alike:
+        chosen = _first_evidence([v for c in alike for v in c.votes])
+    confidence = "medium" if how in ("systemic", "job") else "low"
+    return Verdict(cause or "unknown", None, host, confidence, how, [reason], chosen, [], votes)
+
+
+def _standout_host(votes: list[Vote]) -> str | None:
+    """The host that votes naming a host but no rank single out (an odd version, srun's first dead node)."""
+    by_host: dict[str, Candidate] = {}
+    for v in votes:
+        if v.rank is None and v.host and v.producer != "slurm":
+            by_host.setdefault(v.host, Candidate(None, v.host)).votes.append(v)
+    best = _stands_out(list(by_host.values()), key=lambda c: c.weight)
+    return best.host if best is not None else None
+
+
+def cause_of_silence(c: Candidate, tl: JobTimeline) -> str:
+    """A rank singled out without an error of its own: killed (OOM) when Slurm or the kernel says so, else
+    what its victims report (a collective or rendezvous timeout)."""
+    if any(e.kind == "oom_kill" for e in tl.events):
+        return "host_oom"
+    return victims_cause(tl) or "unknown"
+
+
+def victims_cause(tl: JobTimeline) -> str | None:
+    """The most common cause the victims report."""
+    causes = Counter(e.cause for rt in tl.ranks.values() for e in rt.failures
+                     if e.role == "victim" and e.cause not in (None, "unknown"))
+    return causes.most_common(1)[0][0] if causes else None

@@ -1,0 +1,58 @@
+"""events -> diagnosis: resolve ranks, build the per-rank timeline, weigh the producers' votes, render.
+
+The three stages each test on their own (DESIGN.md, Analyze): `timeline.build_timeline` (pure),
+`producers.PRODUCERS` (evidence as weighted votes) and `combiner.combine` (one answer, or none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ddpslurm.analyze.combiner import combine
+from ddpslurm.analyze.diagnosis import Diagnosis
+from ddpslurm.analyze.events import Event, FileSummary, SourceFile
+from ddpslurm.analyze.records import SIGNAL_CAUSES, SIGNAL_NAMES
+from ddpslurm.analyze.render import render
+from ddpslurm.analyze.resolve import resolve
+from ddpslurm.analyze.signatures import SignatureSet, default_accuses
+from ddpslurm.analyze.timeline import build_timeline
+
+
+def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],
+             sigs: SignatureSet, facts_in: dict[str, Any] | None = None) -> Diagnosis:
+    """The diagnosis of one job (or one pasted log) from all its events."""
+    events, facts = resolve(events, sources, summaries, facts_in or {})
+    accuses = {s.id: s.accuses for s in sigs.signatures}
+    events = [with_accuses(refine_exit(e), accuses) for e in events]
+    timeline = build_timeline(events, facts, sources, summaries)
+    verdict = combine(timeline)
+    return render(verdict, timeline, summaries, sigs)
+
+
+def with_accuses(e: Event, accuses: dict[str, str]) -> Event:
+    """The event with its signature's `accuses` among its fields (records: from their role)."""
+    if e.role is None or e.get("accuses"):
+        return e
+    who = accuses.get(e.signature or "") or default_accuses(e.role, "", e.kind, e.cause or "unknown")
+    return replace(e, fields=(*e.fields, ("accuses", who)))
+
+
+def refine_exit(e: Event) -> Event:
+    """A torchelastic agent's failure entry: its cause and role follow the worker's exit code or signal."""
+    if e.kind not in ("agent_failed", "elastic_failure"):
+        return e
+    code = e.get("exitcode") or ""
+    signal = e.get("signal")
+    if code.lstrip("-").isdigit() and len(code) < 6 and int(code) < 0:
+        signal = signal or SIGNAL_NAMES.get(-int(code), f"signal {-int(code)}")
+    root = e.kind != "elastic_failure" or e.get("section") == "root"
+    if signal:
+        cause, role = SIGNAL_CAUSES.get(signal, ("unknown", "either"))
+        if not root:
+            role = "victim" if role != "culprit" else "either"
+        return replace(e, cause=cause, role=role)
+    if not root:
+        return replace(e, role="either", priority=min(e.priority, 8))
+    return e

@@ -1,0 +1,374 @@
+"""Evidence producers: each reads the job's timeline and emits weighted votes for who failed first and why.
+
+A vote names a rank, a host, or nobody (a cause for the job as a whole), with a weight and the reason in
+words. Producers know message *kinds* and the fields signatures capture (DESIGN.md, analyzer/signatures/
+README.md), never a signature id. The combiner (combiner.py) weighs the votes; the table `PRODUCERS` at the
+end is the list it runs, in the order their reasons are shown.
+
+Weights, on one scale: a rank's own decisive failure (an OOM, an exception, a segfault) 50-100; srun's first
+task to die before the teardown 40; a rank missing from what every other rank reports 30 shared among the
+missing; a peer named by its victims 8 + 4 per accusing rank; a rank whose log stops early 12 shared.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ddpslurm.analyze.events import Event
+from ddpslurm.analyze.resolve import expand_ranks, is_host_name, plausible_world
+from ddpslurm.analyze.timeline import JobTimeline, RankTimeline
+
+#: kinds a rank logs only because another rank or Slurm ended it: never its own failure
+QUIET_KINDS = ("exit_signal", "slurm_task", "slurm_job", "agent_sigterm", "agent", "exit")
+
+
+@dataclass(frozen=True)
+class Vote:
+    """One piece of evidence: `rank` (or `host`, or neither: the job) failed first, of `cause`."""
+
+    producer: str
+    weight: float
+    why: str
+    rank: int | None = None
+    host: str | None = None
+    cause: str | None = None
+    evidence: tuple[Event, ...] = ()
+    time: float | None = None
+    time_family: str | None = None
+    own: bool = False  # the rank's own failure (it can be ordered in time against other ranks' failures)
+
+
+def own_weight(e: Event) -> float:
+    """A culprit-role line weighs 50-100 by its priority; an `either` line (could be a consequence) 10-35."""
+    priority = max(0, min(e.priority, 100))
+    return 50 + priority / 2 if e.role == "culprit" else 10 + priority / 4
+
+
+def own_failures(tl: JobTimeline) -> list[Vote]:
+    """A rank's own failure (OOM, exception, segfault, a signal, an error it did not recover from)."""
+    votes = []
+    for rt in tl.ranks.values():
+        own = [e for e in rt.own_failures if _accuses(e) == "self"]
+        if not own:
+            continue
+        first = own[0]
+        strongest = max(own, key=lambda e: (own_weight(e), -own.index(e)))
+        cause = strongest.cause if strongest.cause not in (None, "unknown") else _first_known_cause(own)
+        votes.append(Vote("own failure", own_weight(strongest), f"rank {rt.rank} reported it itself", rank=rt.rank,
+                          host=rt.host, cause=cause, evidence=(strongest, first) if first is not strongest
+                          else (first,), time=first.time, time_family=first.time_family, own=True))
+    return votes
+
+
+def _accuses(e: Event) -> str:
+    """The signature's `accuses` (the engine copies it into the event's fields); records follow their role."""
+    return e.get("accuses") or ("none" if e.role == "victim" else "self")
+
+
+def _first_known_cause(events: Iterable[Event]) -> str | None:
+    return next((e.cause for e in events if e.cause not in (None, "unknown")), None)
+
+
+HOST_REPORT_SCALE = 0.8  # a line about a node (kernel, driver) without the rank: a little less than the rank's own
+
+
+def detectors_and_hosts(tl: JobTimeline) -> list[Vote]:
+    """Lines that name a host (node failure, OOM killer on a node) or nobody (a detector's check failed)."""
+    votes = []
+    for e in tl.unranked + [f for rt in tl.ranks.values() for f in rt.failures]:
+        who = _accuses(e)
+        if e.role == "culprit" and who == "none":
+            votes.append(Vote("detector", 40.0, "a rank detected bad data from a peer it does not name",
+                              cause=e.cause, evidence=(e,)))
+        elif e.rank is None and e.role in ("culprit", "either") and who in ("self", "host"):
+            host = e.host or e.get("host")
+            host = host if host and is_host_name(host) else None
+            votes.append(Vote("host report", own_weight(e) * HOST_REPORT_SCALE, f"reported on host {host or '?'} without a rank",
+                              host=host, cause=e.cause, evidence=(e,), time=e.time, time_family=e.time_family))
+    return votes
+
+
+VICTIM_DISCOUNT = 0.25  # a rank that died first, but whose own log says it died waiting for a peer
+
+
+def died_as_victim(rt: RankTimeline) -> bool:
+    """Its log explains its death as a victim's (a timeout, a lost peer, a detected bad peer), nothing of its own."""
+    return bool(rt.failures) and all(e.role == "victim" or _accuses(e) == "none" or e.kind in QUIET_KINDS
+                                     for e in rt.failures)
+
+
+def srun_task_deaths(tl: JobTimeline) -> list[Vote]:
+    """srun's task lines in order: the first task that died on its own before the step's teardown began.
+
+    `Killed` and signals are deaths of the task's own; an exit code may be a victim giving up, so it weighs
+    less, and a rank whose log shows it died as a victim weighs little."""
+    deaths = [t for t in tl.tasks if t.own_death and t.before_teardown]
+    votes = []
+    for index, task in enumerate(deaths):
+        weight = (40.0 if index == 0 else 12.0) * (1.0 if task.status != "Exited" else 0.6)
+        cause = task.event.cause if task.event.cause != "unknown" else None
+        why = f"srun reported task(s) {task.event.get('tasks') or '?'} {task.status.lower()}" + \
+            (" first, before the step's teardown" if index == 0 else " before the step's teardown")
+        if tl.facts.torchrun or not task.ranks:
+            votes.append(Vote("srun order", weight, why, host=task.host, cause=cause, evidence=(task.event,)))
+            continue
+        for rank in task.ranks:
+            w = weight / len(task.ranks) * (VICTIM_DISCOUNT if died_as_victim(tl.rank(rank)) else 1.0)
+            votes.append(Vote("srun order", w, why, rank=rank, host=task.host, cause=cause, evidence=(task.event,),
+                              own=True))
+    return votes
+
+
+def vanished_ranks(tl: JobTimeline) -> list[Vote]:
+    """Ranks that started (a start record) and left no exit record and no word, while the others did."""
+    started = [rt for rt in tl.ranks.values() if rt.started]
+    gone = [rt for rt in started if rt.exit is None and not _speaks(rt)]
+    if not gone or len(gone) * 2 > len(started) or not any(rt.exit is not None or rt.failures for rt in started):
+        return []
+    return [Vote("vanished", 25.0 / len(gone), f"rank {rt.rank} started but left no exit record and no error "
+                 "(killed without a chance to write one)", rank=rt.rank, host=rt.host, own=True) for rt in gone]
+
+
+def _speaks(rt: RankTimeline) -> bool:
+    """The rank logged an error of its own or as a victim (not only being terminated)."""
+    return any(e.kind not in QUIET_KINDS for e in rt.failures)
+
+
+def named_peers(tl: JobTimeline) -> list[Vote]:
+    """Victims that name the peer they lost (`Connection closed by peer`, NCCL remote errors, desync reports)."""
+    accusers: dict[int | str, set] = defaultdict(set)
+    lines: dict[int | str, list[Event]] = defaultdict(list)
+    for rt in tl.ranks.values():
+        for e in rt.failures:
+            target = _peer_of(e, tl)
+            if target is not None and target != rt.rank:
+                accusers[target].add(rt.rank)
+                lines[target].append(e)
+    votes = []
+    for target, who in accusers.items():
+        weight = 8.0 + 4.0 * len(who)
+        why = f"named as the lost or odd peer by {len(who)} rank(s)"
+        if isinstance(target, int):
+            votes.append(Vote("named peer", weight, why, rank=target, host=tl.facts.rank_host.get(target),
+                              evidence=tuple(lines[target][:3])))
+        else:
+            votes.append(Vote("named peer", weight, why, host=target, evidence=tuple(lines[target][:3])))
+    return votes
+
+
+def _peer_of(e: Event, tl: JobTimeline) -> int | str | None:
+    peer_rank = e.get("peer_rank", "")
+    if peer_rank.isdigit() and len(peer_rank) < 8 and e.kind != "watchdog_timeout":
+        return int(peer_rank) if e.get("version") is None else None
+    if e.role != "victim" or _accuses(e) != "peer":
+        return None
+    for name in ("peer_host", "peer_host2", "peer_ip"):
+        value = (e.get(name) or "").strip("[]")
+        if value:
+            host = tl.facts.ip_host.get(value, value)
+            if host == e.host or _is_address(host):
+                return None  # an address no record maps to a host names nobody we can report
+            return host
+    return None
+
+
+def _is_address(text: str) -> bool:
+    return text.replace(".", "").isdigit() or text.count(":") >= 2
+
+
+def _bounded_world(tl: JobTimeline) -> int | None:
+    world = tl.world_size
+    facts = tl.facts
+    bound = plausible_world(len(facts.present), max(facts.present, default=-1) + 1)
+    return world if world and world <= max(bound, facts.launched_world or 0) else None
+
+
+def timeout_reporters(tl: JobTimeline) -> list[Vote]:
+    """Watchdog timeouts: the ranks absent from the reporters, and the one whose last completed work is lowest."""
+    reports = [e for rt in tl.ranks.values() for e in rt.failures if e.kind == "watchdog_timeout"]
+    if not reports:
+        return []
+    votes = _lowest_completed(reports, tl)
+    reporters = {e.rank for e in reports}
+    world = _bounded_world(tl)
+    if world and len(reporters) < world:
+        absent = [r for r in range(world) if r not in reporters and not _loud(tl.rank(r))]
+        absent = absent or [r for r in range(world) if r not in reporters]
+        if absent and len(absent) * 2 <= world:
+            votes += [Vote("absent from timeouts", 30.0 / len(absent), f"rank {r} is absent from the {len(reporters)} "
+                           "ranks whose watchdog timed out", rank=r, host=tl.facts.rank_host.get(r),
+                           cause="collective_timeout", evidence=tuple(reports[:3])) for r in absent]
+    return votes
+
+
+def _lowest_completed(reports: list[Event], tl: JobTimeline) -> list[Vote]:
+    done: dict[int, int] = {}
+    for e in reports:
+        value = e.get("last_completed")
+        if value is None and (e.get("seq") or "").isdigit():
+            value = str(int(e.get("seq", "0")) - 1)
+        if value is not None and value.lstrip("-").isdigit() and len(value) < 19 and e.rank is not None:
+            done[e.rank] = min(done.get(e.rank, int(value)), int(value))
+    if len(set(done.values())) < 2:
+        return []
+    lowest = min(done.values())
+    behind = sorted(r for r, v in done.items() if v == lowest)
+    if len(behind) * 2 > len(done):
+        return []
+    return [Vote("lowest completed", 30.0 / len(behind), f"its last completed collective ({lowest}) is behind the "
+                 "other ranks'", rank=r, host=tl.facts.rank_host.get(r), cause="collective_timeout",
+                 evidence=tuple(e for e in reports if e.rank == r)[:2]) for r in behind]
+
+
+def _loud(rt: RankTimeline) -> bool:
+    return any(e.kind not in QUIET_KINDS for e in rt.failures)
+
+
+def barrier_counts(tl: JobTimeline) -> list[Vote]:
+    """monitoredBarrier's named ranks; store barriers: who is missing, or more workers than the world size."""
+    events = [e for rt in tl.ranks.values() for e in rt.failures] + tl.unranked
+    named = [e for e in events if e.kind == "barrier" and e.get("ranks")]
+    if named:
+        ranks = sorted({r for e in named for r in expand_ranks(e.get("ranks", ""), 1 << 16)})
+        return [Vote("monitored barrier", 45.0 / len(ranks), "named by monitoredBarrier as not passing it", rank=r,
+                     host=tl.facts.rank_host.get(r), cause="collective_timeout", evidence=tuple(named[:2]))
+                for r in ranks]
+    counted = [e for e in events if e.kind == "store_barrier" and e.get("worker_count") and e.get("world_size")]
+    if counted:
+        return _store_counts(counted, tl)
+    return _store_keys([e for e in events if e.kind == "store_barrier"], tl)
+
+
+def _store_counts(counted: list[Event], tl: JobTimeline) -> list[Vote]:
+    e0 = counted[0]
+    count, size = _small_int(e0.get("worker_count")), _small_int(e0.get("world_size"))
+    launched = tl.facts.launched_world
+    if count is None or size is None:
+        return []
+    if launched and size != launched:
+        return [Vote("store barrier", 60.0, f"the store expects {size} ranks but {launched} were launched: "
+                     "WORLD_SIZE disagrees with the ranks launched", cause="rank_config_mismatch",
+                     evidence=tuple(counted[:3]))]
+    if count > size:
+        stale = tl.facts.attempt > 0
+        why = (f"{count} workers joined a store expecting {size}" +
+               (f" (attempt {tl.facts.attempt} found the earlier attempt's count)" if stale
+                else ": more processes were launched than the world size says"))
+        return [Vote("store barrier", 60.0, why, cause="stale_rendezvous_state" if stale else "rank_config_mismatch",
+                     evidence=tuple(counted[:3]))]
+    world = _bounded_world(tl) or size
+    if size > plausible_world(len(tl.facts.present), max(tl.facts.present, default=-1) + 1):
+        return []
+    reporters = {e.rank for e in counted if e.rank is not None}
+    missing = [r for r in range(min(size, world)) if r not in reporters]
+    if len(missing) > size - count > 0:
+        narrowed = [r for r in missing if tl.rank(r).own_failures] or \
+                   [r for r in missing if tl.rank(r).stopped_early]
+        missing = narrowed or missing
+    if not missing:
+        return [Vote("store barrier", 20.0, f"only {count} of {size} ranks reached the store barrier",
+                     cause="rendezvous_timeout", evidence=tuple(counted[:3]))]
+    return [Vote("store barrier", 30.0 / len(missing), f"only {count} of {size} ranks reached the store barrier and "
+                 f"rank {r} is not among those that report it", rank=r, host=tl.facts.rank_host.get(r),
+                 cause="rendezvous_timeout", evidence=tuple(counted[:3])) for r in missing]
+
+
+def _small_int(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() and len(value) < 10 else None
+
+
+def _store_keys(stores: list[Event], tl: JobTimeline) -> list[Vote]:
+    """Every rank waits in the store for one rank's key: that rank never wrote it (or runs under another RANK)."""
+    keyed = [e for e in stores if _small_int(e.get("key_rank")) is not None and e.rank is not None]
+    selfish = sorted({e.rank for e in keyed if _small_int(e.get("key_rank")) == e.rank})  # type: ignore[misc]
+    if selfish:
+        return [Vote("store keys", 45.0 / len(selfish), "it waits for its own rank's key: its RANK disagrees with the "
+                     "rank it was launched as", rank=r, host=tl.facts.rank_host.get(r), cause="rank_config_mismatch",
+                     evidence=tuple(e for e in keyed if e.rank == r)[:2]) for r in selfish]
+    if not keyed:
+        return []
+    (target, _n), *_ = Counter(_small_int(e.get("key_rank")) for e in keyed).most_common(1)
+    assert target is not None
+    reached = [e for e in tl.rank(target).failures if e.kind == "store_barrier" or e.cause == "rendezvous_timeout"]
+    cause = "rank_config_mismatch" if reached else "rendezvous_timeout"
+    why = ("every rank waits for its key although it reached the store itself: its RANK is not the one it was "
+           "launched as" if reached else "every rank waits in the store for its key")
+    return [Vote("store keys", 35.0, why, rank=target, host=tl.facts.rank_host.get(target), cause=cause,
+                 evidence=tuple(keyed[:2] + reached[:1]))]
+
+
+def agent_teardown(tl: JobTimeline) -> list[Vote]:
+    """A torchelastic agent SIGTERMs its surviving workers: the worker pid it did not signal had already died."""
+    by_host: dict[str | None, set[int]] = defaultdict(set)
+    terms = [e for e in tl.events if e.kind == "agent_sigterm" and e.pid is not None]
+    for e in terms:
+        by_host[e.host].add(e.pid)  # type: ignore[arg-type]
+    votes = []
+    for host, pids in by_host.items():
+        workers = {(h, pid): r for (h, pid), r in tl.facts.pid_rank.items() if host is None or h == host}
+        spared = sorted({r for (h, pid), r in workers.items() if pid not in pids})
+        if spared and len(spared) < len(workers):
+            votes += [Vote("agent teardown", 35.0 / len(spared) * (VICTIM_DISCOUNT if died_as_victim(tl.rank(r)) else 1),
+                           f"its pid is the one the agent on {host or '?'} did not SIGTERM (it had already died)",
+                           rank=r, host=host or tl.facts.rank_host.get(r),
+                           evidence=tuple(e for e in terms if e.host == host)[:3]) for r in spared]
+    return votes
+
+
+def logs_that_stop_early(tl: JobTimeline) -> list[Vote]:
+    """A rank whose log ends earlier than its peers' (and that said nothing itself) while the others failed."""
+    if not any(rt.failures for rt in tl.ranks.values()):
+        return []
+    early = [rt for rt in tl.ranks.values() if rt.stopped_early and not _loud(rt)]
+    if not early or len(early) > 2:
+        return []
+    return [Vote("log stops early", 12.0 / len(early), f"rank {rt.rank}'s log stops earlier than the other ranks' "
+                 "logs", rank=rt.rank, host=rt.host) for rt in early]
+
+
+def odd_versions(tl: JobTimeline) -> list[Vote]:
+    """Ranks that report library versions (their own and a peer's): the host of the minority version is odd."""
+    reports = [e for rt in tl.ranks.values() for e in rt.failures if e.get("version")]
+    version_of: dict[int, str] = {}
+    for e in reports:
+        pairs = ((e.rank, e.get("version")), (_small_int(e.get("peer_rank")), e.get("peer_version")))
+        for rank, version in pairs:
+            if rank is not None and version:
+                version_of.setdefault(rank, version)
+    versions = Counter(version_of.values())
+    if len(versions) < 2:
+        return []
+    minority = min(versions, key=lambda v: (versions[v], str(v)))
+    hosts = {tl.facts.rank_host.get(r) for r, v in version_of.items() if v == minority}
+    if len(hosts) != 1 or None in hosts:
+        return []
+    host = hosts.pop()
+    others = ", ".join(sorted(str(v) for v in versions if v != minority))
+    return [Vote("odd version", 45.0, f"host {host} runs version {minority}, the other hosts {others}", host=host,
+                 cause=reports[0].cause, evidence=tuple(reports[:2]))]
+
+
+def job_events(tl: JobTimeline) -> list[Vote]:
+    """Slurm ended the job itself (time limit, preemption, scancel, a node failure); a step's cancel line
+    (also what a failing rank's teardown prints) weighs little."""
+    votes = []
+    for e in tl.job_events:
+        host = e.get("host") or e.get("host2") if e.cause == "node_failure" else None
+        weight = float(max(e.priority, 50)) if e.role == "culprit" else own_weight(e)
+        why = "Slurm ended the job" if e.role == "culprit" else "Slurm cancelled the step"
+        votes.append(Vote("slurm", weight, why, host=host if host and is_host_name(host) else None, cause=e.cause,
+                          evidence=(e,), time=e.time, time_family=e.time_family))
+    return votes
+
+
+#: every producer the combiner runs, in the order their reasons are reported
+PRODUCERS: tuple[Callable[[JobTimeline], list[Vote]], ...] = (
+    job_events, own_failures, detectors_and_hosts, srun_task_deaths, vanished_ranks, agent_teardown,
+    barrier_counts, timeout_reporters, named_peers, odd_versions, logs_that_stop_early,
+)
+
+
+def all_votes(tl: JobTimeline) -> list[Vote]:
+    return [vote for producer in PRODUCERS for vote in producer(tl)]

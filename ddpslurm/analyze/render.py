@@ -1,0 +1,164 @@
+"""A verdict -> the Diagnosis users read: summary, advice, evidence lines, the rank table, the timeline rows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ddpslurm.analyze.combiner import Verdict
+from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow, TimelineRow
+from ddpslurm.analyze.events import Event, FileSummary
+from ddpslurm.analyze.resolve import plausible_world
+from ddpslurm.analyze.signatures import SignatureSet
+from ddpslurm.analyze.timeline import JobTimeline
+from ddpslurm.analyze.timestamps import format_time
+
+MAX_EVIDENCE = 8
+#: how the combiner decided -> the note the report adds
+DECIDED_BY = {
+    "systemic": "no single rank: {reason}",
+    "tie": "no single rank: {reason}",
+    "none": "no single rank: {reason}",
+}
+
+
+def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], sigs: SignatureSet) -> Diagnosis:
+    info = sigs.causes.get(verdict.cause)
+    chosen = verdict.chosen
+    sig = sigs.by_id(chosen.signature) if chosen is not None and chosen.signature else None
+    if sig is not None and sig.cause != verdict.cause:
+        sig = None
+    values: dict[str, Any] = dict(chosen.fields) if chosen is not None else {}
+    values.update({"rank": verdict.rank if verdict.rank is not None else "?", "host": verdict.host or "?"})
+    template = (sig.summary if sig and sig.summary else None) or (info.summary if info else
+                                                                   verdict.cause.replace("_", " "))
+    summary = fill(template, values) + _ordering_note(verdict, tl)
+    advice = [fill(a, values) for a in (list(sig.advice) if sig else [])]
+    advice += [a for a in (fill(x, values) for x in (info.advice if info else ())) if a not in advice]
+    retry = (sig.retry if sig and sig.retry else None) or (info.retry if info else "unknown")
+    exclude = sig.exclude_node if sig and sig.exclude_node is not None else (info.exclude_node if info else False)
+    exclude_nodes = [verdict.host] if exclude and verdict.host else []
+    if exclude_nodes:
+        advice.append(f"Resubmit avoiding the node: sbatch --exclude={','.join(exclude_nodes)} "
+                      f"(or ddpslurm submit ... --exclude {','.join(exclude_nodes)}).")
+    rows = rank_rows(tl, verdict)
+    return Diagnosis(cause=verdict.cause, first_failing_rank=verdict.rank, first_failing_host=verdict.host,
+                     confidence=verdict.confidence, summary=summary, advice=advice,
+                     evidence=evidence(tl, summaries, verdict), ranks=rows, retry=retry,
+                     exclude_nodes=exclude_nodes, notes=_notes(verdict), timeline=timeline_rows(tl, rows),
+                     job_events=[to_evidence(e) for e in tl.job_events[:MAX_EVIDENCE]])
+
+
+def fill(template: str, values: dict[str, Any]) -> str:
+    """`template` with `{name}` fields filled; a missing field reads `?`."""
+    class _Safe(dict):
+        def __missing__(self, key: str) -> str:
+            return "?"
+
+    try:
+        return template.format_map(_Safe(values))
+    except (ValueError, IndexError, AttributeError):
+        return template
+
+
+def _ordering_note(verdict: Verdict, tl: JobTimeline) -> str:
+    if verdict.rank is None or verdict.decided_by == "time":
+        return ""
+    failures = [e for rt in tl.ranks.values() for e in rt.failures]
+    if failures and not any(e.time is not None for e in failures):
+        return " (No timestamps in the logs: ordered by causal evidence.)"
+    if failures and verdict.decided_by in ("weight", "only") and len(tl.ranks) > 1:
+        return " (Times were missing or not comparable for some ranks: ordered by the weight of the evidence.)"
+    return ""
+
+
+def _notes(verdict: Verdict) -> list[str]:
+    if verdict.decided_by in DECIDED_BY:
+        return [DECIDED_BY[verdict.decided_by].format(reason=verdict.reasons[0] if verdict.reasons else "?")]
+    if verdict.rank is None or verdict.decided_by == "job":
+        return []
+    return [f"rank {verdict.rank} was singled out because {'; '.join(verdict.reasons)}"]
+
+
+def to_evidence(e: Event) -> Evidence:
+    return Evidence(file=e.file, line=e.line, rank=e.rank, time=format_time(e.time), text=e.text[:500])
+
+
+def evidence(tl: JobTimeline, summaries: Sequence[FileSummary], verdict: Verdict) -> list[Evidence]:
+    """The decisive line, the culprit's other errors, the votes' lines, one line per victim kind, Slurm's."""
+    picked: list[Event] = [verdict.chosen] if verdict.chosen is not None else []
+    if verdict.rank is not None:
+        picked += [e for e in tl.rank(verdict.rank).own_failures if e is not verdict.chosen][:2]
+    picked += verdict.support
+    kinds: set[str] = set()
+    for rt in tl.ranks.values():
+        for e in rt.failures:
+            if e.role == "victim" and e.kind not in kinds and len(picked) < MAX_EVIDENCE:
+                kinds.add(e.kind)
+                picked.append(e)
+    picked += [e for e in tl.job_events if e not in picked][:max(0, MAX_EVIDENCE - len(picked))]
+    out = _unique(picked)
+    if not out:
+        for s in summaries:
+            for i, line in enumerate(s.tail):
+                out.append(Evidence(file=s.file, line=max(1, s.lines - len(s.tail) + 1 + i), rank=None, time=None,
+                                    text=line[:500]))
+    return out[:MAX_EVIDENCE]
+
+
+def _unique(events: list[Event]) -> list[Evidence]:
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for e in events:
+        if (e.file, e.line) not in seen:
+            seen.add((e.file, e.line))
+            out.append(to_evidence(e))
+    return out
+
+
+def rank_rows(tl: JobTimeline, verdict: Verdict) -> list[RankRow]:
+    """One row per rank seen or launched (bounded by facts), with its role and first error."""
+    facts = tl.facts
+    ranks = set(facts.present) | set(tl.ranks)
+    launched = facts.launched_world or 0
+    if launched and launched <= plausible_world(len(ranks), max(ranks, default=-1) + 1):
+        ranks |= set(range(launched))
+    if verdict.rank is not None:
+        ranks.add(verdict.rank)
+    rows = []
+    for r in sorted(ranks):
+        rt = tl.ranks.get(r)
+        first = _first_error(rt, verdict) if rt is not None else None
+        rows.append(RankRow(rank=r, host=(rt.host if rt else None) or facts.rank_host.get(r),
+                            role=_role(r, rt, first, verdict), first_error=first.text[:300] if first else None))
+    return rows
+
+
+def _first_error(rt: Any, verdict: Verdict) -> Event | None:
+    if verdict.rank == rt.rank and verdict.chosen is not None and verdict.chosen.rank == rt.rank:
+        return verdict.chosen
+    timed = sorted(rt.failures, key=lambda e: (e.time is None, e.time or 0.0, e.file, e.line))
+    return timed[0] if timed else None
+
+
+def _role(rank: int, rt: Any, first: Event | None, verdict: Verdict) -> str:
+    if rank == verdict.rank:
+        return "culprit"
+    if first is not None:
+        return "victim"
+    if rt is not None and rt.exit_status == "ok":
+        return "ok"
+    return "unknown"
+
+
+def timeline_rows(tl: JobTimeline, rows: list[RankRow]) -> list[TimelineRow]:
+    out = []
+    for row in rows:
+        rt = tl.ranks.get(row.rank)
+        first = rt.first_failure if rt is not None else None
+        out.append(TimelineRow(rank=row.rank, host=row.host, role=row.role,
+                               first_failure_time=first.time if first is not None else None,
+                               first_failure_text=first.text[:300] if first is not None else None,
+                               last_time=rt.last_time if rt is not None else None,
+                               exit_status=rt.exit_status if rt is not None else None))
+    return out

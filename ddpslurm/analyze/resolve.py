@@ -1,0 +1,226 @@
+"""Give every event its global rank and host, and gather what the events tell about the job as a whole.
+
+Sources of a rank, strongest first: the line's own prefix or the file it came from, a torchrun worker folder
+whose NCCL init names its rank, NCCL's `host:pid` mapped through its init/channel lines, ddpslurm's records
+(host and pid, host and local rank), a single-host job's local rank. srun's `N: ` labels number torchrun's
+nodes, not ranks, when an elastic agent is present.
+
+Every rank set here is bounded by what was launched or seen, never by a number read in a log (a line may say
+`world_size=99999999999`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ddpslurm.analyze.events import Event, FileSummary, SourceFile
+
+#: the most ranks one `2-7`-style list may expand to (a real job has at most a few hundred thousand)
+MAX_RANK_LIST = 1 << 20
+#: kinds whose rank field is a Slurm task id or a job, not the rank that logged the line
+JOB_KINDS = ("slurm_task", "slurm_job")
+AGENT_KINDS = ("agent_sigterm", "agent_failed", "elastic_failure")
+#: kinds whose (host, pid) identifies a worker process
+PID_KINDS = ("nccl_init", "nccl_rank_map", "start", "agent_failed", "elastic_failure")
+
+
+def expand_ranks(text: str, limit: int = MAX_RANK_LIST) -> list[int]:
+    """`2-7`, `0,3-5`, `6, 7` -> a sorted list of ranks; ranges past `limit` ranks in all are dropped."""
+    out: set[int] = set()
+    for part in re.split(r"[,\s]+", text.strip()):
+        m = re.fullmatch(r"(\d{1,9})(?:-(\d{1,9}))?", part)
+        if not m:
+            continue
+        lo = int(m[1])
+        hi = int(m[2]) if m[2] else lo
+        if hi >= lo and len(out) + hi - lo < limit:
+            out.update(range(lo, hi + 1))
+    return sorted(out)
+
+
+@dataclass
+class JobFacts:
+    """What the events tell about the job as a whole (all sparse: only ranks seen or launched)."""
+
+    launched_world: int | None = None  # from Slurm/submitit/ddpslurm records, not from what a log line says
+    said_world: int | None = None  # the largest world size a log line stated (a number, never enumerated)
+    rank_host: dict[int, str] = field(default_factory=dict)
+    present: set[int] = field(default_factory=set)
+    started: set[int] = field(default_factory=set)
+    exited: dict[int, Event] = field(default_factory=dict)
+    ip_host: dict[str, str] = field(default_factory=dict)
+    pid_rank: dict[tuple[str, int], int] = field(default_factory=dict)
+    torchrun: bool = False  # srun task ids then number nodes, not ranks
+    attempt: int = 0
+
+    @property
+    def world_size(self) -> int | None:
+        """The ranks the job had: launched if known, else what the logs show, bounded by what was seen."""
+        if self.launched_world:
+            return self.launched_world
+        seen = max(self.present, default=-1) + 1
+        said = self.said_world or 0
+        if said and said <= plausible_world(len(self.present), seen):
+            return max(said, seen)
+        return seen or None
+
+    def ranks_of_host(self, host: str) -> list[int]:
+        short = host.split(".")[0]
+        return sorted(r for r, h in self.rank_host.items() if h == host or h.split(".")[0] == short)
+
+
+_STEP_ID = re.compile(r"^\d+(?:[._]\w+)?$")
+
+
+def is_host_name(text: str) -> bool:
+    """A node name as Slurm and the logs print it: not a job step id (`123.batch`), an address or a number."""
+    return bool(text) and not _STEP_ID.match(text) and any(ch.isalpha() for ch in text) and text.count(":") < 2
+
+
+def plausible_world(ranks_seen: int, highest_seen: int) -> int:
+    """The largest world a log may claim given what was seen: a few absent ranks, never a number alone."""
+    return max(highest_seen, ranks_seen) * 2 + 64
+
+
+def _int_field(e: Event, name: str) -> int | None:
+    value = e.get(name, "")
+    return int(value) if value and value.isdigit() and len(value) < 10 else None
+
+
+def _collect_ids(events: Sequence[Event], facts: JobFacts, facts_in: dict[str, Any]) -> dict[tuple[str, int], int]:
+    """Records, NCCL init/rank-map lines and srun task lines: rank <-> host, pid, local rank; world sizes."""
+    launched = [int(facts_in["world_size"])] if str(facts_in.get("world_size", "")).isdigit() else []
+    said: list[int] = []
+    nccl_best: dict[tuple[str, int], tuple[int, int]] = {}
+    local_rank: dict[tuple[str, int], int] = {}
+    for e in events:
+        if e.kind in ("nccl_init", "nccl_rank_map") and e.host and e.pid is not None:
+            r, n = _int_field(e, "nccl_rank"), _int_field(e, "nranks") or 0
+            if r is not None and ((e.host, e.pid) not in nccl_best or n > nccl_best[(e.host, e.pid)][1]):
+                nccl_best[(e.host, e.pid)] = (r, n)
+            said.append(n)
+        elif e.kind in ("start", "exit", "exit_signal", "elastic_failure", "rank_info") and e.rank is not None:
+            _note_worker(e, facts, local_rank, launched)
+        elif e.kind == "store_barrier" and _int_field(e, "world_size"):
+            said.append(_int_field(e, "world_size") or 0)
+    for (h, pid), (r, _n) in nccl_best.items():
+        facts.pid_rank.setdefault((h, pid), r)
+    facts.launched_world = max(launched) if launched else None
+    facts.said_world = max(said) if said else None
+    return local_rank
+
+
+def _note_worker(e: Event, facts: JobFacts, local_rank: dict[tuple[str, int], int], launched: list[int]) -> None:
+    rank = e.rank
+    assert rank is not None
+    if e.host and e.pid is not None:
+        facts.pid_rank.setdefault((e.host, e.pid), rank)
+    if e.host and e.local_rank is not None:
+        local_rank.setdefault((e.host, e.local_rank), rank)
+    if e.host:
+        facts.rank_host.setdefault(rank, e.host)
+    world = _int_field(e, "world_size")
+    if world and e.kind in ("start", "rank_info"):
+        launched.append(world)
+    if e.kind == "start":
+        facts.started.add(rank)
+    elif e.kind in ("exit", "exit_signal"):
+        facts.exited[rank] = e
+
+
+def _worker_dirs(events: Iterable[Event], sources: Sequence[SourceFile]) -> dict[str, tuple[int, str | None]]:
+    """torchrun --log-dir: the files of `attempt_N/<local_rank>/` are one worker; its NCCL init names its rank."""
+    dirs = {os.path.dirname(s.display) for s in sources if s.local_rank is not None}
+    best: dict[str, tuple[int, int, str | None]] = {}
+    for e in events:
+        folder = os.path.dirname(e.file)
+        if e.kind != "nccl_init" or folder not in dirs:
+            continue
+        r, n = _int_field(e, "nccl_rank"), _int_field(e, "nranks") or 0
+        if r is not None and (folder not in best or n > best[folder][1]):
+            best[folder] = (r, n, e.host)
+    return {d: (r, h) for d, (r, _n, h) in best.items()}
+
+
+@dataclass
+class _Maps:
+    worker_dir: dict[str, tuple[int, str | None]]
+    local_rank: dict[tuple[str, int], int]
+    unique_pid: dict[int, tuple[int, str]]
+    single_host: bool
+
+
+def _maps(events: Sequence[Event], sources: Sequence[SourceFile], facts: JobFacts,
+          local_rank: dict[tuple[str, int], int]) -> _Maps:
+    pid_hosts: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for (h, pid), r in facts.pid_rank.items():
+        pid_hosts[pid].append((r, h))
+    hosts = {e.host for e in events if e.host} | {s.host for s in sources if s.host}
+    return _Maps(worker_dir=_worker_dirs(events, sources), local_rank=local_rank,
+                 unique_pid={pid: pairs[0] for pid, pairs in pid_hosts.items() if len(pairs) == 1},
+                 single_host=len(hosts) <= 1)
+
+
+def _attribute(e: Event, facts: JobFacts, maps: _Maps) -> Event:
+    """The event with its rank and host filled in from the maps."""
+    rank, host = e.rank, e.host
+    if facts.torchrun and e.get("srun_task") is not None and e.kind not in ("start", "exit"):
+        rank = None  # `N: ` from srun --label (or %t of submitit) numbers torchrun's nodes, not ranks
+    known = maps.worker_dir.get(os.path.dirname(e.file))
+    if known is not None:
+        rank = known[0] if rank is None else rank
+        host = host or known[1]
+    if e.kind in JOB_KINDS:
+        return replace(e, rank=None, host=host) if rank != e.rank or host != e.host else e
+    if rank is None and host and e.pid is not None and (host, e.pid) in facts.pid_rank:
+        rank = facts.pid_rank[(host, e.pid)]
+    elif rank is None and host is None and e.pid is not None and e.pid in maps.unique_pid:
+        rank, host = maps.unique_pid[e.pid]
+    if rank is None and host and e.local_rank is not None:
+        rank = maps.local_rank.get((host, e.local_rank))
+    if rank is None and e.local_rank is not None and maps.single_host:
+        rank = e.local_rank
+    if rank is not None and host is None:
+        host = facts.rank_host.get(rank)
+    return replace(e, rank=rank, host=host) if (rank, host) != (e.rank, e.host) else e
+
+
+def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],
+            facts_in: dict[str, Any]) -> tuple[list[Event], JobFacts]:
+    """Every event with its global rank and host where the inputs tell it, and the job's facts."""
+    facts = JobFacts(attempt=int(facts_in.get("attempt", 0) or 0))
+    facts.ip_host.update(facts_in.get("ip_host", {}))
+    local_rank = _collect_ids(events, facts, facts_in)
+    facts.torchrun = (any(e.kind in AGENT_KINDS for e in events) or any(s.local_rank is not None for s in sources)
+                      or any(s.torchrun for s in summaries))
+    maps = _maps(events, sources, facts, local_rank)
+    out = [_attribute(e, facts, maps) for e in events]
+    for e in out:
+        if e.rank is not None and e.kind not in JOB_KINDS:
+            if e.host:
+                facts.rank_host.setdefault(e.rank, e.host)
+            facts.present.add(e.rank)
+    for (host, _pid), rank in facts.pid_rank.items():
+        facts.rank_host.setdefault(rank, host)
+        facts.present.add(rank)
+    facts.present |= {s.rank for s in sources if s.rank is not None and s.kind == "log"}
+    for summary in summaries:
+        facts.present |= summary.ranks_seen
+    facts.present |= facts.started
+    if not facts.torchrun:
+        _srun_hosts(out, facts)
+    return out, facts
+
+
+def _srun_hosts(events: Iterable[Event], facts: JobFacts) -> None:
+    """srun's `host: tasks 2-7: ...` lines tell where the tasks (= ranks, without torchrun) ran."""
+    limit = plausible_world(len(facts.present), max(facts.present, default=-1) + 1)
+    for e in events:
+        if e.kind == "slurm_task" and e.get("host") and e.get("tasks"):
+            for r in expand_ranks(e.get("tasks", ""), limit):
+                facts.rank_host.setdefault(r, e.get("host", ""))

@@ -1,0 +1,231 @@
+"""The per-rank timeline of a job, built once from the resolved events (pure).
+
+A rank's timeline holds its host, pid, start and exit records, every failure event it logged (in time order
+where times compare, else in file order), which of those it recovered from, how its log ended compared
+with its peers' logs, and what srun said about its task. Job-level Slurm events and srun's task lines are
+kept in their own order; the evidence producers read nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ddpslurm.analyze.events import Event, FileSummary, SourceFile
+from ddpslurm.analyze.resolve import JOB_KINDS, JobFacts, expand_ranks, plausible_world
+from ddpslurm.analyze.timestamps import comparable
+
+FAILURE_ROLES = ("culprit", "victim", "either")
+#: kinds that show a rank got past init and into the collectives (an earlier start-up error was recovered)
+ALIVE_KINDS = ("nccl_init", "nccl_rank_map", "progress", "watchdog_timeout", "peer_lost", "barrier", "hang")
+#: causes of start-up errors a rank may retry through (c10d retries its connect until the timeout)
+RETRIED_CAUSES = ("network_unreachable", "rendezvous_timeout")
+#: what srun and slurmstepd say of a task killed by the step's teardown, not by its own fault
+TEARDOWN_STATUSES = ("Terminated",)
+TEARDOWN_EXIT_CODES = ("143", "15", "137")
+#: a job-level event from Slurm about the step or job as a whole, not about a rank
+TEARDOWN_MARKERS = re.compile(r"_step_signal|Terminating (?:StepId|job step)|STEP \S+ ON \S+ CANCELLED|"
+                              r"Job step aborted|Force Terminated")
+
+
+@dataclass
+class RankTimeline:
+    """Everything the logs say about one rank."""
+
+    rank: int
+    host: str | None = None
+    pid: int | None = None
+    local_rank: int | None = None
+    started: bool = False
+    exit: Event | None = None
+    failures: list[Event] = field(default_factory=list)
+    recovered: list[Event] = field(default_factory=list)
+    first_time: float | None = None
+    last_time: float | None = None
+    time_family: str | None = None
+    log_lines: int = 0
+    stopped_early: bool = False
+
+    @property
+    def exit_status(self) -> str | None:
+        """`ok`, `exception`, `signal SIGKILL`, `stopped ...` from the exit record; None without one."""
+        if self.exit is None:
+            return None
+        if self.exit.kind == "exit_signal":
+            return f"signal {self.exit.get('signal') or '?'}"
+        return self.exit.get("status") or "exited"
+
+    @property
+    def own_failures(self) -> list[Event]:
+        """Failures the rank reported about itself and did not recover from."""
+        return [e for e in self.failures if e.role in ("culprit", "either") and e not in self.recovered]
+
+    @property
+    def first_failure(self) -> Event | None:
+        return self.failures[0] if self.failures else None
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """One rank or node named in srun's `host: task(s) N: status` lines, in srun's order."""
+
+    position: int
+    ranks: tuple[int, ...]
+    host: str | None
+    status: str
+    exit_code: str | None
+    before_teardown: bool
+    event: Event
+
+    @property
+    def own_death(self) -> bool:
+        """Killed, a signal, a non-zero exit of its own: not the step's teardown of a healthy task."""
+        return self.status not in TEARDOWN_STATUSES and self.exit_code not in TEARDOWN_EXIT_CODES
+
+
+@dataclass
+class JobTimeline:
+    """The job: per-rank timelines (sparse), Slurm's job events and task lines, and the facts."""
+
+    facts: JobFacts
+    ranks: dict[int, RankTimeline]
+    job_events: list[Event]
+    tasks: list[TaskStatus]
+    unranked: list[Event]
+    events: list[Event]
+
+    def rank(self, rank: int) -> RankTimeline:
+        return self.ranks.get(rank) or RankTimeline(rank=rank, host=self.facts.rank_host.get(rank))
+
+    @property
+    def world_size(self) -> int | None:
+        return self.facts.world_size
+
+
+def build_timeline(events: list[Event], facts: JobFacts, sources: Sequence[SourceFile],
+                   summaries: Sequence[FileSummary]) -> JobTimeline:
+    """One pass over the resolved events: per rank, per job, per srun task."""
+    ranks: dict[int, RankTimeline] = {}
+    job_events: list[Event] = []
+    unranked: list[Event] = []
+    for e in events:
+        if e.kind == "slurm_job":
+            job_events.append(e)
+        elif e.rank is not None and e.kind not in JOB_KINDS:
+            _add(ranks.setdefault(e.rank, RankTimeline(rank=e.rank)), e)
+        elif e.role in FAILURE_ROLES and e.kind not in JOB_KINDS:
+            unranked.append(e)
+    for rank in facts.started | set(facts.exited):
+        ranks.setdefault(rank, RankTimeline(rank=rank))
+    for tl in ranks.values():
+        tl.host = tl.host or facts.rank_host.get(tl.rank)
+        tl.started = tl.rank in facts.started
+        tl.exit = facts.exited.get(tl.rank)
+        tl.failures.sort(key=_order_key(tl.failures))
+        tl.recovered = recovered_failures(tl, events_of_rank(events, tl.rank))
+    _mark_log_ends(ranks, sources, summaries)
+    return JobTimeline(facts=facts, ranks=ranks, job_events=job_events, tasks=task_statuses(events, facts),
+                       unranked=unranked, events=events)
+
+
+def _add(tl: RankTimeline, e: Event) -> None:
+    if e.pid is not None and e.kind in ("start", "nccl_init") and tl.pid is None:
+        tl.pid = e.pid
+    if e.local_rank is not None and tl.local_rank is None:
+        tl.local_rank = e.local_rank
+    if e.host and tl.host is None:
+        tl.host = e.host
+    if e.time is not None and (tl.time_family is None or comparable(tl.time_family, e.time_family)):
+        tl.time_family = tl.time_family or e.time_family
+        tl.first_time = e.time if tl.first_time is None else min(tl.first_time, e.time)
+        tl.last_time = e.time if tl.last_time is None else max(tl.last_time, e.time)
+    if e.role in FAILURE_ROLES and e.kind not in ("start", "exit"):
+        tl.failures.append(e)
+
+
+def _order_key(failures: list[Event]):  # noqa: ANN202 - a sort key
+    """Time order when every failure has a comparable time, else the order of the input."""
+    timed = failures and all(e.time is not None for e in failures) and \
+        all(comparable(failures[0].time_family, e.time_family) for e in failures)
+    if timed:
+        return lambda e: (e.time, e.file, e.line)
+    return lambda e: (e.file, e.line)
+
+
+def events_of_rank(events: Iterable[Event], rank: int) -> list[Event]:
+    return [e for e in events if e.rank == rank and e.kind not in JOB_KINDS]
+
+
+def recovered_failures(tl: RankTimeline, own_events: list[Event]) -> list[Event]:
+    """Start-up errors the rank got past: a later sign of life on the same rank (init done, a collective)."""
+    out = []
+    for f in tl.failures:
+        if f.cause not in RETRIED_CAUSES or f.role == "culprit" and f.kind != "socket":
+            continue
+        if any(_later(f, e) for e in own_events if e.kind in ALIVE_KINDS) or tl.exit_status == "ok":
+            out.append(f)
+    return out
+
+
+def _later(a: Event, b: Event) -> bool:
+    if a.time is not None and b.time is not None and comparable(a.time_family, b.time_family):
+        return b.time > a.time
+    return a.file == b.file and b.line > a.line
+
+
+def task_statuses(events: Iterable[Event], facts: JobFacts) -> list[TaskStatus]:
+    """srun's task lines in srun's order, each marked as before or after the step's teardown began."""
+    out: list[TaskStatus] = []
+    teardown = False
+    limit = plausible_world(len(facts.present), max(facts.present, default=-1) + 1)
+    for e in events:
+        if e.kind == "slurm_job" or (e.kind != "slurm_task" and TEARDOWN_MARKERS.search(e.text)):
+            teardown = True
+            continue
+        if e.kind != "slurm_task":
+            continue
+        ranks = tuple(expand_ranks(e.get("tasks", "") or "", limit))
+        status = _task_status(e)
+        out.append(TaskStatus(position=len(out), ranks=ranks, host=e.get("host") or e.host, status=status,
+                              exit_code=e.get("exit_code"), before_teardown=not teardown, event=e))
+    return out
+
+
+def _task_status(e: Event) -> str:
+    for word in ("Killed", "Segmentation fault", "Bus error", "Aborted", "Terminated", "Exited"):
+        if word in e.text:
+            return word
+    return e.get("status") or "failed"
+
+
+def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile],
+                   summaries: Sequence[FileSummary]) -> None:
+    """Line counts per rank, and the ranks whose log ends unlike most ranks' logs or far shorter."""
+    rank_of = {s.display: s.rank for s in sources if s.rank is not None and s.kind == "log"}
+    last: dict[int, str] = {}
+    for summary in summaries:
+        rank = rank_of.get(summary.file)
+        if rank is None:
+            continue
+        ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += summary.lines
+        lines = [ln for ln in summary.tail if not ln.startswith(("ddpslurm:", "submitit "))] or summary.tail
+        if lines:
+            last[rank] = re.sub(r"\d+", "N", lines[-1])
+    for rank in stopped_early(last, {r: tl.log_lines for r, tl in ranks.items() if r in last}):
+        ranks[rank].stopped_early = True
+
+
+def stopped_early(last_lines: dict[int, str], line_counts: dict[int, int]) -> set[int]:
+    """Ranks whose log ends on a line unlike most ranks' last line (numbers masked), or has far fewer lines."""
+    if len(last_lines) < 3:
+        return set()
+    counts = sorted(line_counts.values())
+    median = counts[len(counts) // 2] if counts else 0
+    short = {r for r, n in line_counts.items() if median >= 4 and n * 2 < median}
+    (common, n), *_ = Counter(last_lines.values()).most_common(1)
+    if n <= len(last_lines) // 2:
+        return short
+    # a log that goes on past the others (rank 0's progress chatter) ends differently but did not stop early
+    return {r for r, tail in last_lines.items() if tail != common and line_counts.get(r, 0) <= median} | short
