@@ -6,6 +6,7 @@ Heavy modules (torch, pandas, submitit, rich) are imported inside the commands t
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -253,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the CLI and map every known failure to one line + exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = _debug_requested(args)
+    _tolerant_streams()
     try:
         cli.main(args=args, prog_name="ddpslurm", standalone_mode=False)
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not as Python's message at exit
@@ -292,6 +294,15 @@ def _internal_error(unexpected: Exception, debug: bool) -> None:
     _error_line(f"ddpslurm: internal error: {type(unexpected).__name__}: {unexpected}. "
                 "Rerun with `ddpslurm --debug ...` for the traceback and report it.")
     sys.exit(1)
+
+
+def _tolerant_streams() -> None:
+    """A character the terminal's encoding lacks (an ASCII locale) is written as `\\xNN`, never a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
 
 
 def _quiet_stdout() -> None:
