@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddpslurm.analyze.engine import diagnose
 from ddpslurm.analyze.diagnosis import Diagnosis
 from ddpslurm.analyze.discover import discover, is_record, select_attempt
+from ddpslurm.analyze.engine import diagnose
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
 from ddpslurm.analyze.records import record_events
 from ddpslurm.analyze.scan import scan_files

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ddpslurm.analyze.events import Event
@@ -156,7 +156,7 @@ def _among_strong(strong: list[Candidate], candidates: list[Candidate], votes: l
     return _verdict(first, votes, tl, "weight", "medium")
 
 
-def _stands_out(candidates: list[Candidate], key) -> Candidate | None:  # noqa: ANN001 - a sort key
+def _stands_out(candidates: list[Candidate], key: Callable[[Candidate], float]) -> Candidate | None:
     """The candidate whose `key` weight is at least MIN_WEIGHT and MARGIN times the next one's, else None."""
     ranked = sorted(candidates, key=lambda c: -key(c))
     if not ranked or key(ranked[0]) < MIN_WEIGHT:
@@ -175,7 +175,7 @@ def _earliest(strong: list[Candidate]) -> tuple[Candidate, bool] | None:
     times = [c.own_time for c in strong]
     if any(t is None for t in times) or not all(comparable(times[0][1], t[1]) for t in times):  # type: ignore[index]
         return None
-    ordered = sorted(zip(strong, times), key=lambda pair: pair[1][0])  # type: ignore[index]
+    ordered = sorted(zip(strong, times, strict=True), key=lambda pair: pair[1][0])  # type: ignore[index]
     first_time = ordered[0][1][0]  # type: ignore[index]
     near = [c for c, t in ordered if t[0] - first_time <= TIME_TOLERANCE]  # type: ignore[index]
     best = max(near, key=lambda c: (c.own_weight, -c.own_time[0]))  # type: ignore[index]

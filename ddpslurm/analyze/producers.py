@@ -85,8 +85,9 @@ def detectors_and_hosts(tl: JobTimeline) -> list[Vote]:
         elif e.rank is None and e.role in ("culprit", "either") and who in ("self", "host"):
             host = e.host or e.get("host")
             host = host if host and is_host_name(host) else None
-            votes.append(Vote("host report", own_weight(e) * HOST_REPORT_SCALE, f"reported on host {host or '?'} without a rank",
-                              host=host, cause=e.cause, evidence=(e,), time=e.time, time_family=e.time_family))
+            votes.append(Vote("host report", own_weight(e) * HOST_REPORT_SCALE,
+                              f"reported on host {host or '?'} without a rank", host=host, cause=e.cause,
+                              evidence=(e,), time=e.time, time_family=e.time_family))
     return votes
 
 
@@ -310,7 +311,8 @@ def agent_teardown(tl: JobTimeline) -> list[Vote]:
         workers = {(h, pid): r for (h, pid), r in tl.facts.pid_rank.items() if host is None or h == host}
         spared = sorted({r for (h, pid), r in workers.items() if pid not in pids})
         if spared and len(spared) < len(workers):
-            votes += [Vote("agent teardown", 35.0 / len(spared) * (VICTIM_DISCOUNT if died_as_victim(tl.rank(r)) else 1),
+            votes += [Vote("agent teardown",
+                           35.0 / len(spared) * (VICTIM_DISCOUNT if died_as_victim(tl.rank(r)) else 1.0),
                            f"its pid is the one the agent on {host or '?'} did not SIGTERM (it had already died)",
                            rank=r, host=host or tl.facts.rank_host.get(r),
                            evidence=tuple(e for e in terms if e.host == host)[:3]) for r in spared]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
@@ -145,7 +145,7 @@ def _add(tl: RankTimeline, e: Event) -> None:
         tl.failures.append(e)
 
 
-def _order_key(failures: list[Event]):  # noqa: ANN202 - a sort key
+def _order_key(failures: list[Event]) -> Callable[[Event], tuple]:
     """Time order when every failure has a comparable time, else the order of the input."""
     timed = failures and all(e.time is not None for e in failures) and \
         all(comparable(failures[0].time_family, e.time_family) for e in failures)
@@ -162,7 +162,7 @@ def recovered_failures(tl: RankTimeline, own_events: list[Event]) -> list[Event]
     """Start-up errors the rank got past: a later sign of life on the same rank (init done, a collective)."""
     out = []
     for f in tl.failures:
-        if f.cause not in RETRIED_CAUSES or f.role == "culprit" and f.kind != "socket":
+        if f.cause not in RETRIED_CAUSES or (f.role == "culprit" and f.kind != "socket"):
             continue
         if any(_later(f, e) for e in own_events if e.kind in ALIVE_KINDS) or tl.exit_status == "ok":
             out.append(f)

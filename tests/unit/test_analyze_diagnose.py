@@ -11,6 +11,7 @@ from ddpslurm.analyze.api import analyze_paths
 from ddpslurm.analyze.resolve import expand_ranks
 from ddpslurm.analyze.diagnosis import RankRow
 from ddpslurm.analyze.report import collapse_rows
+from ddpslurm.analyze.resolve import expand_ranks
 
 WATCHDOG_V3 = ("[rank{r}]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank {r}] failure "
                "detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {seq}, last completed "
