@@ -13,6 +13,7 @@ from collections.abc import Callable
 from types import FrameType
 
 _requested = False
+_seen = False  # the script asked for the flag after it was set
 _listeners: list[Callable[[int], None]] = []
 
 #: Signal ddpslurm asks Slurm to send before the time limit or on preemption (NCCL may catch USR1).
@@ -21,7 +22,22 @@ PREEMPTION_SIGNAL = signal.SIGUSR2
 
 def preemption_requested() -> bool:
     """True once the preemption / time-limit signal arrived in this process (or its launcher)."""
-    return _requested or os.environ.get("DDPSLURM_PREEMPTED") == "1"
+    global _seen
+    requested = _requested or os.environ.get("DDPSLURM_PREEMPTED") == "1"
+    if requested:
+        _seen = True
+    return requested
+
+
+def flag_seen() -> bool:
+    """True once the script has asked for the flag after it was set: it is on its way out (saving a
+    checkpoint, say), and the launcher must not interrupt it."""
+    return _seen
+
+
+def request(signum: int) -> None:
+    """Set the flag as the signal handler would (the worker's SIGTERM handler uses it)."""
+    _on_signal(signum, None)
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -41,6 +57,6 @@ def install_handler(signum: int = PREEMPTION_SIGNAL, on_signal: Callable[[int], 
 
 def reset() -> None:
     """Clear the flag and the listeners (tests, and a worker that starts a new attempt in the same process)."""
-    global _requested
-    _requested = False
+    global _requested, _seen
+    _requested = _seen = False
     _listeners.clear()

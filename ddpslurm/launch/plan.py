@@ -8,6 +8,7 @@ task. `--dry-run` prints it; `submit.py` executes it.
 from __future__ import annotations
 
 import shlex
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,17 @@ from typing import Any
 from ddpslurm.launch.spec import JobSpec
 
 PREEMPT_SIGNAL_NAME = "USR2"
-#: srun waits this long for the other tasks once one task has exited with status 0 (a failing task
-#: ends the step at once through --kill-on-bad-exit).
-SRUN_WAIT_S = 60
+#: No `srun --wait`: a failing task ends the step at once through --kill-on-bad-exit, and a rank that
+#: returns 0 early (rank 0 still saving or evaluating) must not get the others killed after N seconds.
+#: The batch step requeues this many seconds before the time limit at the latest (its grace after the
+#: signal is `--signal-delay` minus this), so the requeue happens while Slurm still runs the job.
+REQUEUE_MARGIN_S = 15
+#: Inherited from the submitting shell, these would win over the values derived from Slurm (a shell that
+#: tested with MASTER_ADDR=localhost, or a submission from inside another job): the sbatch script unsets
+#: them. A port of one's choosing goes through `--master-port`.
+INHERITED_DIST_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                       "NODE_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
+                       "DDPSLURM_PREEMPTED")
 #: Default process-group timeout (seconds) the worker applies when the script gives none.
 DEFAULT_PG_TIMEOUT_S = 600
 
@@ -79,8 +88,30 @@ class LaunchPlan:
 
 
 def srun_args(spec: JobSpec) -> tuple[str, ...]:
-    """Arguments for the srun that starts the tasks: fail fast, and no CPU binding surprises."""
-    return ("--kill-on-bad-exit=1", f"--wait={SRUN_WAIT_S}")
+    """Arguments for the srun that starts the tasks: fail fast (see REQUEUE_MARGIN_S for why no --wait)."""
+    return ("--kill-on-bad-exit=1",)
+
+
+def batch_grace_s(signal_delay_s: int) -> int:
+    """Seconds after the first rank's signal until the batch step requeues even with ranks still running."""
+    return max(1, signal_delay_s - REQUEUE_MARGIN_S)
+
+
+def batch_setup(spec: JobSpec, python: str) -> list[str]:
+    """sbatch lines before submitit's srun line: no inherited rendezvous variables, and srun run by the
+    batch-step supervisor (`ddpslurm.launch.batch`), which requeues the job after a signal."""
+    lines = [f"unset {' '.join(INHERITED_DIST_VARS)}"]
+    port = getattr(spec, "master_port", None)
+    if port:
+        lines.append(f"export MASTER_PORT={int(port)}")
+    if spec.max_requeues > 0:
+        supervisor = [python, "-m", "ddpslurm.launch.batch", "--folder", str(spec.folder),
+                      "--world-size", str(spec.world_size), "--grace", str(batch_grace_s(spec.signal_delay_s)),
+                      "--max-requeues", str(spec.max_requeues), "--"]
+        lines += ["# srun runs under ddpslurm's batch-step supervisor: it requeues the job after a preemption or",
+                  "# time-limit signal, once every rank has left its exit record or the grace time ran out.",
+                  f'srun() {{ {shlex.join(supervisor)} srun "$@"; }}']
+    return lines
 
 
 def _grace_s(signal_delay_s: int) -> int:
@@ -101,10 +132,8 @@ def _slurm_params(spec: JobSpec) -> dict[str, Any]:
         "signal_delay_s": spec.signal_delay_s,
         "srun_args": list(srun_args(spec)),
         "additional_parameters": extra,
+        "setup": package_setup() + batch_setup(spec, sys.executable),
     }
-    setup = package_setup()
-    if setup:
-        params["setup"] = setup
     cpus = spec.cpus_per_task
     if torchrun:  # one task per node hosts all the node's ranks
         cpus = (cpus or 1) * spec.tasks_per_node

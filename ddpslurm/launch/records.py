@@ -1,7 +1,8 @@
 """Per-rank start and exit records, and the job folder layout they live in.
 
 Layout (a contract with `ddpslurm analyze`):
-`<folder>/job_<jobid>/attempt_<N>/rank_<R>.{log,start.json,exit.json}`, `ddpslurm.json`, `checkpoints/`.
+`<folder>/job_<jobid>/attempt_<N>/rank_<R>.{log,start.json,exit.json,signal.json}`, `attempt_<N>/requeue.json`
+(the batch step's requeue), `ddpslurm.json`, `checkpoints/`.
 The builders are pure; `write_json` writes atomically (temporary file + rename).
 """
 
@@ -29,9 +30,10 @@ def attempt_folder(job_dir: Path, attempt: int) -> Path:
 
 
 def rank_paths(attempt_dir: Path, rank: int) -> dict[str, Path]:
-    """The log, start and exit record paths of one rank in one attempt."""
+    """The log, start, exit and first-signal record paths of one rank in one attempt."""
     base = attempt_dir / f"rank_{rank}"
-    return {"log": Path(f"{base}.log"), "start": Path(f"{base}.start.json"), "exit": Path(f"{base}.exit.json")}
+    return {"log": Path(f"{base}.log"), "start": Path(f"{base}.start.json"), "exit": Path(f"{base}.exit.json"),
+            "signal": Path(f"{base}.signal.json")}
 
 
 def timestamp(unix: float) -> str:

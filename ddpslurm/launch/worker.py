@@ -233,10 +233,10 @@ def run_script(script: str, args: tuple[str, ...]) -> Outcome:
             return Outcome("exit", code)
         print(code, file=sys.stderr)
         return Outcome("exit", 1)
-    except GraceExpired:
+    except GraceExpired as error:
         print("ddpslurm: the script ignored the preemption flag for the grace period; stopping it",
               file=sys.stderr)
-        return Outcome("ok", 0)
+        return Outcome("exception", 1, exception=_exception_info(error))
     except KeyboardInterrupt:
         return Outcome("signal", 130, signal="SIGINT")
     except BaseException as error:
@@ -261,27 +261,42 @@ class _RankState:
         self.final_code = exit_code
 
     def on_preemption(self, signum: int) -> None:
-        if self.signal_unix is None:
-            self.signal_unix = time.time()
-            print(f"ddpslurm: rank {self.dist.rank} got {signal.Signals(signum).name}: the script should "
-                  f"checkpoint and return (ddpslurm.preemption_requested()); stopping it in {self.cfg.grace_s}s",
-                  file=sys.stderr, flush=True)
-            signal.alarm(self.cfg.grace_s)
+        """The first preemption / time-limit signal: note it for the batch step, arm the grace timer."""
+        if self.signal_unix is not None:
+            return
+        self.signal_unix = time.time()
+        name = signal.Signals(signum).name
+        with contextlib.suppress(OSError):  # the batch step reads it; the rank goes on without it
+            records.write_json(self.paths["signal"], {"rank": self.dist.rank, "signal": name,
+                                                      "unix": self.signal_unix})
+        print(f"ddpslurm: rank {self.dist.rank} got {name}: the script should checkpoint and return "
+              f"(ddpslurm.preemption_requested()); stopping it in {self.cfg.grace_s}s unless it has read "
+              "the flag by then", file=sys.stderr, flush=True)
+        signal.alarm(self.cfg.grace_s)
 
     def on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        """Grace over: stop a script that never looked at the flag; never one that did (it may be saving)."""
+        if preemption.flag_seen():
+            print(f"ddpslurm: rank {self.dist.rank}: grace time over, but the script has read the preemption "
+                  "flag: letting it finish", file=sys.stderr, flush=True)
+            return
         raise GraceExpired()
 
     def on_terminate(self, signum: int, frame: FrameType | None) -> None:
-        """SIGTERM (scancel, srun ending the step): record it and exit, unless the rank has already ended.
+        """SIGTERM: the first one is the preemption flag (Slurm's GraceTime preemption sends SIGCONT+SIGTERM
+        to the tasks, as submitit reads it too); a second one ends the rank, recorded as a signal.
 
-        Once the final record exists the rank is leaving by itself (rank 0 waiting for `scontrol requeue`,
-        submitit writing `<job>_<task>_result.pkl`), and the SIGTERM is usually the requeue's own: exiting
-        here would cut submitit's result write between its `.save_tmp` file and the rename, and the stale
-        `.save_tmp` makes submitit fail that task of the next attempt ("A temporary saved file already
-        exists"), i.e. the job ends FAILED after it finished. So it finishes; Slurm's SIGKILL after
-        KillWait is still there for a rank that would not.
+        Once the final record exists the rank is leaving by itself (submitit writing
+        `<job>_<task>_result.pkl`), and the SIGTERM is usually the requeue's own: exiting here would cut
+        submitit's result write between its `.save_tmp` file and the rename, and the stale `.save_tmp` makes
+        submitit fail that task of the next attempt ("A temporary saved file already exists"). So it
+        finishes; Slurm's SIGKILL after KillWait is still there for a rank that would not.
         """
         if self.final_code is not None:
+            return
+        if self.signal_unix is None:
+            preemption.request(signum)
+            self.on_preemption(signum)
             return
         name = signal.Signals(signum).name
         print(f"ddpslurm: rank {self.dist.rank} terminated by {name}", file=sys.stderr, flush=True)
@@ -317,29 +332,24 @@ def _job_dirs(cfg: WorkerConfig, job_id: str, attempt: int,
 
 
 def _after_preemption(state: _RankState, attempt_start: float, outcome: Outcome) -> None:
-    """The script stopped after the signal: record `preempted`; global rank 0 requeues (up to the cap)."""
-    from ddpslurm.launch.requeue import decide, requeue_job
+    """The script stopped after the signal: record `preempted` and whether the job should be requeued.
 
-    cfg, dist = state.cfg, state.dist
+    The batch step (`ddpslurm.launch.batch`) requeues, once every rank has left this record.
+    """
+    from ddpslurm.launch.requeue import decide
+
+    cfg = state.cfg
     signalled = state.signal_unix or time.time()
     decision = decide(elapsed_s=signalled - attempt_start, limit_s=cfg.time_limit_s,
                       signal_delay_s=cfg.signal_delay_s, attempt=state.attempt, max_requeues=cfg.max_requeues,
                       can_requeue=cfg.launcher != "local")
-    requeued = decision.requeue and dist.rank == 0
-    extra: dict[str, Any] = {"reason": decision.reason, "requeue": decision.requeue,
-                             "max_requeues": cfg.max_requeues, "exception": outcome.exception}
+    forced = bool(outcome.exception and outcome.exception.get("type", "").endswith("GraceExpired"))
     if not decision.requeue:
         print(f"ddpslurm: {decision.reason.replace('_', ' ')} after attempt {state.attempt}: not requeued "
               f"(--max-requeues {cfg.max_requeues})", file=sys.stderr, flush=True)
-    state.exit_record("preempted", decision.exit_code, **extra)
-    if requeued:
-        print(f"ddpslurm: {decision.reason.replace('_', ' ')}: requeuing job {dist.job_id} "
-              f"(attempt {state.attempt + 1} of at most {cfg.max_requeues + 1})", file=sys.stderr, flush=True)
-        try:
-            requeue_job(dist.job_id)
-        except Exception as error:  # the record must say so; the job then simply ends
-            print(f"ddpslurm: requeue failed: {error}", file=sys.stderr, flush=True)
-            state.exit_record("preempted", 1, requeue_error=str(error), **extra)
+    state.exit_record("preempted", decision.exit_code, reason=decision.reason, requeue=decision.requeue,
+                      max_requeues=cfg.max_requeues, exception=outcome.exception, forced_stop=forced,
+                      signal_unix=state.signal_unix)
 
 
 def run_rank(cfg: WorkerConfig, launcher: str) -> int:
@@ -378,7 +388,7 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
         outcome = run_script(cfg.script, cfg.script_args)
         signal.alarm(0)
         ignore_late_preemption_signal()
-        if preemption.preemption_requested() and outcome.status != "signal":
+        if state.signal_unix is not None and outcome.status != "signal":
             # Once Slurm announced the end, peers leave at slightly different steps and a rank may die in
             # a collective: the job is still requeued; the record keeps the exception for post-mortems.
             _after_preemption(state, attempt_start, outcome)

@@ -108,3 +108,18 @@ def run(
         raise SlurmCommandError(args, done.returncode, done.stderr or done.stdout,
                                 f"The full command was: {' '.join(args)}")
     return done
+
+
+def start(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Start a Slurm command (srun in the batch step) that inherits this process's stdio; the caller waits.
+
+    Raises SlurmNotFoundError like `run()`.
+    """
+    args = [str(a) for a in argv]
+    if not args:
+        raise ValueError("start() needs a command")
+    require_slurm(args[0], os.environ)
+    try:
+        return subprocess.Popen(args)
+    except FileNotFoundError:
+        raise not_found_error(args[0]) from None

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.resolve import expand_ranks
 from ddpslurm.analyze.diagnosis import RankRow
 from ddpslurm.analyze.report import collapse_rows
 from ddpslurm.analyze.resolve import expand_ranks

@@ -81,4 +81,4 @@ def test_dry_run_json(script: Path, tmp_path: Path) -> None:
     assert plan["executor"] == "slurm"
     assert "#SBATCH --nodes=3" in plan["sbatch"] and "#SBATCH --ntasks-per-node=2" in plan["sbatch"]
     assert plan["rank_env"]["WORLD_SIZE"] == "6"
-    assert plan["executor_params"]["srun_args"] == ["--kill-on-bad-exit=1", "--wait=60"]
+    assert plan["executor_params"]["srun_args"] == ["--kill-on-bad-exit=1"]  # no --wait: see plan.REQUEUE_MARGIN_S

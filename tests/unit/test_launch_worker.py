@@ -296,26 +296,35 @@ from ddpslurm.launch.worker import _RankState
 folder = Path(sys.argv[1])
 tee = SimpleNamespace(stop=lambda timeout=2.0: None)
 dist = SimpleNamespace(rank=1, job_id="7")
-state = _RankState(None, dist, 0, {"exit": folder / "rank_1.exit.json"}, tee)
+paths = {"exit": folder / "rank_1.exit.json", "signal": folder / "rank_1.signal.json"}
+state = _RankState(SimpleNamespace(grace_s=30), dist, 0, paths, tee)
 signal.signal(signal.SIGTERM, state.on_terminate)
 if sys.argv[2] == "ended":
     state.exit_record("preempted", 0)
 os.kill(os.getpid(), signal.SIGTERM)
+if sys.argv[2] == "twice":
+    os.kill(os.getpid(), signal.SIGTERM)
+signal.alarm(0)
 (folder / "tail_done").write_text("submitit's result pickle")
 """
 
 
-@pytest.mark.parametrize(("when", "code", "status", "tail_done"), [
-    ("running", 128 + 15, "signal", False),   # scancel / the step ending: record it and exit at once
-    ("ended", 0, "preempted", True),          # the requeue's SIGTERM: let submitit finish its result file
+@pytest.mark.parametrize(("when", "code", "status", "tail_done", "flagged"), [
+    ("running", 0, None, True, True),          # Slurm's preemption SIGTERM: the flag; the script goes on
+    ("twice", 128 + 15, "signal", False, True),  # a second SIGTERM: record it and exit at once
+    ("ended", 0, "preempted", True, False),    # the requeue's SIGTERM: let submitit finish its result file
 ])
-def test_sigterm_before_and_after_the_final_record(tmp_path: Path, when: str, code: int, status: str,
-                                                   tail_done: bool) -> None:
+def test_sigterm_before_and_after_the_final_record(tmp_path: Path, when: str, code: int, status: str | None,
+                                                   tail_done: bool, flagged: bool) -> None:
     done = subprocess.run([sys.executable, "-c", TERM_PROBE, str(tmp_path), when], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == code, done.stderr
-    assert json.loads((tmp_path / "rank_1.exit.json").read_text())["status"] == status
+    exit_record = tmp_path / "rank_1.exit.json"
+    assert (json.loads(exit_record.read_text())["status"] if exit_record.exists() else None) == status
     assert (tmp_path / "tail_done").exists() == tail_done
+    assert (tmp_path / "rank_1.signal.json").exists() == flagged
+    if flagged:
+        assert "got SIGTERM" in done.stderr
 
 
 LATE_SIGNAL_PROBE = """

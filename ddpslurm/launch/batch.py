@@ -1,0 +1,160 @@
+"""The batch-step supervisor: runs the job's srun and requeues the job after a preemption or time-limit signal.
+
+The sbatch script runs `srun` through it (`python -m ddpslurm.launch.batch [options] -- srun ...`).
+Requeueing from here, not from a rank, means the job is requeued only once every rank of the attempt
+has left its exit record (no rank is cut while it writes its checkpoint shard), or once the grace time
+after the first rank's signal ran out (a rank stuck in a collective cannot stop the requeue).
+
+Signals: the ranks get them from Slurm (USR2 `--signal-delay` s before the time limit; at preemption
+SIGTERM, or USR2 with `SlurmctldParameters=preempt_send_user_signal`); each rank writes
+`rank_<R>.signal.json` when it takes the first one. The job is requeued only while Slurm still says
+RUNNING: a preempted job in its GraceTime is RUNNING, a `scancel`ed or timed-out one is not (Slurm
+would otherwise requeue a cancelled job: `scontrol requeue` accepts finished batch jobs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddpslurm.launch import records
+
+WAIT = "wait"
+REQUEUE = "requeue"
+NONE = "none"
+#: Status values of an exit record that mean the rank failed by itself.
+FAILED_STATUSES = ("exception", "exit", "signal")
+POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # WAIT | REQUEUE | NONE
+    reason: str
+
+
+def _failed_before(exits: Mapping[int, Mapping[str, Any]], signal_unix: float) -> list[int]:
+    return sorted(rank for rank, rec in exits.items()
+                  if rec.get("status") in FAILED_STATUSES and float(rec.get("unix", 0)) < signal_unix)
+
+
+def decide(*, exits: Mapping[int, Mapping[str, Any]], signal_unix: float | None, world_size: int,
+           srun_running: bool, now: float, grace_s: float, attempt: int, max_requeues: int) -> Decision:
+    """What the batch step does now, from the attempt's exit records and first signal time. Pure."""
+    if signal_unix is None:
+        return Decision(WAIT if srun_running else NONE, "no preemption or time-limit signal reached a rank")
+    if attempt >= max_requeues:
+        return Decision(NONE, f"attempt {attempt} reached --max-requeues {max_requeues}")
+    failed = _failed_before(exits, signal_unix)
+    if failed:
+        return Decision(NONE, f"rank(s) {failed} failed before the signal: a requeue would fail again")
+    if not srun_running:
+        return Decision(REQUEUE, "every task has ended after the signal")
+    missing = sorted(set(range(world_size)) - set(exits))
+    if not missing:
+        return Decision(WAIT, "every rank left its exit record; srun is ending")
+    if now >= signal_unix + grace_s:
+        return Decision(REQUEUE, f"grace time of {grace_s:g}s ran out with rank(s) {missing[:8]} still running")
+    return Decision(WAIT, f"rank(s) {missing[:8]} still stopping")
+
+
+def read_attempt(attempt_dir: Path) -> tuple[dict[int, dict[str, Any]], float | None]:
+    """The exit records of an attempt by rank, and the earliest signal time any rank recorded."""
+    exits: dict[int, dict[str, Any]] = {}
+    signals: list[float] = []
+    for path in attempt_dir.glob("rank_*.json"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # written atomically; an unreadable file is someone else's
+        if not isinstance(record, dict):
+            continue
+        if path.name.endswith(".exit.json") and isinstance(record.get("rank"), int):
+            exits[record["rank"]] = record
+        elif path.name.endswith(".signal.json") and isinstance(record.get("unix"), int | float):
+            signals.append(float(record["unix"]))
+    return exits, (min(signals) if signals else None)
+
+
+def job_state(job_id: str) -> str | None:
+    """The job's state as slurmctld has it now (RUNNING, COMPLETING, ...), None if it cannot be read."""
+    from ddpslurm.scheduler.commands import scontrol_show_job_argv
+    from ddpslurm.scheduler.parse import parse_scontrol_show
+    from ddpslurm.scheduler.run import run
+
+    try:
+        found = parse_scontrol_show(run(scontrol_show_job_argv(job_id), timeout=30).stdout)
+    except Exception:  # any failure: the caller says so and does not requeue
+        return None
+    return found[0].get("JobState") if found else None
+
+
+def requeue_if_running(job_id: str, attempt_dir: Path, reason: str) -> bool:
+    """`scontrol requeue` when Slurm still runs the job; the outcome goes to `requeue.json` and stderr."""
+    from ddpslurm.launch.requeue import requeue_job
+
+    state = job_state(job_id)
+    outcome: dict[str, Any] = {"job_id": job_id, "reason": reason, "job_state": state, "unix": time.time(),
+                               "time": records.timestamp(time.time()), "requeued": False}
+    if state != "RUNNING":
+        outcome["why_not"] = f"Slurm has the job {state or 'in an unknown state'}: it was cancelled or ended"
+    else:
+        try:
+            requeue_job(job_id)
+            outcome["requeued"] = True
+        except Exception as error:  # recorded; the job then simply ends
+            outcome["why_not"] = str(error).splitlines()[0] if str(error) else type(error).__name__
+    records.write_json(attempt_dir / "requeue.json", outcome)
+    verb = "requeuing job" if outcome["requeued"] else f"not requeuing job ({outcome['why_not']}):"
+    print(f"ddpslurm batch: {verb} {job_id}: {reason}", file=sys.stderr, flush=True)
+    return bool(outcome["requeued"])
+
+
+def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s: float, max_requeues: int,
+              environ: Mapping[str, str]) -> int:
+    """Run srun; requeue when `decide` says so; srun's exit status."""
+    from ddpslurm.scheduler.run import start
+
+    job_id = environ.get("SLURM_JOB_ID", "")
+    attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    attempt_dir = records.attempt_folder(records.job_folder(folder, job_id), attempt)
+    process = start(srun_argv)
+    acted = False
+    while True:
+        code = process.poll()
+        exits, signal_unix = read_attempt(attempt_dir)
+        decision = decide(exits=exits, signal_unix=signal_unix, world_size=world_size,
+                          srun_running=code is None, now=time.time(), grace_s=grace_s, attempt=attempt,
+                          max_requeues=max_requeues)
+        if decision.action == REQUEUE and not acted and job_id:
+            acted = True
+            requeue_if_running(job_id, attempt_dir, decision.reason)
+        if code is not None:
+            return code
+        time.sleep(POLL_S)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddpslurm.launch.batch", description=__doc__.split("\n")[0])
+    parser.add_argument("--folder", required=True, help="the jobs root (the job folder is FOLDER/job_<id>)")
+    parser.add_argument("--world-size", type=int, required=True)
+    parser.add_argument("--grace", type=float, required=True, help="seconds after the first signal")
+    parser.add_argument("--max-requeues", type=int, required=True)
+    parser.add_argument("srun", nargs=argparse.REMAINDER, help="-- srun ARGS...")
+    args = parser.parse_args(argv)
+    srun_argv = args.srun[1:] if args.srun[:1] == ["--"] else args.srun
+    if not srun_argv:
+        parser.error("give the srun command after --")
+    return supervise(srun_argv, folder=args.folder, world_size=args.world_size, grace_s=args.grace,
+                     max_requeues=args.max_requeues, environ=os.environ)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

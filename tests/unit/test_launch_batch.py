@@ -1,0 +1,65 @@
+"""The batch-step supervisor's requeue rule (pure) and its reading of an attempt folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddpslurm import preemption
+from ddpslurm.launch.batch import NONE, REQUEUE, WAIT, decide, main, read_attempt
+
+SIG = 1000.0
+
+
+def rec(status: str, unix: float) -> dict:
+    return {"status": status, "unix": unix}
+
+
+@pytest.mark.parametrize(("exits", "signal_unix", "running", "now", "attempt", "action", "why"), [
+    ({}, None, True, SIG, 0, WAIT, "no preemption"),
+    ({0: rec("ok", 5.0), 1: rec("ok", 5.0)}, None, False, SIG, 0, NONE, "no preemption"),
+    ({0: rec("preempted", SIG + 3), 1: rec("preempted", SIG + 3)}, SIG, False, SIG + 4, 0, REQUEUE, "ended after"),
+    ({0: rec("preempted", SIG + 3)}, SIG, True, SIG + 4, 0, WAIT, "[1] still stopping"),
+    ({0: rec("preempted", SIG + 3), 1: rec("preempted", SIG + 3)}, SIG, True, SIG + 4, 0, WAIT, "srun is ending"),
+    ({1: rec("preempted", SIG + 3)}, SIG, True, SIG + 30, 0, REQUEUE, "ran out with rank(s) [0]"),
+    ({}, SIG, True, SIG + 30, 0, REQUEUE, "ran out with rank(s) [0, 1]"),
+    ({1: rec("exception", SIG - 2), 0: rec("preempted", SIG + 1)}, SIG, False, SIG + 4, 0, NONE, "[1] failed before"),
+    ({1: rec("exception", SIG + 2), 0: rec("preempted", SIG + 1)}, SIG, False, SIG + 4, 0, REQUEUE, "ended after"),
+    ({0: rec("preempted", SIG + 3), 1: rec("preempted", SIG + 3)}, SIG, False, SIG + 4, 3, NONE, "--max-requeues 3"),
+    ({}, SIG, False, SIG + 4, 0, REQUEUE, "ended after"),  # killed without records: restart from the checkpoint
+])
+def test_decide(exits: dict, signal_unix: float | None, running: bool, now: float, attempt: int, action: str,
+                why: str) -> None:
+    got = decide(exits=exits, signal_unix=signal_unix, world_size=2, srun_running=running, now=now, grace_s=20,
+                 attempt=attempt, max_requeues=3)
+    assert got.action == action and why in got.reason, got
+
+
+def test_read_attempt_takes_the_earliest_signal_and_skips_bad_files(tmp_path: Path) -> None:
+    (tmp_path / "rank_0.signal.json").write_text(json.dumps({"rank": 0, "unix": 12.5}))
+    (tmp_path / "rank_1.signal.json").write_text(json.dumps({"rank": 1, "unix": 11.0}))
+    (tmp_path / "rank_1.exit.json").write_text(json.dumps({"rank": 1, "status": "preempted", "unix": 13.0}))
+    (tmp_path / "rank_0.exit.json").write_text("{half a rec")
+    (tmp_path / "rank_2.exit.json").write_text(json.dumps(["not", "a", "record"]))
+    exits, first = read_attempt(tmp_path)
+    assert first == 11.0 and list(exits) == [1] and exits[1]["status"] == "preempted"
+    assert read_attempt(tmp_path / "missing") == ({}, None)
+
+
+def test_main_needs_a_command_after_the_separator(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--folder", "x", "--world-size", "2", "--grace", "5", "--max-requeues", "1", "--"])
+    assert done.value.code == 2 and "srun command" in capsys.readouterr().err
+
+
+def test_the_flag_is_seen_only_once_asked_after_the_signal() -> None:
+    preemption.reset()
+    try:
+        assert not preemption.preemption_requested() and not preemption.flag_seen()
+        preemption.request(15)
+        assert not preemption.flag_seen()
+        assert preemption.preemption_requested() and preemption.flag_seen()
+    finally:
+        preemption.reset()
