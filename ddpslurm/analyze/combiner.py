@@ -57,8 +57,8 @@ class Candidate:
 
     @property
     def cause(self) -> str | None:
-        """The cause of its own strongest vote, else of its heaviest vote that names one."""
-        for pool in ([v for v in self.votes if v.own], self.votes):
+        """The cause of its own decisive vote, else of its heaviest vote that names one."""
+        for pool in ([v for v in self.votes if v.own and v.weight >= STRONG_OWN], self.votes):
             named = [v for v in pool if v.cause not in (None, "unknown")]
             if named:
                 return max(named, key=lambda v: v.weight).cause

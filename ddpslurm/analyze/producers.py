@@ -280,6 +280,11 @@ def _small_int(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() and len(value) < 10 else None
 
 
+#: errors c10d raises in a rank that is connected to the store (a connect failure is kind `socket`)
+STORE_CLIENT_KINDS = ("store_barrier", "exception")
+STORE_CAUSES = ("rendezvous_timeout", "network_unreachable")
+
+
 def _store_keys(stores: list[Event], tl: JobTimeline) -> list[Vote]:
     """Every rank waits in the store for one rank's key: that rank never wrote it (or runs under another RANK)."""
     keyed = [e for e in stores if _small_int(e.get("key_rank")) is not None and e.rank is not None]
@@ -292,7 +297,7 @@ def _store_keys(stores: list[Event], tl: JobTimeline) -> list[Vote]:
         return []
     (target, _n), *_ = Counter(_small_int(e.get("key_rank")) for e in keyed).most_common(1)
     assert target is not None
-    reached = [e for e in tl.rank(target).failures if e.kind == "store_barrier" or e.cause == "rendezvous_timeout"]
+    reached = [e for e in tl.rank(target).failures if e.kind in STORE_CLIENT_KINDS and e.cause in STORE_CAUSES]
     cause = "rank_config_mismatch" if reached else "rendezvous_timeout"
     why = ("every rank waits for its key although it reached the store itself: its RANK is not the one it was "
            "launched as" if reached else "every rank waits in the store for its key")

@@ -7,6 +7,7 @@ numbers keep the zero padding of the range's lower bound (`n[008-011]` -> n008 .
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from itertools import product
@@ -14,8 +15,8 @@ from itertools import product
 from ddpslurm.errors import EnvDerivationError
 
 _HINT = "Give a Slurm hostlist such as `node[01-04,07]` or `a1,b[2-3]`"
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-_TASKS = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+_RANGE = re.compile(r"^([0-9]{1,18})(?:-([0-9]{1,18}))?$")  # ASCII digits, few enough for int()
+_TASKS = re.compile(r"^([0-9]{1,18})(?:\(x([0-9]{1,18})\))?$")
 _TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
 _SEPARATOR = re.compile(r"\s*,\s*|\s+")
 _PIECE = re.compile(r"([^\[\]]*)(?:\[([^\[\]]*)\])?")
@@ -61,6 +62,8 @@ def _expand_ranges(body: str, text: str) -> list[str]:
             raise _bad(text, f"reversed range [{part}]")
         if hi - lo + 1 > MAX_HOSTS:
             raise _bad(text, f"range [{part}] is too large")
+        if len(out) + hi - lo + 1 > MAX_HOSTS:
+            raise _bad(text, f"[{body}] expands to too many hosts")
         width = len(lo_text)
         out.extend(str(n).zfill(width) for n in range(lo, hi + 1))
     return out
@@ -76,6 +79,8 @@ def _expand_group(group: str, text: str) -> list[str]:
             pieces.append([literal])
         if bracket:
             pieces.append(_expand_ranges(bracket, text))
+    if math.prod(len(piece) for piece in pieces) > MAX_HOSTS:  # before the product is built, not after
+        raise _bad(text, "it expands to too many hosts")
     return ["".join(combo) for combo in product(*pieces)]
 
 
@@ -155,6 +160,9 @@ def expand_tasks_per_node(text: str) -> list[int]:
         repeat = int(match.group(2) or 1)
         if repeat == 0:
             raise EnvDerivationError(f"malformed tasks-per-node value {text!r}: repeat count 0 in {part!r}",
+                                     "Expected a Slurm value such as `4(x2),3`")
+        if len(counts) + repeat > MAX_HOSTS:
+            raise EnvDerivationError(f"malformed tasks-per-node value {text!r}: more than {MAX_HOSTS} nodes",
                                      "Expected a Slurm value such as `4(x2),3`")
         counts.extend([int(match.group(1))] * repeat)
     return counts
