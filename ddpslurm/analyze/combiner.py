@@ -26,6 +26,8 @@ SYSTEMIC_WINDOW = 5.0  # seconds: ranks failing alike within this window failed 
 STRONG_OWN = 40.0  # own-failure weight that makes a rank a decisive candidate
 MARGIN = 1.25  # the top candidate must outweigh the next by this factor to be named without time
 MIN_WEIGHT = 10.0  # less than this names nobody
+#: what victims report while they wait for a late rank: it says nothing of why that rank was late
+WAITING_CAUSES = ("collective_timeout", "rendezvous_timeout")
 JOB_DECISIVE = 50.0  # a Slurm job line this heavy (time limit, preemption, scancel) ends the job by itself
 
 
@@ -57,8 +59,12 @@ class Candidate:
 
     @property
     def cause(self) -> str | None:
-        """The cause of its own decisive vote, else of its heaviest vote that names one."""
-        for pool in ([v for v in self.votes if v.own and v.weight >= STRONG_OWN], self.votes):
+        """The cause of its own decisive vote; else what the others conclude about it beyond "it was late";
+        else its own weaker error; else whatever names a cause."""
+        pools = ([v for v in self.votes if v.own and v.weight >= STRONG_OWN],
+                 [v for v in self.votes if not v.own and v.cause not in WAITING_CAUSES],
+                 [v for v in self.votes if v.own], self.votes)
+        for pool in pools:
             named = [v for v in pool if v.cause not in (None, "unknown")]
             if named:
                 return max(named, key=lambda v: v.weight).cause

@@ -259,6 +259,7 @@ class Context:
     injected: dict[str, Any] = field(default_factory=dict)
     processes: list[subprocess.Popen] = field(default_factory=list)
     live_fired: bool = False
+    was_running: bool = False
 
     def node(self, key: str = "node") -> str:
         return self.nodes[int(self.scenario.hook_arg(key)) - 1]
@@ -486,14 +487,32 @@ def _job_state(cluster: Cluster, job_id: str) -> str:
     return acct[0].split()[0] if acct else "UNKNOWN"
 
 
+def job_record(sacct_rows: str) -> dict[str, str]:
+    """`sacct -X -D -P -o State,ExitCode,NodeList,Elapsed` rows (every run of the job, oldest first) -> the run
+    that held nodes last (a requeued copy cancelled while pending holds none): its state, exit code, node list and
+    elapsed time, plus `final_state` when the job's last row says something else (pure)."""
+    rows = [line.split("|") for line in sacct_rows.strip().splitlines() if line.count("|") == 3]
+    if not rows:
+        raise LabError(f"sacct printed no job row: {sacct_rows.strip()[:200]!r}")
+    ran = [row for row in rows if row[2] and row[2] != "None assigned"] or rows
+    state, exit_code, nodelist, elapsed = ran[-1]
+    record = {"state": state, "exit_code": exit_code, "nodelist": "" if nodelist == "None assigned" else nodelist,
+              "elapsed": elapsed}
+    if rows[-1] is not ran[-1]:
+        record["final_state"] = rows[-1][0]
+    return record
+
+
 def _attempt_over(cluster: Cluster, ctx: Context) -> bool:
-    """The job ended; or, after a live hook, Slurm requeued it (PENDING again): then the lab cancels the copy."""
+    """The job ended; or, once it ran (or a live hook fired), it is PENDING again: requeued, by Slurm or by the
+    launcher; then the lab cancels the pending copy, so the case holds the one run the fault was injected into."""
     state = _job_state(cluster, str(ctx.job_id)).split()[0]
     if state in TERMINAL:
         return True
-    if state == "PENDING" and ctx.live_fired and "then" not in ctx.injected:
+    ctx.was_running = ctx.was_running or state == "RUNNING"
+    if state == "PENDING" and (ctx.live_fired or ctx.was_running) and "then" not in ctx.injected:
         cluster.run(["scancel", str(ctx.job_id)], check=False)
-        ctx.injected["then"] = (f"Slurm requeued the job; the lab cancelled the pending requeued copy at {utc_now()} "
+        ctx.injected["then"] = (f"the job was requeued; the lab cancelled the pending requeued copy at {utc_now()} "
                                 "(scancel) so it would not run again")
     return False
 
@@ -594,12 +613,11 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
         raise LabError(f"job {ctx.job_id} of {scenario.name} completed: the fault did not take; no case written")
     if not any(job_dir.glob("*_log.*")):
         raise LabError(f"job {ctx.job_id} of {scenario.name} never ran (no task log in {job_dir}); no case written")
-    acct = cluster.run(["sacct", "-X", "-n", "-P", "-j", ctx.job_id, "-o", "State,ExitCode,NodeList,Elapsed"])
-    state, exit_code, nodelist, elapsed = acct.stdout.strip().splitlines()[-1].split("|")
-    allocation = cluster.expand(nodelist) if nodelist and nodelist != "None assigned" else nodes
+    acct = cluster.run(["sacct", "-X", "-D", "-n", "-P", "-j", ctx.job_id, "-o", "State,ExitCode,NodeList,Elapsed"])
+    job = job_record(acct.stdout)
+    allocation = cluster.expand(job.pop("nodelist")) if job.get("nodelist") else nodes
     label = make_label(scenario, allocation, ctx, argv, script_args, submitted_at,
-                       {"id": ctx.job_id, "state": state, "exit_code": exit_code, "nodes": allocation,
-                        "elapsed": elapsed})
+                       {"id": ctx.job_id, **job, "nodes": allocation})
     out.mkdir(parents=True, exist_ok=True)
     dest = next_case_dir(out, scenario.cause)
     size = copy_job(job_dir, dest)
@@ -619,7 +637,7 @@ def run_scenario(cluster: Cluster, scenario: Scenario, out: Path, keep: bool = F
     (dest / "label.json").write_text(json.dumps(label, indent=2) + "\n")
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
-    log(f"{scenario.name}: job {ctx.job_id} {state} -> {dest} ({size // 1024} KiB)")
+    log(f"{scenario.name}: job {ctx.job_id} {job['state']} -> {dest} ({size // 1024} KiB)")
     return dest
 
 

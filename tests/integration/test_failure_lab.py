@@ -120,6 +120,25 @@ def test_job_lines_keeps_only_the_jobs_own_lines(line: str, kept: bool) -> None:
     assert lab.job_lines([line + "\n"], "2815412") == ([line + "\n"] if kept else [])
 
 
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [("FAILED|1:0|lab-n[01-02]|00:00:09\n",
+      {"state": "FAILED", "exit_code": "1:0", "nodelist": "lab-n[01-02]", "elapsed": "00:00:09"}),
+     ("REQUEUED|0:0|lab-n[01-03]|00:00:20\nCANCELLED by 0|0:0|None assigned|00:00:00\n",
+      {"state": "REQUEUED", "exit_code": "0:0", "nodelist": "lab-n[01-03]", "elapsed": "00:00:20",
+       "final_state": "CANCELLED by 0"}),
+     ("CANCELLED by 0|0:0|None assigned|00:00:00\n",
+      {"state": "CANCELLED by 0", "exit_code": "0:0", "nodelist": "", "elapsed": "00:00:00"})],
+)
+def test_job_record_is_the_run_that_held_nodes(rows: str, expected: dict) -> None:
+    assert lab.job_record(rows) == expected
+
+
+def test_job_record_without_rows_is_an_error() -> None:
+    with pytest.raises(lab.LabError, match="no job row"):
+        lab.job_record("sacct: error: something\n")
+
+
 def test_copy_job_leaves_out_pickles_and_checkpoints(tmp_path: Path) -> None:
     job = tmp_path / "job_7"
     (job / "attempt_0").mkdir(parents=True)
