@@ -325,8 +325,8 @@ def agent_teardown(tl: JobTimeline) -> list[Vote]:
 
 
 def logs_that_stop_early(tl: JobTimeline) -> list[Vote]:
-    """A rank whose log ends earlier than its peers' (and that said nothing itself) while the others failed."""
-    if not any(rt.failures for rt in tl.ranks.values()):
+    """A rank whose log ends earlier than its peers' (and that said nothing itself) while the job failed."""
+    if not (any(rt.failures for rt in tl.ranks.values()) or any(t.own_death for t in tl.tasks) or tl.unranked):
         return []
     early = [rt for rt in tl.ranks.values() if rt.stopped_early and not _loud(rt)]
     if not early or len(early) > 2:
