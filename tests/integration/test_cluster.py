@@ -251,8 +251,8 @@ def test_down_leaves_nothing_behind(slurm_cluster_named, tmp_path: Path) -> None
         assert _leftovers(DOWNTEST, marker), "a cluster that is up must show up in the leftover check"
         downtest = slurm_cluster_named(DOWNTEST)
         # A running job leaves slurmstepd and a job process in a node's namespace for down to clean up.
-        downtest.run(["sbatch", "-N1", "-o", str(tmp_path / "%j.out"), "--wrap",
-                      f"exec bash -c 'exec -a {marker} sleep 300'"])
+        old_job = downtest.run(["sbatch", "--parsable", "-N2", "-o", str(tmp_path / "%j.out"), "--wrap",
+                                f"srun bash -c 'exec -a {marker} sleep 300'"]).stdout.strip()
         wait_for(lambda: marker in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout,
                  30, "the job's process to start")
     finally:
@@ -260,6 +260,16 @@ def test_down_leaves_nothing_behind(slurm_cluster_named, tmp_path: Path) -> None
     assert down.returncode == 0, down.stderr
     assert _leftovers(DOWNTEST, marker) == []
     assert cluster_cmd("--name", DOWNTEST, "status").returncode != 0
+    # The next up starts with an empty queue and free nodes: the job running at `down` does not come back
+    # ("requeued due to node failure") holding its nodes, and new job ids do not reuse the old ones.
+    try:
+        again = cluster_cmd("--name", DOWNTEST, "up", "--nodes", "2")
+        assert again.returncode == 0, again.stderr
+        assert downtest.run(["squeue", "-h", "-o", "%i %T"]).stdout.strip() == ""
+        new_job = downtest.run(["sbatch", "--parsable", "-N2", "-o", "/dev/null", "--wrap", "true"]).stdout
+        assert int(new_job) > int(old_job)
+    finally:
+        assert cluster_cmd("--name", DOWNTEST, "down").returncode == 0
 
 
 # ---------------------------------------------------------------- crash-node (last: it takes a node away)
