@@ -28,6 +28,8 @@ MARGIN = 1.25  # the top candidate must outweigh the next by this factor to be n
 MIN_WEIGHT = 10.0  # less than this names nobody
 #: what victims report while they wait for a late rank: it says nothing of why that rank was late
 WAITING_CAUSES = ("collective_timeout", "rendezvous_timeout")
+#: Slurm ends of a job after which it may be requeued and run again (then they are not the job's end)
+REQUEUED_CAUSES = ("preempted", "slurm_time_limit", "node_failure")
 JOB_DECISIVE = 50.0  # a Slurm job line this heavy (time limit, preemption, scancel) ends the job by itself
 
 
@@ -126,7 +128,8 @@ def _same_host(a: str | None, b: str | None) -> bool:
 
 def _job_verdict(votes: list[Vote], candidates: list[Candidate], tl: JobTimeline) -> Verdict | None:
     """Slurm's own end of the job, unless a rank's decisive failure came before it in comparable time."""
-    slurm = [v for v in votes if v.producer == "slurm" and v.weight >= JOB_DECISIVE]
+    slurm = [v for v in votes if v.producer == "slurm" and v.weight >= JOB_DECISIVE
+             and not (v.cause in REQUEUED_CAUSES and tl.went_on_after(v.evidence[0]))]
     if not slurm:
         return None
     top = max(slurm, key=lambda v: (v.weight, -(v.time or 0.0)))

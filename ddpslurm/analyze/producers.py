@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ddpslurm.analyze.events import Event
 from ddpslurm.analyze.resolve import expand_ranks, is_host_name, plausible_world
-from ddpslurm.analyze.timeline import JobTimeline, RankTimeline
+from ddpslurm.analyze.timeline import JobTimeline, RankTimeline, precedes
 
 #: kinds a rank logs only because another rank or Slurm ended it: never its own failure
 QUIET_KINDS = ("exit_signal", "slurm_task", "slurm_job", "agent_sigterm", "agent", "exit")
@@ -229,7 +229,7 @@ def _loud(rt: RankTimeline) -> bool:
 
 def barrier_counts(tl: JobTimeline) -> list[Vote]:
     """monitoredBarrier's named ranks; store barriers: who is missing, or more workers than the world size."""
-    events = [e for rt in tl.ranks.values() for e in rt.failures] + tl.unranked
+    events = [e for e in tl.events if e.kind in ("barrier", "store_barrier")]  # periodic "Waiting in" lines too
     named = [e for e in events if e.kind == "barrier" and e.get("ranks")]
     if named:
         ranks = sorted({r for e in named for r in expand_ranks(e.get("ranks", ""), 1 << 16)})
@@ -252,10 +252,15 @@ def _store_counts(counted: list[Event], tl: JobTimeline) -> list[Vote]:
         return [Vote("store barrier", 60.0, f"the store expects {size} ranks but {launched} were launched: "
                      "WORLD_SIZE disagrees with the ranks launched", cause="rank_config_mismatch",
                      evidence=tuple(counted[:3]))]
+    invalid = sorted({r for e in counted if (r := _small_int(e.get("rank"))) is not None and r >= size})
+    if invalid:  # a rank number the world cannot have: that process runs with a wrong RANK or WORLD_SIZE
+        return [Vote("store barrier", 45.0 / len(invalid), f"rank {r} waits in a store barrier of world size {size}, "
+                     "a rank that world cannot have", rank=r, host=tl.facts.rank_host.get(r),
+                     cause="rank_config_mismatch", evidence=tuple(counted[:3])) for r in invalid]
     if count > size:
-        stale = tl.facts.attempt > 0
+        stale = tl.facts.attempt > 0 or any(precedes(j, e0) for j in tl.job_events)
         why = (f"{count} workers joined a store expecting {size}" +
-               (f" (attempt {tl.facts.attempt} found the earlier attempt's count)" if stale
+               (": an earlier attempt of the job (requeued) left its count in the store" if stale
                 else ": more processes were launched than the world size says"))
         return [Vote("store barrier", 60.0, why, cause="stale_rendezvous_state" if stale else "rank_config_mismatch",
                      evidence=tuple(counted[:3]))]

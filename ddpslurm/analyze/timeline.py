@@ -96,6 +96,10 @@ class JobTimeline:
     unranked: list[Event]
     events: list[Event]
 
+    def went_on_after(self, e: Event) -> bool:
+        """The ranks logged failures after `e` (the job was requeued and ran again: `e` was not its end)."""
+        return any(precedes(e, f) for rt in self.ranks.values() for f in rt.failures if f.kind not in JOB_KINDS)
+
     def rank(self, rank: int) -> RankTimeline:
         return self.ranks.get(rank) or RankTimeline(rank=rank, host=self.facts.rank_host.get(rank))
 
@@ -170,6 +174,11 @@ def recovered_failures(tl: RankTimeline, own_events: list[Event]) -> list[Event]
 
 
 def _later(a: Event, b: Event) -> bool:
+    return precedes(a, b)
+
+
+def precedes(a: Event, b: Event) -> bool:
+    """`a` came before `b`: by comparable times, else by position in the same file."""
     if a.time is not None and b.time is not None and comparable(a.time_family, b.time_family):
         return b.time > a.time
     return a.file == b.file and b.line > a.line
