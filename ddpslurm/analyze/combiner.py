@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ddpslurm.analyze.events import Event
-from ddpslurm.analyze.producers import HOST_REPORT_SCALE, Vote, all_votes
+from ddpslurm.analyze.producers import HOST_REPORT_SCALE, REQUEUE_MARKS, Vote, all_votes
 from ddpslurm.analyze.timeline import JobTimeline
 from ddpslurm.analyze.timestamps import comparable
 
@@ -28,8 +28,6 @@ MARGIN = 1.25  # the top candidate must outweigh the next by this factor to be n
 MIN_WEIGHT = 10.0  # less than this names nobody
 #: what victims report while they wait for a late rank: it says nothing of why that rank was late
 WAITING_CAUSES = ("collective_timeout", "rendezvous_timeout")
-#: Slurm ends of a job after which it may be requeued and run again (then they are not the job's end)
-REQUEUED_CAUSES = ("preempted", "slurm_time_limit", "node_failure")
 JOB_DECISIVE = 50.0  # a Slurm job line this heavy (time limit, preemption, scancel) ends the job by itself
 
 
@@ -90,7 +88,7 @@ class Verdict:
 
 def combine(tl: JobTimeline) -> Verdict:
     """Weigh every producer's votes for the job in `tl`."""
-    votes = all_votes(tl)
+    votes = final_votes(all_votes(tl), tl)
     candidates = _candidates(votes, tl)
     job = _job_verdict(votes, candidates, tl)
     if job is not None:
@@ -99,6 +97,13 @@ def combine(tl: JobTimeline) -> Verdict:
     if strong:
         return _among_strong(strong, candidates, votes, tl)
     return _by_weight(candidates, votes, tl)
+
+
+def final_votes(votes: list[Vote], tl: JobTimeline) -> list[Vote]:
+    """Drop a Slurm end of an attempt (preemption, time limit, node failure) after which the job ran again."""
+    ran_again = any(v.cause == "stale_rendezvous_state" for v in votes)  # a later attempt met the old state
+    return [v for v in votes if not (v.producer == "slurm" and v.cause in REQUEUE_MARKS
+                                     and (ran_again or tl.went_on_after(v.evidence[0])))]
 
 
 def _candidates(votes: list[Vote], tl: JobTimeline) -> list[Candidate]:
@@ -128,8 +133,7 @@ def _same_host(a: str | None, b: str | None) -> bool:
 
 def _job_verdict(votes: list[Vote], candidates: list[Candidate], tl: JobTimeline) -> Verdict | None:
     """Slurm's own end of the job, unless a rank's decisive failure came before it in comparable time."""
-    slurm = [v for v in votes if v.producer == "slurm" and v.weight >= JOB_DECISIVE
-             and not (v.cause in REQUEUED_CAUSES and tl.went_on_after(v.evidence[0]))]
+    slurm = [v for v in votes if v.producer == "slurm" and v.weight >= JOB_DECISIVE]
     if not slurm:
         return None
     top = max(slurm, key=lambda v: (v.weight, -(v.time or 0.0)))

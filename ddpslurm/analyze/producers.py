@@ -12,13 +12,14 @@ missing; a peer named by its victims 8 + 4 per accusing rank; a rank whose log s
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ddpslurm.analyze.events import Event
 from ddpslurm.analyze.resolve import expand_ranks, is_host_name, plausible_world
-from ddpslurm.analyze.timeline import JobTimeline, RankTimeline, precedes
+from ddpslurm.analyze.timeline import JobTimeline, RankTimeline
 
 #: kinds a rank logs only because another rank or Slurm ended it: never its own failure
 QUIET_KINDS = ("exit_signal", "slurm_task", "slurm_job", "agent_sigterm", "agent", "exit")
@@ -242,6 +243,10 @@ def barrier_counts(tl: JobTimeline) -> list[Vote]:
     return _store_keys([e for e in events if e.kind == "store_barrier"], tl)
 
 
+#: Slurm ends of an attempt after which the job may run again (requeue): an earlier attempt is visible
+REQUEUE_MARKS = ("preempted", "slurm_time_limit", "node_failure")
+
+
 def _store_counts(counted: list[Event], tl: JobTimeline) -> list[Vote]:
     e0 = counted[0]
     count, size = _small_int(e0.get("worker_count")), _small_int(e0.get("world_size"))
@@ -253,12 +258,13 @@ def _store_counts(counted: list[Event], tl: JobTimeline) -> list[Vote]:
                      "WORLD_SIZE disagrees with the ranks launched", cause="rank_config_mismatch",
                      evidence=tuple(counted[:3]))]
     invalid = sorted({r for e in counted if (r := _small_int(e.get("rank"))) is not None and r >= size})
-    if invalid:  # a rank number the world cannot have: that process runs with a wrong RANK or WORLD_SIZE
+    # a rank number the world cannot have runs with a wrong RANK or WORLD_SIZE (when nobody is missing)
+    if invalid and count >= size:
         return [Vote("store barrier", 45.0 / len(invalid), f"rank {r} waits in a store barrier of world size {size}, "
                      "a rank that world cannot have", rank=r, host=tl.facts.rank_host.get(r),
                      cause="rank_config_mismatch", evidence=tuple(counted[:3])) for r in invalid]
     if count > size:
-        stale = tl.facts.attempt > 0 or any(precedes(j, e0) for j in tl.job_events)
+        stale = tl.facts.attempt > 0 or any(j.cause in REQUEUE_MARKS for j in tl.job_events)
         why = (f"{count} workers joined a store expecting {size}" +
                (": an earlier attempt of the job (requeued) left its count in the store" if stale
                 else ": more processes were launched than the world size says"))
@@ -362,6 +368,32 @@ def odd_versions(tl: JobTimeline) -> list[Vote]:
                  cause=reports[0].cause, evidence=tuple(reports[:2]))]
 
 
+#: interfaces a communicator spanning hosts cannot use to reach another host
+_BAD_IFNAME = re.compile(r"^(?:lo|docker\d*|virbr\d*|br-[0-9a-f]+)$")
+_BAD_ADDRESS = re.compile(r"^(?:127\.|::1$|fe80:|169\.254\.)", re.IGNORECASE)
+
+
+def interface_picks(tl: JobTimeline) -> list[Vote]:
+    """NCCL/gloo picked loopback, a link-local address or a container bridge in a job spanning hosts: the
+    connect failures or the hang that follow are a wrong interface (NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)."""
+    picks = [e for e in tl.events if e.kind == "interface" and (e.get("ifname") or e.get("ip"))]
+    hosts = {h for h in tl.facts.rank_host.values()} | {e.host for e in picks if e.host}
+    if len(hosts) < 2 or not any(rt.failures for rt in tl.ranks.values()):
+        return []
+    bad = [e for e in picks if _BAD_IFNAME.match((e.get("ifname") or "").split(":")[0])
+           or _BAD_ADDRESS.match(e.get("ip") or "")]
+    if not bad:
+        return []
+    why = f"it communicates over {bad[0].get('ifname') or bad[0].get('ip')}, which cannot reach other hosts"
+    ranks = sorted({e.rank for e in bad if e.rank is not None})
+    picked = {e.rank for e in picks if e.rank is not None}
+    if not ranks or len(ranks) == len(picked):
+        return [Vote("interface pick", 50.0, "every rank " + why.split(" ", 1)[1], cause="wrong_interface",
+                     evidence=tuple(bad[:2]))]
+    return [Vote("interface pick", 45.0 / len(ranks), why, rank=r, host=tl.facts.rank_host.get(r),
+                 cause="wrong_interface", evidence=tuple(e for e in bad if e.rank == r)[:2]) for r in ranks]
+
+
 def job_events(tl: JobTimeline) -> list[Vote]:
     """Slurm ended the job itself (time limit, preemption, scancel, a node failure); a step's cancel line
     (also what a failing rank's teardown prints) weighs little."""
@@ -378,7 +410,7 @@ def job_events(tl: JobTimeline) -> list[Vote]:
 #: every producer the combiner runs, in the order their reasons are reported
 PRODUCERS: tuple[Callable[[JobTimeline], list[Vote]], ...] = (
     job_events, own_failures, detectors_and_hosts, srun_task_deaths, vanished_ranks, agent_teardown,
-    barrier_counts, timeout_reporters, named_peers, odd_versions, logs_that_stop_early,
+    barrier_counts, timeout_reporters, named_peers, odd_versions, interface_picks, logs_that_stop_early,
 )
 
 

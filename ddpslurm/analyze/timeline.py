@@ -18,8 +18,13 @@ from ddpslurm.analyze.resolve import JOB_KINDS, JobFacts, expand_ranks, plausibl
 from ddpslurm.analyze.timestamps import comparable
 
 FAILURE_ROLES = ("culprit", "victim", "either")
+#: kinds that record a fact of the run (an interface picked, a rank map, progress), never a failure
+FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress")
 #: kinds that show a rank got past init and into the collectives (an earlier start-up error was recovered)
-ALIVE_KINDS = ("nccl_init", "nccl_rank_map", "progress", "watchdog_timeout", "peer_lost", "barrier", "hang")
+ALIVE_KINDS = ("nccl_init", "nccl_rank_map", "progress", "watchdog_timeout", "peer_lost", "barrier", "hang",
+               "ras_report")
+#: kinds a rank logs when it starts (again): a new attempt after a preemption or time limit
+RESTART_KINDS = ("nccl_init", "start", "attempt_start", "rank_info", "store_barrier")
 #: causes of start-up errors a rank may retry through (c10d retries its connect until the timeout)
 RETRIED_CAUSES = ("network_unreachable", "rendezvous_timeout")
 #: what srun and slurmstepd say of a task killed by the step's teardown, not by its own fault
@@ -97,8 +102,9 @@ class JobTimeline:
     events: list[Event]
 
     def went_on_after(self, e: Event) -> bool:
-        """The ranks logged failures after `e` (the job was requeued and ran again: `e` was not its end)."""
-        return any(precedes(e, f) for rt in self.ranks.values() for f in rt.failures if f.kind not in JOB_KINDS)
+        """A new attempt started after `e` (init lines, start records, a restart count): `e` did not end the job.
+        Errors printed during the teardown that `e` began are not a new attempt."""
+        return any(precedes(e, f) for f in self.events if f.kind in RESTART_KINDS)
 
     def rank(self, rank: int) -> RankTimeline:
         return self.ranks.get(rank) or RankTimeline(rank=rank, host=self.facts.rank_host.get(rank))
@@ -119,7 +125,7 @@ def build_timeline(events: list[Event], facts: JobFacts, sources: Sequence[Sourc
             job_events.append(e)
         elif e.rank is not None and e.kind not in JOB_KINDS:
             _add(ranks.setdefault(e.rank, RankTimeline(rank=e.rank)), e)
-        elif e.role in FAILURE_ROLES and e.kind not in JOB_KINDS:
+        elif e.role in FAILURE_ROLES and e.kind not in JOB_KINDS + FACT_KINDS:
             unranked.append(e)
     for rank in facts.started | set(facts.exited):
         ranks.setdefault(rank, RankTimeline(rank=rank))
@@ -145,7 +151,7 @@ def _add(tl: RankTimeline, e: Event) -> None:
         tl.time_family = tl.time_family or e.time_family
         tl.first_time = e.time if tl.first_time is None else min(tl.first_time, e.time)
         tl.last_time = e.time if tl.last_time is None else max(tl.last_time, e.time)
-    if e.role in FAILURE_ROLES and e.kind not in ("start", "exit"):
+    if e.role in FAILURE_ROLES and e.kind not in ("start", "exit", *FACT_KINDS):
         tl.failures.append(e)
 
 
