@@ -25,7 +25,7 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
     """The diagnosis of one job (or one pasted log) from all its events."""
     events, facts = resolve(events, sources, summaries, facts_in or {})
     accuses = {s.id: s.accuses for s in sigs.signatures}
-    events = [with_accuses(refine_exit(e), accuses) for e in events]
+    events = teardown_kills([with_accuses(refine_exit(e), accuses) for e in events])
     timeline = build_timeline(events, facts, sources, summaries)
     verdict = combine(timeline)
     return render(verdict, timeline, summaries, sigs)
@@ -37,6 +37,22 @@ def with_accuses(e: Event, accuses: dict[str, str]) -> Event:
         return e
     who = accuses.get(e.signature or "") or default_accuses(e.role, "", e.kind, e.cause or "unknown")
     return replace(e, fields=(*e.fields, ("accuses", who)))
+
+
+#: signals a job's teardown sends (srun, the agent, Slurm's cancel): a process they kill did not fail on its own
+TEARDOWN_SIGNALS = ("Terminated", "SIGTERM", "Interrupt", "SIGINT", "Hangup", "SIGHUP")
+
+
+def teardown_kills(events: list[Event]) -> list[Event]:
+    """A failure line about a process killed by a teardown signal (a DataLoader worker `killed by signal:
+    Terminated`), and the other lines about the same pid, are the teardown reaching the rank: victims."""
+    torn = {(e.rank, e.file, e.get("worker_pids")) for e in events
+            if e.get("signal") in TEARDOWN_SIGNALS and e.get("worker_pids")}
+    if not torn:
+        return events
+    return [replace(e, role="victim", fields=(*[f for f in e.fields if f[0] != "accuses"], ("accuses", "none")))
+            if e.role in ("culprit", "either") and (e.rank, e.file, e.get("worker_pids")) in torn else e
+            for e in events]
 
 
 def refine_exit(e: Event) -> Event:
