@@ -33,16 +33,19 @@ DEFAULT_PG_TIMEOUT_S = 600
 #: Variables every rank gets unless the person's environment already sets them (name, value, why).
 ENV_DEFAULTS: tuple[tuple[str, str, str], ...] = (
     ("NCCL_DEBUG", "INFO", "NCCL init/transport lines in every rank log, for post-mortems"),
-    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1", "a failed or timed-out NCCL collective aborts the process"),
-    ("NCCL_ASYNC_ERROR_HANDLING", "1", "the same for torch < 2.2"),
     ("DDPSLURM_PG_TIMEOUT", str(DEFAULT_PG_TIMEOUT_S),
      "init_process_group(timeout=None) gets this many seconds instead of torch's 10-30 min"),
     ("PYTHONUNBUFFERED", "1", "prints reach the logs at once"),
     ("PYTHONFAULTHANDLER", "1", "a segfault prints the Python stack of every thread"),
 )
-#: Set only where the NCCL in use supports it (NCCL >= 2.23, CUDA available).
+#: Set only where the NCCL in use supports it (NCCL >= 2.23, a CUDA build of torch).
 NCCL_TIMESTAMP_ENV = ("NCCL_DEBUG_TIMESTAMP_FORMAT", "[%F %T.%6f] ")
 NCCL_TIMESTAMP_MIN_VERSION = (2, 23, 0)
+#: Set only for torch < 2.2, whose default (0) leaves a failed collective hanging. Newer torch defaults
+#: TORCH_NCCL_ASYNC_ERROR_HANDLING to 3 (tear down without the hang-prone ncclCommAbort) and still reads
+#: this old name, so ddpslurm sets neither there.
+OLD_TORCH_ASYNC_ERROR_ENV = ("NCCL_ASYNC_ERROR_HANDLING", "1")
+OLD_TORCH_BEFORE = (2, 2)
 
 
 def package_setup(package_parent: str | None = None) -> list[str]:
@@ -163,6 +166,7 @@ def rank_env(spec: JobSpec) -> tuple[tuple[str, str], ...]:
               "local": "submitit's SUBMITIT_LOCAL_GLOBALID / _LOCALID"}[launcher]
     master = "127.0.0.1" if spec.local else "host of rank 0 (expanded SLURM_STEP_NODELIST)"
     iface = spec.interface or ("lo" if spec.local else "interface routing to another node of the job")
+    nccl_iface = spec.interface or ("lo" if spec.local else "NCCL's own choice (set only with --interface)")
     derived = (
         ("RANK", f"0..{spec.world_size - 1} from {source}"),
         ("LOCAL_RANK", f"0..{spec.tasks_per_node - 1}"),
@@ -171,13 +175,15 @@ def rank_env(spec: JobSpec) -> tuple[tuple[str, str], ...]:
         ("NODE_RANK", f"0..{spec.nodes - 1}" if not spec.local else "0"),
         ("MASTER_ADDR", master),
         ("MASTER_PORT", "10000 + job_id % 20000 unless preset"),
-        ("NCCL_SOCKET_IFNAME", iface),
+        ("NCCL_SOCKET_IFNAME", nccl_iface),
         ("GLOO_SOCKET_IFNAME", iface),
         ("DDPSLURM_JOB_FOLDER", str(spec.folder / "job_<jobid>")),
         ("DDPSLURM_ATTEMPT", "SLURM_RESTART_COUNT (0 for the first attempt)"),
     )
     defaults = tuple((name, f"{value} (unless set)") for name, value, _ in ENV_DEFAULTS)
-    stamp = ((NCCL_TIMESTAMP_ENV[0], f"{NCCL_TIMESTAMP_ENV[1]!r} (unless set; only with CUDA and NCCL >= 2.23)"),)
+    stamp = ((NCCL_TIMESTAMP_ENV[0], f"{NCCL_TIMESTAMP_ENV[1]!r} (unless set; only with CUDA and NCCL >= 2.23)"),
+             (OLD_TORCH_ASYNC_ERROR_ENV[0], f"{OLD_TORCH_ASYNC_ERROR_ENV[1]} (unless set; only with torch < 2.2)"),
+             ("PYTORCH_NVML_BASED_CUDA_CHECK", "1 (unless set): ddpslurm never initializes CUDA before the script"))
     return derived + defaults + stamp
 
 

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import runpy
 import signal
 import socket
@@ -34,7 +35,13 @@ from typing import Any
 
 from ddpslurm import __version__, preemption
 from ddpslurm.launch import records
-from ddpslurm.launch.plan import NCCL_TIMESTAMP_ENV, NCCL_TIMESTAMP_MIN_VERSION, WorkerConfig
+from ddpslurm.launch.plan import (
+    NCCL_TIMESTAMP_ENV,
+    NCCL_TIMESTAMP_MIN_VERSION,
+    OLD_TORCH_ASYNC_ERROR_ENV,
+    OLD_TORCH_BEFORE,
+    WorkerConfig,
+)
 
 CONFIG_ENV = "DDPSLURM_WORKER_CONFIG"
 ATTEMPT_START_ENV = "DDPSLURM_ATTEMPT_START"
@@ -134,22 +141,28 @@ def enable_faulthandler(environ: Mapping[str, str]) -> bool:
 
 
 def apply_interface(cfg: WorkerConfig, dist: Any, environ: MutableMapping[str, str]) -> None:
-    """NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: --interface wins, then the person's, then the routed one."""
+    """GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME only with --interface or --local): --interface wins, then
+    the person's, then the interface that routes to the other nodes.
+
+    NCCL is left to choose by itself: the routed interface is usually the management NIC, and forcing it
+    would push NCCL's socket transport onto 1 GbE on Ethernet/RoCE clusters (NCCL prefers ib*, then the
+    fastest non-loopback interface; NCCL_SOCKET_IFNAME does not steer the IB verbs transport anyway).
+    """
     names = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
     if cfg.interface:
         environ.update(dict.fromkeys(names, cfg.interface))
         return
-    if all(environ.get(n) for n in names):
-        return
     if cfg.launcher == "local":
-        chosen: str | None = "lo"
-    else:
-        from ddpslurm.launch.netif import choose_interface
-
-        chosen = choose_interface(dist.hostnames, dist.node_rank, dist.master_addr)
-    if chosen:
         for name in names:
-            environ.setdefault(name, chosen)
+            environ.setdefault(name, "lo")
+        return
+    if environ.get("GLOO_SOCKET_IFNAME"):
+        return
+    from ddpslurm.launch.netif import choose_interface
+
+    chosen = choose_interface(dist.hostnames, dist.node_rank, dist.master_addr)
+    if chosen:
+        environ.setdefault("GLOO_SOCKET_IFNAME", chosen)
 
 
 def _version_tuple(version: Any) -> tuple[int, ...]:
@@ -161,15 +174,25 @@ def _version_tuple(version: Any) -> tuple[int, ...]:
 
 
 def versions_and_nccl_defaults(environ: MutableMapping[str, str]) -> dict[str, str | None]:
-    """Python/torch/NCCL/ddpslurm versions; NCCL timestamps where NCCL supports them (CUDA only)."""
+    """Python/torch/NCCL/ddpslurm versions; NCCL timestamps where NCCL supports them (CUDA builds only);
+    the async error handling switch for torch < 2.2.
+
+    CUDA is never initialized here (no `torch.cuda.is_available()`, which reads CUDA_VISIBLE_DEVICES once
+    and for all): a script that sets CUDA_VISIBLE_DEVICES at its top must still be obeyed. The NCCL
+    version comes from the library, not from a device. PYTORCH_NVML_BASED_CUDA_CHECK=1 makes the script's
+    own early `is_available()` calls take the same care.
+    """
     found: dict[str, str | None] = {"python": sys.version.split()[0], "torch": None, "nccl": None,
                                     "ddpslurm": __version__}
+    environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     try:
         import torch
     except ImportError:
         return found
     found["torch"] = torch.__version__
-    if torch.cuda.is_available():
+    if tuple(int(p) for p in re.findall(r"\d+", torch.__version__)[:2]) < OLD_TORCH_BEFORE:
+        environ.setdefault(*OLD_TORCH_ASYNC_ERROR_ENV)
+    if torch.version.cuda:
         try:
             nccl = _version_tuple(torch.cuda.nccl.version())
         except Exception:  # no NCCL in this build

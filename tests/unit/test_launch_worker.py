@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,6 +26,7 @@ from ddpslurm.launch.worker import (
     local_dist_env,
     run_script,
     torchrun_child_dist_env,
+    versions_and_nccl_defaults,
 )
 
 
@@ -102,6 +104,34 @@ def test_defaults_never_override_the_person(environ: dict[str, str], expected: d
 def test_interface_precedence(cfg_iface: str | None, environ: dict[str, str], expected: tuple[str, str]) -> None:
     apply_interface(_config(interface=cfg_iface), None, environ)
     assert (environ["NCCL_SOCKET_IFNAME"], environ["GLOO_SOCKET_IFNAME"]) == expected
+
+
+def test_routed_interface_goes_to_gloo_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL picks its own interface unless --interface says otherwise: the routed one is often the
+    management NIC."""
+    import ddpslurm.launch.netif as netif
+
+    monkeypatch.setattr(netif, "choose_interface", lambda hosts, node_rank, master: "eth9")
+    dist = SimpleNamespace(hostnames=("a", "b"), node_rank=1, master_addr="a")
+    environ: dict[str, str] = {}
+    apply_interface(_config(), dist, environ)
+    assert environ == {"GLOO_SOCKET_IFNAME": "eth9"}
+
+
+def test_versions_never_initialize_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script that sets CUDA_VISIBLE_DEVICES at its top must be obeyed: no CUDA probe before it."""
+    import torch
+
+    def probe() -> bool:
+        raise AssertionError("torch.cuda.is_available() called before the script")
+
+    monkeypatch.setattr(torch.cuda, "is_available", probe)
+    monkeypatch.setattr(torch.cuda, "device_count", probe)
+    environ: dict[str, str] = {}
+    found = versions_and_nccl_defaults(environ)
+    assert found["torch"] == torch.__version__
+    assert environ["PYTORCH_NVML_BASED_CUDA_CHECK"] == "1"
+    assert "NCCL_ASYNC_ERROR_HANDLING" not in environ and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in environ
 
 
 def test_local_launcher_uses_loopback() -> None:
