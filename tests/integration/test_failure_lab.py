@@ -139,6 +139,32 @@ def test_job_record_without_rows_is_an_error() -> None:
         lab.job_record("sacct: error: something\n")
 
 
+def test_rank_pid_reads_the_latest_attempts_start_record(tmp_path: Path) -> None:
+    for attempt, pid in ((0, 111), (2, 333), (10, 1010)):
+        folder = tmp_path / f"attempt_{attempt}"
+        folder.mkdir()
+        (folder / "rank_3.start.json").write_text(json.dumps({"pid": pid, "host": f"h{attempt}"}))
+    assert lab.rank_pid(tmp_path, 3) == (1010, "h10")
+    with pytest.raises(lab.LabError, match="no start record of rank 4"):
+        lab.rank_pid(tmp_path, 4)
+
+
+def test_process_job_id_reads_the_environment_of_a_live_process() -> None:
+    proc = subprocess.Popen(["sleep", "30"], env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "4242"})
+    try:
+        assert lab.process_job_id(proc.pid) == "4242"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert lab.process_job_id(proc.pid) is None  # reaped: no /proc entry
+    bare = subprocess.Popen(["sleep", "30"], env={"PATH": "/usr/bin:/bin"})
+    try:
+        assert lab.process_job_id(bare.pid) is None
+    finally:
+        bare.kill()
+        bare.wait()
+
+
 def test_copy_job_leaves_out_pickles_and_checkpoints(tmp_path: Path) -> None:
     job = tmp_path / "job_7"
     (job / "attempt_0").mkdir(parents=True)
