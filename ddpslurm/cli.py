@@ -212,8 +212,10 @@ def template(name: str | None, train_args: tuple[str, ...], list_only: bool, out
 @click.option("--jobs", type=click.IntRange(1, MAX_ANALYZE_JOBS), default=None,
               help=f"Worker processes for large inputs, 1 to {MAX_ANALYZE_JOBS} [default: CPU count, at most 8].")
 @click.option("--folder", "folders", multiple=True, metavar="ROOT", help="Where job folders are, for a JOBID.")
+@click.option("--html", "html_file", default=None, metavar="FILE",
+              help="Also write a self-contained HTML report (per-rank timeline, verdict, evidence) to FILE.")
 def analyze(inputs: tuple[str, ...], as_json: bool, fmt: str, signature_dirs: tuple[str, ...], attempt: str | None,
-            jobs: int | None, folders: tuple[str, ...]) -> None:
+            jobs: int | None, folders: tuple[str, ...], html_file: str | None) -> None:
     """Tell why a multi-node job failed: the cause and the first failing rank.
 
     PATH is a job folder, a torchrun --log-dir, a folder of slurm-*.out files, or log files; a JOBID
@@ -223,7 +225,7 @@ def analyze(inputs: tuple[str, ...], as_json: bool, fmt: str, signature_dirs: tu
     from ddpslurm.analyze.command import run_analyze
 
     code = run_analyze(inputs, output="json" if as_json else fmt, signature_dirs=signature_dirs, attempt=attempt,
-                       jobs=jobs, folders=folders, echo=click.echo)
+                       jobs=jobs, folders=folders, echo=click.echo, html_file=html_file)
     if code:
         sys.exit(code)
 

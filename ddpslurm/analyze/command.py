@@ -26,8 +26,8 @@ def resolve_inputs(args: Sequence[str], folders: Sequence[str]) -> tuple[list[Pa
 
 
 def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[str], attempt: str | None,
-                jobs: int | None, folders: Sequence[str], echo) -> int:
-    """Analyze and print in `output` format (text | markdown | json); returns the exit code."""
+                jobs: int | None, folders: Sequence[str], echo, html_file: str | None = None) -> int:
+    """Analyze and print in `output` format (text | markdown | json), and the HTML report to `html_file`."""
     from ddpslurm.analyze.api import analyze_paths, apply_accounting, job_accounting
     from ddpslurm.analyze.report import render_text, to_json, to_markdown
 
@@ -42,6 +42,10 @@ def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[
         accounting = job_accounting(job_id)
         if accounting:
             apply_accounting(diagnosis, accounting)
+    if html_file:
+        from ddpslurm.analyze.html import write_html
+
+        write_html(diagnosis, html_file)
     if output == "json":
         echo(to_json(diagnosis))
     elif output == "markdown":

@@ -1,0 +1,149 @@
+"""`analyze --html` in a real headless Chromium: every lab case renders with its culprit marked.
+
+Chromium (Debian's `chromium`, installed by scripts/setup) loads each report from a file, runs its
+parser, and hands back the DOM it built (`--dump-dom`) and a screenshot; the assertions read that DOM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from functools import cache
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from ddpslurm.analyze.api import analyze_paths
+from ddpslurm.analyze.diagnosis import Diagnosis
+from ddpslurm.analyze.html import write_html
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_CASES = sorted(p for p in (REPO / "analyzer" / "cases").glob("lab-*") if (p / "label.json").is_file())
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+VOID = {"meta", "br", "hr", "img", "input", "link", "col", "wbr", "area", "base", "source"}
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        if IN_CI:
+            pytest.fail("chromium is required in CI (scripts/setup installs Debian's chromium)")
+        pytest.skip("chromium is not installed: run scripts/setup (apt-get install chromium)")
+    return path
+
+
+def browse(page: Path, profile: Path, *extra: str) -> str:
+    """Load `page` in headless Chromium with no network; return what it printed (the DOM for --dump-dom)."""
+    argv = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", f"--user-data-dir={profile}",
+            "--proxy-server=127.0.0.1:9", "--window-size=1200,900", *extra, page.as_uri()]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(profile)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+class Dom(HTMLParser):
+    """The elements of a dumped DOM, each with its class list, attributes, ancestors and text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.elements: list[dict] = []
+        self.stack: list[dict] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        element = {"tag": tag, "attrs": dict(attrs), "classes": (dict(attrs).get("class") or "").split(),
+                   "parents": list(self.stack), "text": ""}
+        self.elements.append(element)
+        if tag not in VOID:
+            self.stack.append(element)
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack and self.stack.pop()["tag"] != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        for element in self.stack:
+            element["text"] += data
+
+    def select(self, tag: str, cls: str | None = None, **attrs: str) -> list[dict]:
+        return [e for e in self.elements if e["tag"] == tag and (cls is None or cls in e["classes"])
+                and all(e["attrs"].get(k) == v for k, v in attrs.items())]
+
+    def by_id(self, ident: str) -> list[dict]:
+        return [e for e in self.elements if e["attrs"].get("id") == ident]
+
+
+@cache
+def diagnosis_of(case: Path) -> Diagnosis:
+    return analyze_paths([case])
+
+
+def hosts_drawn(diagnosis: Diagnosis) -> set[str]:
+    return {row.host or "?" for row in [*diagnosis.ranks, *(getattr(diagnosis, "timeline", None) or [])]}
+
+
+def rank_span(label: str) -> range:
+    low, _, high = label.partition("-")
+    return range(int(low), int(high or low) + 1)
+
+
+@pytest.mark.parametrize("case", LAB_CASES, ids=[c.name for c in LAB_CASES])
+def test_every_lab_case_renders_in_chromium_with_its_culprit_marked(case: Path, tmp_path: Path) -> None:
+    diagnosis = diagnosis_of(case)
+    page = tmp_path / "report.html"
+    write_html(diagnosis, page)
+    dom = Dom(browse(page, tmp_path / "profile", "--dump-dom"))
+    (svg,) = dom.select("svg", "timeline")
+    assert len(dom.select("g", "node")) == len(hosts_drawn(diagnosis))
+    assert {e["attrs"]["data-host"] for e in dom.select("g", "node")} == hosts_drawn(diagnosis)
+    assert dom.by_id("cause")[0]["text"] == diagnosis.cause
+    culprit = dom.by_id("culprit")
+    if diagnosis.first_failing_rank is None:
+        assert culprit == [] and dom.by_id("first-failing-rank")[0]["text"] == "none (no single rank)"
+        return
+    (mark,) = culprit
+    assert svg in mark["parents"] and "role-culprit" in mark["classes"]
+    (run,) = [p for p in mark["parents"] if "run" in p["classes"]]
+    assert diagnosis.first_failing_rank in rank_span(run["attrs"]["data-ranks"])
+    assert dom.by_id("first-failing-rank")[0]["text"] == str(diagnosis.first_failing_rank)
+
+
+def png_pixels(data: bytes) -> tuple[int, int, bytes]:
+    """Width, height and the inflated scanlines of a PNG (enough to tell a drawn page from a blank one)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    chunks, at = [], 8
+    while at < len(data):
+        (size,), kind = struct.unpack(">I", data[at:at + 4]), data[at + 4:at + 8]
+        if kind == b"IDAT":
+            chunks.append(data[at + 8:at + 8 + size])
+        at += 12 + size
+    return width, height, zlib.decompress(b"".join(chunks))
+
+
+def test_the_cli_writes_a_report_chromium_draws(tmp_path: Path) -> None:
+    case = REPO / "analyzer" / "cases" / "lab-user_code_exception-1"
+    page = tmp_path / "report.html"
+    done = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "analyze", str(case), "--json", "--html", str(page)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["cause"] == diagnosis_of(case).cause
+    shot = tmp_path / "shot.png"
+    browse(page, tmp_path / "profile", f"--screenshot={shot}")
+    width, height, pixels = png_pixels(shot.read_bytes())
+    assert (width, height) == (1200, 900)
+    assert len(set(pixels)) > 50  # a blank or failed page is a handful of byte values
+
+
+def test_an_html_target_in_a_missing_folder_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    case = REPO / "analyzer" / "cases" / "lab-user_code_exception-1"
+    done = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "analyze", str(case), "--html",
+                           str(tmp_path / "no" / "r.html")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "cannot write the HTML report" in done.stderr
