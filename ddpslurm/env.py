@@ -118,13 +118,21 @@ def _int(name: str, value: str, minimum: int = 0) -> int:
     return int(value)
 
 
-def master_port_for(job_id: str, array_job_id: str | None = None, array_task_id: str | None = None) -> int:
-    """The default MASTER_PORT: 10000 + key % 20000 (key: job id, or array job id + array task id)."""
+#: Concurrent job steps of one job (a sweep of `srun ... &` in one allocation) may share a node: each step
+#: id moves the port by this much (a prime, so steps and neighbouring job ids rarely meet).
+STEP_PORT_STRIDE = 7919
+
+
+def master_port_for(job_id: str, array_job_id: str | None = None, array_task_id: str | None = None,
+                    step_id: str | None = None) -> int:
+    """The default MASTER_PORT: 10000 + (key + 7919 x step) % 20000 (key: job id, or array job id + array
+    task id; step: the numeric SLURM_STEP_ID, 0 for the batch's first srun and for none)."""
     if array_job_id and array_task_id:
         key = _int("SLURM_ARRAY_JOB_ID", array_job_id) + _int("SLURM_ARRAY_TASK_ID", array_task_id)
     else:
         key = _int("SLURM_JOB_ID", job_id)
-    return PORT_BASE + key % PORT_SPAN
+    step = int(step_id) if step_id and step_id.isdigit() else 0
+    return PORT_BASE + (key + STEP_PORT_STRIDE * step) % PORT_SPAN
 
 
 def _preset_port(environ: Mapping[str, str]) -> int | None:
@@ -195,7 +203,7 @@ def derive_dist_env(environ: Mapping[str, str]) -> DistEnv:
                 for field in ("step_id", "restart_count", "array_job_id", "array_task_id", "distribution")}
     port = _preset_port(environ)
     if port is None:
-        port = master_port_for(job_id, optional["array_job_id"], optional["array_task_id"])
+        port = master_port_for(job_id, optional["array_job_id"], optional["array_task_id"], optional["step_id"])
     master_addr = environ.get("MASTER_ADDR", "").strip()
     if not master_addr:
         master_addr = hostnames[rank_zero_node(tasks_per_node, optional["distribution"])]
@@ -215,6 +223,18 @@ def _gpus_from_environ(environ: Mapping[str, str]) -> int | None:
     return _int(*found) if found else None
 
 
+def rendezvous_id(dist: DistEnv) -> str:
+    """torchrun's --rdzv-id: the job id, plus the step and the attempt when not 0. A requeued attempt with
+    the job id alone would meet a c10d store of the last attempt that is still closing (the
+    `stale_rendezvous_state` cause: RendezvousClosedError)."""
+    parts = [dist.job_id]
+    if dist.step_id and dist.step_id.isdigit() and int(dist.step_id):
+        parts.append(f"s{dist.step_id}")
+    if dist.restart_count:
+        parts.append(f"a{dist.restart_count}")
+    return "-".join(parts)
+
+
 def derive_torchrun_args(environ: Mapping[str, str], nproc_per_node: int | None = None) -> TorchrunArgs:
     """torchrun's nnodes, node rank and c10d rendezvous for a step with one task per node.
 
@@ -230,7 +250,7 @@ def derive_torchrun_args(environ: Mapping[str, str], nproc_per_node: int | None 
         raise EnvDerivationError(f"nproc_per_node={nproc} must be at least 1", "Give the number of GPUs per node")
     return TorchrunArgs(
         nnodes=len(dist.hostnames), node_rank=dist.node_rank, nproc_per_node=nproc,
-        rdzv_endpoint=f"{dist.master_addr}:{dist.master_port}", rdzv_id=dist.job_id,
+        rdzv_endpoint=f"{dist.master_addr}:{dist.master_port}", rdzv_id=rendezvous_id(dist),
         master_addr=dist.master_addr, master_port=dist.master_port,
     )
 

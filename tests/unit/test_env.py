@@ -247,7 +247,8 @@ def test_recorded_real_steps(step: str, tasks: list[dict[str, str]]) -> None:
     first = tasks[0]
     key = (int(first["SLURM_ARRAY_JOB_ID"]) + int(first["SLURM_ARRAY_TASK_ID"]) if "SLURM_ARRAY_JOB_ID" in first
            else int(first["SLURM_JOB_ID"]))
-    assert {d.master_port for d in dists.values()} == {10000 + key % 20000}
+    step_id = int(first.get("SLURM_STEP_ID", "0"))
+    assert {d.master_port for d in dists.values()} == {10000 + (key + 7919 * step_id) % 20000}
     for rank, dist in dists.items():
         assert dist.hostname == hosts[rank]
         local_peers = [r for r, h in hosts.items() if h == hosts[rank]]
@@ -272,3 +273,18 @@ def test_recorded_batch_script_environment_is_refused() -> None:
     assert environ["SLURM_NTASKS"] == "3" and environ["SLURM_PROCID"] == "0"
     with pytest.raises(EnvDerivationError, match="not under srun"):
         derive_dist_env(environ)
+
+
+def test_concurrent_steps_of_one_job_get_different_ports() -> None:
+    ports = {master_port_for("4242", step_id=step) for step in (None, "0", "1", "2", "batch")}
+    assert len(ports) == 3 and master_port_for("4242") == master_port_for("4242", step_id="batch") == 14242
+    assert all(10000 <= p < 30000 for p in ports)
+
+
+@pytest.mark.parametrize(("extra", "rdzv_id"), [
+    ({}, "4242"),
+    ({"SLURM_RESTART_COUNT": "2"}, "4242-a2"),
+    ({"SLURM_STEP_ID": "3", "SLURM_RESTART_COUNT": "1"}, "4242-s3-a1"),
+])
+def test_torchrun_rendezvous_id_differs_across_requeues_and_steps(extra: dict[str, str], rdzv_id: str) -> None:
+    assert derive_torchrun_args(env(TORCHRUN_STEP, **extra)).rdzv_id == rdzv_id
