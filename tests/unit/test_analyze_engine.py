@@ -1,0 +1,253 @@
+"""The diagnosis engine stage by stage: timeline (pure), each evidence producer, and the combiner.
+
+Events are built by hand with the kinds, roles, fields and `accuses` the signatures give them, so each test
+names the phenomenon it checks, not a log file.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+from ddpslurm.analyze import producers
+from ddpslurm.analyze.combiner import combine
+from ddpslurm.analyze.events import Event
+from ddpslurm.analyze.resolve import expand_ranks, is_host_name, resolve
+from ddpslurm.analyze.timeline import JobTimeline, build_timeline, stopped_early
+
+T0 = 1_700_000_000.0
+
+
+def ev(kind: str, role: str | None = None, rank: int | None = None, *, host: str | None = None,
+       cause: str | None = None, accuses: str | None = None, priority: int = 0, time: float | None = None,
+       file: str | None = None, line: int = 1, text: str = "", extra: dict[str, str] | None = None,
+       **fields: str) -> Event:
+    """One event as the scanner would emit it (accuses defaults as the signature loader would); `extra` holds
+    fields whose names clash with the arguments (`host`, `rank`)."""
+    fields = {**fields, **(extra or {})}
+    if role is not None and accuses is None:
+        accuses = "self" if role != "victim" else ("peer" if any(k.startswith("peer_") for k in fields) else "none")
+    items = tuple(sorted(fields.items())) + ((("accuses", accuses),) if accuses else ())
+    return Event(file=file or (f"r{rank}.log" if rank is not None else "slurm.out"), line=line, kind=kind,
+                 text=text or kind, rank=rank, host=host, time=time, time_family="iso" if time else None,
+                 cause=cause, role=role, signature=f"sig-{kind}", priority=priority, fields=items)
+
+
+def timeline(events: list[Event], world: int | None = None) -> JobTimeline:
+    events, facts = resolve(events, [], [], {"world_size": world} if world else {})
+    return build_timeline(events, facts, [], [])
+
+
+def watchdog(rank: int, host: str = "n1", done: int = 89, time: float | None = None) -> Event:
+    return ev("watchdog_timeout", "victim", rank, host=host, cause="collective_timeout", priority=12,
+              seq=str(done + 1), last_completed=str(done), time=time)
+
+
+def oom(rank: int, host: str = "n1", time: float | None = None) -> Event:
+    return ev("exception", "culprit", rank, host=host, cause="cuda_oom", priority=80, time=time)
+
+
+def srun(tasks: str, status: str, host: str = "n1", line: int = 1, cause: str = "unknown") -> Event:
+    text = f"srun: error: {host}: task(s) {tasks}: {status}"
+    return ev("slurm_task", "either", None, host=None, cause=cause, priority=4, tasks=tasks, file="slurm.out",
+              line=line, text=text, extra={"host": host})
+
+
+def ranks_of(votes: list[producers.Vote]) -> dict[int | None, float]:
+    out: dict[int | None, float] = {}
+    for v in votes:
+        out[v.rank] = out.get(v.rank, 0.0) + v.weight
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- timeline
+def test_srun_task_lines_keep_their_order_and_the_teardown_marker() -> None:
+    tl = timeline([srun("1", "Killed", line=1),
+                   ev("signal", None, None, file="slurm.out", line=2,
+                      text="slurmstepd: error: *** STEP 5.0 ON n1 CANCELLED AT 2026-01-01T00:00:00 ***"),
+                   srun("0", "Terminated", line=3)])
+    assert [(t.ranks, t.status, t.before_teardown, t.own_death) for t in tl.tasks] == \
+        [((1,), "Killed", True, True), ((0,), "Terminated", False, False)]
+
+
+def test_a_startup_connect_error_followed_by_init_is_recovered() -> None:
+    refused = ev("socket", "either", 2, cause="network_unreachable", priority=55, line=3)
+    init = ev("nccl_init", None, 2, line=9, nccl_rank="2", nranks="4")
+    tl = timeline([refused, init, oom(1)])
+    assert tl.rank(2).recovered == [refused] and tl.rank(2).own_failures == []
+
+
+def test_a_log_that_goes_on_past_the_others_did_not_stop_early() -> None:
+    last = {0: "step N loss N", 1: "RuntimeError: timeout", 2: "RuntimeError: timeout", 3: "RuntimeError: timeout"}
+    assert stopped_early(last, {0: 500, 1: 100, 2: 100, 3: 100}) == set()
+    last[2] = "step N loss N"
+    assert stopped_early(last, {0: 500, 1: 100, 2: 40, 3: 100}) == {2}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("2-7", [2, 3, 4, 5, 6, 7]), ("0,3-5", [0, 3, 4, 5]), ("6, 7", [6, 7]), ("7-2", []),
+    ("0-99999999999", []), ("x", []),
+])
+def test_expand_ranks_is_bounded(text: str, expected: list[int]) -> None:
+    assert expand_ranks(text, limit=1000) == expected
+
+
+def test_a_world_size_read_in_a_log_never_enumerates_ranks() -> None:
+    barrier = ev("store_barrier", "victim", 0, cause="rendezvous_timeout", priority=15,
+                 world_size="99999999999", worker_count="1")
+    tracemalloc.start()
+    tl = timeline([barrier])
+    verdict = combine(tl)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert tl.world_size == 1 and verdict.rank is None and peak < 20 << 20
+
+
+@pytest.mark.parametrize(("name", "ok"), [("gpu-a01", True), ("node03.cluster", True), ("2815412.batch", False),
+                                          ("10.0.0.5", False), ("fe80::1%ib0", False), ("123", False)])
+def test_only_node_names_are_hosts(name: str, ok: bool) -> None:
+    assert is_host_name(name) is ok
+
+
+# ---------------------------------------------------------------------------------------------- producers
+def test_own_failure_votes_for_the_reporter_with_its_time() -> None:
+    votes = producers.own_failures(timeline([oom(3, time=T0), watchdog(0)]))
+    assert [(v.rank, v.cause, v.own, v.time) for v in votes] == [(3, "cuda_oom", True, T0)]
+
+
+def test_srun_first_death_weighs_most_and_a_victims_exit_little() -> None:
+    tl = timeline([srun("1", "Killed", line=1), srun("0", "Exited with exit code 1", line=2),
+                   ev("peer_lost", "victim", 0, peer_ip="10.0.0.2", cause="unknown")])
+    weights = ranks_of(producers.srun_task_deaths(tl))
+    assert weights[1] == 40.0 and weights[0] < 5.0
+
+
+def test_a_rank_that_started_and_vanished_is_suspect_only_while_the_others_left_records() -> None:
+    start = [ev("start", None, r, host="n1") for r in range(4)]
+    exits = [ev("exit", None, r, host="n1", status="exception") for r in (0, 2, 3)]
+    assert ranks_of(producers.vanished_ranks(timeline(start + exits))) == {1: 25.0}
+    assert producers.vanished_ranks(timeline(start)) == []
+
+
+def test_a_peer_named_by_an_address_no_record_maps_names_nobody() -> None:
+    lost = [ev("peer_lost", "victim", r, host="n1", peer_ip="10.1.2.3") for r in range(3)]
+    assert producers.named_peers(timeline(lost)) == []
+    named = [ev("peer_lost", "victim", r, host="n1", peer_host="n2") for r in range(3)]
+    assert [(v.host, v.rank) for v in producers.named_peers(timeline(named))] == [("n2", None)]
+
+
+def test_timeouts_point_at_the_absent_and_the_lagging_rank() -> None:
+    tl = timeline([watchdog(r) for r in (0, 1, 3)], world=4)
+    assert ranks_of(producers.timeout_reporters(tl)) == {2: 30.0}
+    lag = timeline([watchdog(0), watchdog(1), watchdog(2, done=87), watchdog(3)], world=4)
+    assert ranks_of(producers.timeout_reporters(lag)) == {2: 30.0}
+
+
+@pytest.mark.parametrize(("fields", "attempt_mark", "cause", "rank"), [
+    ({"world_size": "4", "worker_count": "3"}, False, "rendezvous_timeout", 3),
+    ({"world_size": "4", "worker_count": "8"}, False, "rank_config_mismatch", None),
+    ({"world_size": "4", "worker_count": "8"}, True, "stale_rendezvous_state", None),
+])
+def test_store_barrier_arithmetic(fields: dict[str, str], attempt_mark: bool, cause: str, rank: int | None) -> None:
+    events = [ev("store_barrier", "victim", r, cause="rendezvous_timeout", priority=15, **fields) for r in range(3)]
+    if attempt_mark:
+        events.append(ev("slurm_job", "culprit", None, cause="preempted", priority=100, accuses="job"))
+    votes = producers.barrier_counts(timeline(events))
+    assert [(v.cause, v.rank) for v in votes] == [(cause, rank)]
+
+
+def test_a_rank_the_world_cannot_have_is_the_misconfigured_one() -> None:
+    events = [ev("store_barrier", "victim", r, cause="rendezvous_timeout", world_size="2", worker_count="3",
+                 extra={"rank": str(r)}) for r in (0, 2)]
+    votes = producers.barrier_counts(timeline(events))
+    assert [(v.cause, v.rank) for v in votes] == [("rank_config_mismatch", 2)]
+
+
+def test_the_pid_the_agent_did_not_sigterm_had_died_first() -> None:
+    inits = [ev("nccl_init", None, None, host="n1", nccl_rank=str(r), nranks="4") for r in range(4)]
+    inits = [Event(**{**e.__dict__, "pid": 100 + r}) for r, e in enumerate(inits)]
+    terms = [Event(**{**ev("agent_sigterm", "victim", None, host="n1").__dict__, "pid": 100 + r})
+             for r in (0, 1, 3)]
+    assert ranks_of(producers.agent_teardown(timeline(inits + terms))) == {2: 35.0}
+
+
+def test_the_minority_version_names_its_host() -> None:
+    events = [ev("nccl_warn", "culprit", r, host=f"n{r // 2}", cause="nccl_version_mismatch",
+                 version="21805" if r < 4 else "21903", peer_rank="0" if r >= 4 else "4",
+                 peer_version="21805" if r >= 4 else "21903") for r in range(6)]
+    votes = producers.odd_versions(timeline(events))
+    assert [(v.host, v.cause) for v in votes] == [("n2", "nccl_version_mismatch")]
+
+
+def test_a_loopback_pick_across_hosts_is_a_wrong_interface() -> None:
+    picks = [ev("interface", "either", r, host=f"n{r}", cause="unknown", ifname="lo" if r == 1 else "eth0",
+                ip="127.0.0.1" if r == 1 else f"10.0.0.{r}") for r in range(3)]
+    votes = producers.interface_picks(timeline([*picks, watchdog(0, host="n0")]))
+    assert [(v.rank, v.cause) for v in votes] == [(1, "wrong_interface")]
+    single_host = [ev("interface", "either", r, host="n0", cause="unknown", ifname="lo") for r in range(2)]
+    assert producers.interface_picks(timeline([*single_host, watchdog(0, host="n0")])) == []
+
+
+# ---------------------------------------------------------------------------------------------- combiner
+def test_time_orders_two_own_failures() -> None:
+    verdict = combine(timeline([oom(5, time=T0 + 30), oom(2, time=T0)]))
+    assert (verdict.rank, verdict.decided_by, verdict.confidence) == (2, "time", "high")
+
+
+def test_ranks_failing_alike_at_once_is_no_single_rank() -> None:
+    verdict = combine(timeline([oom(r, host="n7", time=T0 + r * 0.1) for r in range(4)]))
+    assert (verdict.rank, verdict.host, verdict.cause, verdict.decided_by) == (None, "n7", "cuda_oom", "systemic")
+
+
+def test_a_tie_between_pointers_names_nobody() -> None:
+    verdict = combine(timeline([watchdog(r) for r in (0, 1)], world=4))
+    assert verdict.rank is None and verdict.cause == "collective_timeout"
+
+
+def test_the_headline_kill_names_the_killed_rank_not_the_sigtermed_one() -> None:
+    """srun's 'task 1: Killed' first, rank 1 without exit record, rank 0 SIGTERMed by the step's teardown."""
+    events = [ev("start", None, 0, host="n1"), ev("start", None, 1, host="n2"),
+              srun("1", "Killed", host="n2", line=1, cause="host_oom"),
+              ev("signal", None, None, file="slurm.out", line=2, text="srun: Job step aborted: Waiting up to 32 s"),
+              srun("0", "Terminated", host="n1", line=3),
+              ev("peer_lost", "victim", 0, host="n1", peer_ip="10.9.9.2"),
+              ev("exit", None, 0, host="n1", status="stopped")]
+    verdict = combine(timeline(events))
+    assert (verdict.rank, verdict.host, verdict.cause) == (1, "n2", "host_oom")
+
+
+def test_slurm_ends_the_job_unless_a_rank_failed_before() -> None:
+    limit = ev("slurm_job", "culprit", None, cause="slurm_time_limit", priority=100, accuses="job", time=T0 + 600)
+    assert combine(timeline([limit, watchdog(0, time=T0 + 601)])).cause == "slurm_time_limit"
+    verdict = combine(timeline([limit, oom(3, time=T0)]))
+    assert (verdict.cause, verdict.rank) == ("cuda_oom", 3)
+
+
+def test_a_preemption_followed_by_a_new_attempt_is_not_the_end() -> None:
+    preempt = ev("slurm_job", "culprit", None, cause="preempted", priority=100, accuses="job", line=1,
+                 file="j.out")
+    again = ev("nccl_init", None, 0, line=5, file="j.out", nccl_rank="0", nranks="2")
+    crash = ev("exception", "culprit", 1, cause="user_code_exception", priority=0, line=9, file="j.out")
+    assert combine(timeline([preempt, crash])).cause == "preempted"
+    assert combine(timeline([preempt, again, crash])).rank == 1
+
+
+def test_a_desync_report_names_the_odd_rank_among_alike_reports() -> None:
+    events = [ev("exception", "culprit", r, cause="collective_mismatch", priority=70, peer_rank="3" if r != 3
+                 else "0") for r in range(8)]
+    verdict = combine(timeline(events))
+    assert (verdict.rank, verdict.cause) == (3, "collective_mismatch")
+
+
+def test_a_detector_is_not_the_offender() -> None:
+    detected = ev("mismatch_detected", "culprit", 2, cause="collective_mismatch", priority=70, accuses="none")
+    verdict = combine(timeline([detected, watchdog(0), watchdog(1)]))
+    assert verdict.rank != 2 and verdict.cause == "collective_mismatch"
+
+
+def test_a_node_report_explains_the_ranks_weaker_error() -> None:
+    xid = ev("gpu", "culprit", None, host="g7", cause="gpu_hardware", priority=93)
+    illegal = ev("exception", "culprit", 12, host="g7", cause="user_code_exception", priority=55)
+    verdict = combine(timeline([xid, illegal, watchdog(0, host="g6")]))
+    assert (verdict.rank, verdict.cause) == (12, "gpu_hardware")
