@@ -1,9 +1,9 @@
 """The labelled case corpus: every case in analyzer/cases/<name>/ must be diagnosed as its label says.
 
 A case is a folder of logs plus `label.json` (see analyzer/cases/README.md). `analyze_paths` runs on every
-file of the folder except label.json; the test compares cause, first_failing_rank, first_failing_host (when
-the label names one) and the optional keys. Folders named `lab-*` come from real failures on the local
-cluster and are checked the same way.
+file of the folder except label.json; the test compares cause, first_failing_rank, first_failing_host (a
+null in the label requires a null answer) and the optional keys. Folders named `lab-*` come from real failures
+on the local cluster and are checked the same way.
 """
 
 from __future__ import annotations
@@ -117,6 +117,17 @@ def test_every_cause_has_a_case() -> None:
     assert not missing, f"causes without a case: {missing}"
 
 
+def _null_answer_known_failures() -> dict[str, str]:
+    """Cases whose null label host the analyzer does not answer with null yet: the `<case> original  # reason`
+    lines of perturbation_known_failures.txt (strict xfails; delete a line when its case passes)."""
+    path = Path(__file__).resolve().parent / "perturbation_known_failures.txt"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return {line.split()[0]: line.partition("#")[2].strip() for line in lines if line.split()[1:2] == ["original"]}
+
+
+NULL_ANSWER_KNOWN_FAILURES = _null_answer_known_failures()
+
+
 def _diagnosis_params(cases: list[Path]) -> list[Any]:
     """Each case as a test parameter; a label with `"pending": true` (a real case the engine does not read right
     yet, see analyzer/cases/README.md) runs as a non-strict xfail, so it reports but does not fail CI."""
@@ -127,6 +138,8 @@ def _diagnosis_params(cases: list[Path]) -> list[Any]:
         if label.get("pending") is True:
             why = label.get("pending_why", "engine does not diagnose this real case yet")
             marks.append(pytest.mark.xfail(strict=False, reason=f"pending: {why}"))
+        elif case.name in NULL_ANSWER_KNOWN_FAILURES:
+            marks.append(pytest.mark.xfail(strict=True, reason=NULL_ANSWER_KNOWN_FAILURES[case.name]))
         params.append(pytest.param(case, marks=marks, id=case.name))
     return params
 
@@ -141,8 +154,8 @@ def test_case_is_diagnosed(case: Path) -> None:
     assert got["cause"] == label["cause"], why
     if label.get("rank_observable", True):
         assert got["first_failing_rank"] == label["first_failing_rank"], why
-        if label["first_failing_host"] is not None:
-            assert got["first_failing_host"] == label["first_failing_host"], why
+        # a null host means the logs single out no host: the analyzer must answer null too, never guess one
+        assert got["first_failing_host"] == label["first_failing_host"], why
     else:  # the true culprit is known from the injection, but nothing in the logs names it: never guess another
         assert got["first_failing_rank"] in (None, label["first_failing_rank"]), why
         assert got["first_failing_host"] in (None, label["first_failing_host"]), why

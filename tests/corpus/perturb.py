@@ -1,0 +1,807 @@
+"""Perturbations of a labelled case: a case folder -> a perturbed copy + the label mapped through the change.
+
+Each perturbation is a pure function of the case's files (read here, written to a new folder) that keeps the
+failure's meaning: renumbered ranks, renamed hosts, shifted clocks, stripped timestamps, benign noise, deleted
+records, truncated tails, split or merged files. The expectation is always the ORIGINAL label mapped through the
+perturbation; the analyzer must give it again. Where a case's tokens cannot be rewritten without guessing, the
+perturbation raises `Unsupported` with the reason instead of producing a wrong copy.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import Any
+
+from ddpslurm.analyze.attribution import path_info, strip_prefixes
+
+RECORD_SUFFIXES = (".start.json", ".exit.json")
+JOB_RECORD = "ddpslurm.json"
+
+
+class Unsupported(Exception):
+    """The case cannot take this perturbation without guessing; the message says why."""
+
+
+@dataclass(frozen=True)
+class CaseFacts:
+    """What a perturbation needs to know about a case: its files, label and the original diagnosis."""
+
+    root: Path
+    label: dict[str, Any]
+    diagnosis: dict[str, Any]
+    files: tuple[PurePath, ...] = field(default=())  # relative paths, label.json excluded
+
+    def text(self, rel: PurePath) -> str:
+        return (self.root / rel).read_bytes().decode("utf-8", errors="surrogateescape")
+
+
+@dataclass(frozen=True)
+class Perturbed:
+    """A perturbed copy: its folder, the mapped label, and how strictly the rank must match."""
+
+    root: Path
+    label: dict[str, Any]
+    rank_may_be_null: bool = False  # the perturbation removed what ordered the ranks: null is acceptable
+    host_aliases: tuple[str, ...] = ()  # other spellings of the expected host (a FQDN's short name)
+
+
+def load_facts(case: Path, diagnosis: dict[str, Any]) -> CaseFacts:
+    files = tuple(sorted(p.relative_to(case) for p in case.rglob("*") if p.is_file() and p.name != "label.json"))
+    return CaseFacts(root=case, label=json.loads((case / "label.json").read_text()), diagnosis=diagnosis, files=files)
+
+
+# ---------------------------------------------------------------- writing a copy
+
+Rewrite = Callable[[PurePath, str], str | None]  # (relative path, text) -> new text, or None to drop the file
+
+
+def write_copy(facts: CaseFacts, dest: Path, rewrite: Rewrite, rename: Callable[[PurePath], PurePath] = lambda p: p,
+               extra: Iterable[tuple[PurePath, str]] = ()) -> Path:
+    """Write every file of the case through `rewrite` and `rename` under `dest`, plus `extra` files."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for rel in facts.files:
+        text = rewrite(rel, facts.text(rel))
+        if text is not None:
+            _write(dest / rename(rel), text)
+    for rel, text in extra:
+        _write(dest / rel, text)
+    return dest
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as handle:  # two sources may land in one file (a merge)
+        handle.write(text.encode("utf-8", errors="surrogateescape"))
+
+
+def is_record(rel: PurePath) -> bool:
+    return rel.name.endswith(RECORD_SUFFIXES) or rel.name in (JOB_RECORD, "error.json")
+
+
+def by_line(fn: Callable[[str], str]) -> Callable[[str], str]:
+    """Apply `fn` to every line of a text, line endings kept."""
+    return lambda text: "\n".join(fn(line) if line else line for line in text.split("\n"))
+
+
+def _map_label(label: dict[str, Any], rank: Callable[[int], int] = lambda r: r,
+               host: Callable[[str], str] = lambda h: h) -> dict[str, Any]:
+    out = dict(label)
+    if out.get("first_failing_rank") is not None:
+        out["first_failing_rank"] = rank(out["first_failing_rank"])
+    if out.get("first_failing_host") is not None:
+        out["first_failing_host"] = host(out["first_failing_host"])
+    if "exclude_nodes" in out:
+        out["exclude_nodes"] = [host(h) for h in out["exclude_nodes"]]
+    return out
+
+
+# ---------------------------------------------------------------- hosts
+
+_HN = r"[A-Za-z][A-Za-z0-9-]*[A-Za-z0-9]"
+#: Places where a log names a host (the analyzer's and the tools' formats); the group `h` is the short name.
+_HOST_PLACES = tuple(re.compile(p) for p in (
+    rf"(?:^|[\s\[(>|]|\]:)(?P<h>{_HN})(?:\.[\w-]+)*:\d+:\d+ \[\d+\] ",  # NCCL host:pid:tid [dev]
+    rf"(?:srun|slurmstepd)(?:-[\w.-]+)?: error: (?P<h>{_HN}): ",  # srun: error: host: task(s) ...
+    rf"(?:[Nn]ode failure on|[Nn]odes?|ON|hostname=|host[= ]|on host|on|at) (?P<h>{_HN})(?=[\s,:;)(]|\.\s|$)",
+    rf"slurmstepd-(?P<h>{_HN}):",
+    rf"hostname=(?P<h>{_HN})[,)]",
+    rf"^(?:[A-Z][a-z]{{2}} +\d+ \d\d:\d\d:\d\d) (?P<h>{_HN}) ",  # syslog / journalctl
+    rf"\((?P<h>{_HN}), \d+\)",  # c10d (host, port)
+    rf"\[(?P<h>{_HN})\]:\d+",  # c10d [host]:port
+))
+_NOT_HOSTS = {"localhost", "None", "null", "STEP", "JOB", "error"}
+
+
+def _looks_like_host(name: str) -> bool:
+    return bool(re.fullmatch(_HN, name)) and any(c.isdigit() for c in name) and name not in _NOT_HOSTS \
+        and not re.fullmatch(r"(?:[Rr]ank|tasks?|default|cuda|sm|py|nccl|torch|[EWIF])\d+", name)
+
+
+def known_hosts(facts: CaseFacts) -> set[str]:
+    """Every host name the case knows: label, original diagnosis, records, path names and log lines."""
+    found: set[str] = set()
+    label, diag = facts.label, facts.diagnosis
+    found.update(h for h in [label.get("first_failing_host"), *label.get("exclude_nodes", []),
+                             diag.get("first_failing_host"), *diag.get("exclude_nodes", []),
+                             *(row.get("host") for row in diag.get("ranks", []))] if isinstance(h, str))
+    for rel in facts.files:
+        found.add(path_info(rel).host or "")
+        text = facts.text(rel)
+        if rel.suffix == ".json":
+            found.update(re.findall(rf'"(?:host|hostname|master_addr)": "({_HN})', text))
+            continue
+        for line in text.split("\n"):
+            found.update(m["h"] for place in _HOST_PLACES for m in place.finditer(line))
+            found.add(strip_prefixes(line).host or "")
+    return {h.split(".")[0] for h in found if h and _looks_like_host(h.split(".")[0])}
+
+
+@dataclass(frozen=True)
+class HostMap:
+    """Old short host name -> new name; stems (the part before the trailing digits) map for hostlists."""
+
+    names: dict[str, str]
+    stems: dict[str, tuple[str, int]]  # old stem -> (new stem, digit shift)
+    fqdn: str = ""
+
+    def __call__(self, host: str) -> str:
+        short = host.split(".")[0]
+        return self.names[short] + self.fqdn if short in self.names else host
+
+
+def _split_host(name: str) -> tuple[str, str]:
+    m = re.fullmatch(r"(.*?)(\d*)", name)
+    assert m is not None
+    return m[1], m[2]
+
+
+def host_map(hosts: Iterable[str], fqdn: str = "") -> HostMap:
+    """Consistent new names: a different stem per old stem, the number shifted by 17 (zero padding kept)."""
+    stems: dict[str, tuple[str, int]] = {}
+    names: dict[str, str] = {}
+    for host in sorted(hosts):
+        stem, digits = _split_host(host)
+        if stem not in stems:
+            new_stem = f"r{len(stems) + 7}-gpu" + ("-" if stem.endswith("-") else "")
+            stems[stem] = (new_stem + ("x" if len(new_stem) == len(stem) else ""), 17)
+        new_stem, shift = stems[stem]
+        names[host] = new_stem + (str(int(digits) + shift).zfill(len(digits)) if digits else "z")
+    return HostMap(names=names, stems=stems, fqdn=fqdn)
+
+
+def _hostlist_pattern(hmap: HostMap) -> re.Pattern[str] | None:
+    stems = [re.escape(s) for s in sorted(hmap.stems, key=len, reverse=True) if s]
+    return re.compile(rf"(?<![\w.-])(?P<stem>{'|'.join(stems)})\[(?P<body>[\d,\-]+)\]") if stems else None
+
+
+def _rewrite_hostlist(hmap: HostMap, m: re.Match[str]) -> str:
+    new_stem, shift = hmap.stems[m["stem"]]
+
+    def shifted(n: re.Match[str]) -> str:
+        return str(int(n[0]) + shift).zfill(len(n[0]))
+
+    if not hmap.fqdn:
+        return f"{new_stem}[{re.sub(r'[0-9]+', shifted, m['body'])}]"
+    return ",".join(f"{new_stem}{int(n) + shift:0{len(n)}d}{hmap.fqdn}" for n in _expand(m["body"], keep_text=True))
+
+
+def _expand(body: str, keep_text: bool = False) -> list[Any]:
+    """`1-3,7` -> [1, 2, 3, 7] (or zero-padded strings with keep_text)."""
+    out: list[Any] = []
+    for part in body.split(","):
+        lo, _, hi = part.strip().partition("-")
+        width = len(lo)
+        for n in range(int(lo), int(hi or lo) + 1):
+            out.append(str(n).zfill(width) if keep_text else n)
+    return out
+
+
+def rename_hosts(facts: CaseFacts, dest: Path, fqdn: str = "") -> Perturbed:
+    """Every host name replaced consistently (a different stem, number and length; optionally a FQDN)."""
+    hosts = known_hosts(facts)
+    if not hosts:
+        raise Unsupported("the logs name no host")
+    hmap = host_map(hosts, fqdn)
+    alternation = "|".join(re.escape(h) for h in sorted(hosts, key=len, reverse=True))
+    in_text = re.compile(rf"(?:(?<=slurmstepd-)|(?<![\w.-]))(?:{alternation})(?![\w-])")
+    in_path = re.compile(rf"(?<![A-Za-z0-9])(?:{alternation})(?![A-Za-z0-9])")
+    hostlist = _hostlist_pattern(hmap)
+
+    def text_fn(rel: PurePath, text: str) -> str:
+        if hostlist is not None:
+            text = hostlist.sub(lambda m: _rewrite_hostlist(hmap, m), text)
+        return in_text.sub(lambda m: hmap(m[0]), text)
+
+    def rename(rel: PurePath) -> PurePath:
+        return PurePath(*(in_path.sub(lambda m: hmap(m[0]), part) for part in rel.parts))
+
+    root = write_copy(facts, dest, text_fn, rename)
+    label = _map_label(facts.label, host=hmap)
+    want = label.get("first_failing_host")
+    aliases = (want.split(".")[0],) if fqdn and isinstance(want, str) else ()
+    return Perturbed(root=root, label=label, host_aliases=aliases)
+
+
+# ---------------------------------------------------------------- ranks
+
+_SEP = r'(?:\s*[:=]\s*|"\s*:\s*"?|\s+|_)?'
+#: Rank-bearing tokens. Group names say what the number is: r = global rank, rl = list of global ranks,
+#: t = srun task list (ranks, or nodes under torchrun), n = node index, L = local rank of the r in the same
+#: match, ring/tree = NCCL's ring orders and trees (all numbers are ranks). First rule wins on overlaps.
+_RANK_RULES = tuple(re.compile(p) for p in (
+    r"\[\d+,(?P<r>\d+)\]<std(?:out|err)>",  # Open MPI --tag-output
+    r"JobEnvironment\(.*?local_rank=(?P<L>\d+)\(\d+\), node=(?P<n>\d+)\(\d+\), global_rank=(?P<r>\d+)\(",
+    r"(?<![\w-])rank\s*:\s*(?P<r>\d+) \(local_rank: (?P<L>\d+)\)",  # torchelastic ChildFailedError
+    r"(?<![\w/-])[Rr]anks:? (?P<rl>\d+(?:, ?\d+)+)",
+    rf"(?<![\w/-])(?:global[_ ]|role_)?(?:rank|Rank|RANK){_SEP}(?P<r>\d+)(?!\d)",
+    r"(?:fault-rank|SLURM_PROCID|OMPI_COMM_WORLD_RANK|PMI_RANK)[ =:]+(?P<r>\d+)(?!\d)",
+    r"srun: error: [^:\s]+: tasks? (?P<t>\d[\d,\- ]*)(?=: )",
+    r"(?:^|srun: error: )task (?P<t>\d+): ",
+    r"tasks?: \[(?P<t>[\d,\-]+)\]",
+    r"(?P<r>\d+)\[[0-9a-fx]+\] -> (?P<r2>\d+)\[",  # NCCL Channel a[dev] -> b[dev]
+    r"(?:Channel \d+/\d+|Ring \d+) :(?P<ring>(?: +\d+)+) *$",
+    r"Trees(?P<tree>(?: \[\d+\] [-\d/>]+)+)",
+    rf"(?<![\w-])(?:node[_-]rank|group_rank|NODE_RANK|SLURM_NODEID){_SEP}(?P<n>\d+)(?!\d)",
+    r"--node[-_]rank[= ](?P<n>\d+)",
+    r"keys?: \S*/(?P<r>\d+)(?=[\"\\\s]|$)",  # gloo/c10d store key of the awaited rank
+))
+_SRUN_LABEL = re.compile(r"^(?P<t> *\d{1,6})(?=: )")
+_LOCAL_ONLY = re.compile(r"\[(?![Rr]ank)[A-Za-z_]+\d+\]:|local_rank:? \d+ \(pid|LOCAL_RANK=\d+|SLURM_LOCALID=\d+")
+_WORLD_CLAIMS = re.compile(r"nranks (\d+)|world_size[\"=:\s]+(\d+)|global_rank=\d+\((\d+)\)|(?<![\w-])rank \d+/(\d+)"
+                           r"|WORLD_SIZE=(\d+)")
+_PER_NODE_CLAIMS = (re.compile(r'"local_world_size": (\d+)'), re.compile(r"local_rank=\d+\((\d+)\)"),
+                    re.compile(r"nproc[-_]per[-_]node[= ](\d+)"))
+_TORCHRUN = re.compile(r"torchrun|torch\.distributed\.(?:run|elastic|launch)|\"launcher\": \"torchrun\""
+                       r"|\[default\d+\]:")
+
+
+def _bit_fmt(values: Iterable[int]) -> str:
+    """Slurm's task list form: sorted, runs as `a-b`, joined by commas."""
+    nums = sorted(set(values))
+    runs: list[str] = []
+    i = 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        runs.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
+        i = j + 1
+    return ",".join(runs)
+
+
+@dataclass(frozen=True)
+class RankMap:
+    """A rank permutation that keeps the job's shape: rank 0 fixed, ranks = node * per_node + local."""
+
+    ranks: dict[int, int]
+    nodes: dict[int, int]
+    per_node: int
+    tasks_are_nodes: bool
+
+    def rank(self, r: int) -> int:
+        return self.ranks.get(r, r)
+
+    def task(self, t: int) -> int:
+        return self.nodes.get(t, t) if self.tasks_are_nodes else self.rank(t)
+
+    def value(self, kind: str, text: str, match_rank: int | None) -> str:
+        """The new text of one group of kind `kind` (see _RANK_RULES)."""
+        if kind == "r":
+            return str(self.rank(int(text)))
+        if kind == "n":
+            return str(self.nodes.get(int(text), int(text)))
+        if kind == "L":
+            return str(self.rank(match_rank) % self.per_node) if match_rank is not None else text
+        if kind == "rl":
+            return re.sub(r"\d+", lambda m: str(self.rank(int(m[0]))), text)
+        if kind == "t":
+            if text.strip().isdigit():
+                return str(self.task(int(text))).rjust(len(text))
+            return _bit_fmt(self.task(n) for n in _expand(text.replace(" ", "")))
+        if kind == "ring":
+            return re.sub(r"\d+", lambda m: str(self.rank(int(m[0]))), text)
+        if kind == "tree":
+            return re.sub(r"(?<![\[\d-])\d+(?![\]\d])", lambda m: str(self.rank(int(m[0]))), text)
+        raise ValueError(kind)
+
+
+def rewrite_rank_line(line: str, rmap: RankMap, srun_label: bool, seen: list[int] | None = None) -> str:
+    """Every rank-bearing token of `line` mapped through `rmap` (spans of earlier rules win)."""
+    spans: list[tuple[int, int, str]] = []
+    rules = ((_SRUN_LABEL, *_RANK_RULES) if srun_label else _RANK_RULES)
+    for rule in rules:
+        for m in rule.finditer(line):
+            match_rank = int(m["r"]) if "r" in rule.groupindex and m["r"] is not None else None
+            for name, value in m.groupdict().items():
+                if value is None:
+                    continue
+                start, end = m.span(name)
+                if any(start < e and s < end for s, e, _ in spans):
+                    continue
+                kind = name.rstrip("0123456789")
+                if seen is not None and kind in ("r", "rl", "ring"):
+                    seen.extend(int(v) for v in re.findall(r"\d+", value))
+                spans.append((start, end, rmap.value(kind, value, match_rank)))
+    for start, end, new in sorted(spans, reverse=True):
+        line = line[:start] + new + line[end:]
+    return line
+
+
+def _is_srun_labelled(text: str) -> bool:
+    return sum(1 for _ in re.finditer(r"(?m)^ *\d{1,6}: \S", text)) >= 3
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """The job's shape as the case tells it."""
+
+    world: int
+    per_node: int
+    tasks_are_nodes: bool
+    local_only: str  # a local-rank-only token the case holds ("" when none), e.g. `[default1]:`
+
+
+def _per_node_from_hosts(diagnosis: dict[str, Any]) -> int | None:
+    """Ranks per node from the original diagnosis' rank table, when every host holds a contiguous aligned block."""
+    by_host: dict[str, list[int]] = {}
+    for row in diagnosis.get("ranks", []):
+        if isinstance(row.get("host"), str):
+            by_host.setdefault(row["host"], []).append(row["rank"])
+    if len(by_host) < 2:
+        return None
+    size = max(len(v) for v in by_host.values())
+    for ranks in by_host.values():
+        if min(ranks) % size or max(ranks) - min(ranks) >= size:
+            return None
+    return size
+
+
+def rank_layout(facts: CaseFacts) -> RankLayout:
+    texts = [(rel, facts.text(rel)) for rel in facts.files]
+    identity = RankMap({}, {}, 1, False)
+    seen: list[int] = [r["rank"] for r in facts.diagnosis.get("ranks", [])]
+    claims: list[int] = [facts.label["world_size"]] if isinstance(facts.label.get("world_size"), int) else []
+    per_node: list[int] = []
+    local_only = ""
+    for rel, text in texts:
+        labelled = _is_srun_labelled(text)
+        for line in text.split("\n"):
+            rewrite_rank_line(line, identity, labelled, seen)
+        claims += [int(n) for m in _WORLD_CLAIMS.finditer(text) for n in m.groups() if n]
+        per_node += [int(m[1]) for pattern in _PER_NODE_CLAIMS for m in pattern.finditer(text)]
+        found = _LOCAL_ONLY.search(text)
+        local_only = local_only or (found[0] if found else "")
+        local_only = local_only or (str(rel) if path_info(rel).local_rank is not None else "")
+    if facts.label.get("first_failing_rank") is not None:
+        seen.append(facts.label["first_failing_rank"])
+    world = max([r + 1 for r in seen if r < 4096] + [c for c in claims if c < 4096] + [1])
+    per = per_node[0] if per_node else _per_node_from_hosts(facts.diagnosis)
+    if per is None:
+        if local_only:
+            raise Unsupported(f"ranks per node unknown and the case has local-rank tokens ({local_only})")
+        per = 1
+    tasks_are_nodes = any(_TORCHRUN.search(text) for _, text in texts)
+    return RankLayout(world=world, per_node=per, tasks_are_nodes=tasks_are_nodes, local_only=local_only)
+
+
+def rank_permutation(layout: RankLayout) -> RankMap:
+    """Reverse the nodes after node 0 (locals kept); on 1-2 nodes reverse the local ranks instead (rank 0 kept)."""
+    world, per = layout.world, layout.per_node
+    if world % per:
+        raise Unsupported(f"world size {world} is not a multiple of {per} ranks per node")
+    n_nodes = world // per
+    if n_nodes >= 3:
+        nodes = {n: (n_nodes - n if n else 0) for n in range(n_nodes)}
+        ranks = {r: nodes[r // per] * per + r % per for r in range(world)}
+    else:
+        if layout.local_only:
+            raise Unsupported(f"{n_nodes} node(s): a permutation that keeps rank 0 changes local ranks, and the "
+                              f"case has local-rank-only tokens ({layout.local_only})")
+        nodes = {n: n for n in range(n_nodes)}
+        ranks = {}
+        for n in range(n_nodes):
+            locals_ = list(range(per)) if n else list(range(1, per))
+            for old, new in zip(locals_, reversed(locals_), strict=True):
+                ranks[n * per + old] = n * per + new
+        ranks[0] = 0
+    if all(k == v for k, v in ranks.items()):
+        raise Unsupported(f"{world} rank(s): no other permutation keeps rank 0 and the job's shape")
+    return RankMap(ranks=ranks, nodes=nodes, per_node=per, tasks_are_nodes=layout.tasks_are_nodes)
+
+
+_FILE_TASK = re.compile(r"^(?P<pre>\d+(?:_\d+)?_)(?P<t>\d+)(?=_(?:log\.(?:out|err)|result\.pkl|submitted\.pkl)$)")
+_FILE_RANK = re.compile(r"^(?P<pre>rank_)(?P<r>\d+)(?=\.start\.json$|\.exit\.json$|\.log$|\.out$|\.err$|$)")
+
+
+def _rename_rank_path(rel: PurePath, rmap: RankMap) -> PurePath:
+    name = _FILE_TASK.sub(lambda m: m["pre"] + str(rmap.task(int(m["t"]))), rel.name)
+    name = _FILE_RANK.sub(lambda m: m["pre"] + str(rmap.rank(int(m["r"]))), name)
+    return rel.with_name(name)
+
+
+def _fix_record_local_rank(text: str, rmap: RankMap) -> str:
+    """A record's local_rank follows its (already mapped) rank."""
+    rank = re.search(r'"rank": (\d+)', text)
+    if not rank:
+        return text
+    local = int(rank[1]) % rmap.per_node
+    return re.sub(r'"local_rank": \d+', f'"local_rank": {local}', text)
+
+
+def renumber_ranks(facts: CaseFacts, dest: Path) -> Perturbed:
+    """Every rank-bearing token, file name and record mapped through one shape-keeping permutation."""
+    rmap = rank_permutation(rank_layout(facts))
+
+    def text_fn(rel: PurePath, text: str) -> str:
+        labelled = _is_srun_labelled(text)
+        text = "\n".join(rewrite_rank_line(line, rmap, labelled) for line in text.split("\n"))
+        return _fix_record_local_rank(text, rmap) if rel.suffix == ".json" else text
+
+    root = write_copy(facts, dest, text_fn, lambda rel: _rename_rank_path(rel, rmap))
+    return Perturbed(root=root, label=_map_label(facts.label, rank=rmap.rank))
+
+
+# ---------------------------------------------------------------- clocks
+
+_ISO = re.compile(r"(?<!\d)(?P<y>(?:19|20)\d\d)-(?P<mo>[01]\d)-(?P<d>[0-3]\d)(?P<sep>[T _])"
+                  r"(?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)(?:(?P<fs>[.,])(?P<frac>\d{1,9}))?(?P<tz>Z|[+-][01]\d:?[0-5]\d)?(?!\d)")
+_GLOG = re.compile(r"(?<![\w])(?P<lvl>[IWEF])(?P<mo>1[0-2]|0?[1-9])(?P<d>[0-3]\d) (?P<h>[0-2]\d):(?P<mi>[0-5]\d):"
+                   r"(?P<s>[0-6]\d)(?:\.(?P<frac>\d{1,9}))?(?P<tid> +\d+)?")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_CTIME = re.compile(rf"(?:{'|'.join(_DAYS)}) (?P<mon>{'|'.join(_MONTHS)}) (?P<d> ?\d{{1,2}}) "
+                    r"(?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)(?P<zone> [A-Z]{3,4})? (?P<y>(?:19|20)\d\d)")
+_SYSLOG = re.compile(rf"^(?P<mon>{'|'.join(_MONTHS)}) (?P<d>[ 0-3]\d) (?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)")
+_EPOCH_FIELD = re.compile(r'(?P<key>"(?:\w*unix\w*|timestamp)"\s*:\s*"?)(?P<v>1\d{9}(?:\.\d+)?)')
+_TIME_KEYS = ("time", "unix", "timestamp", "submit_time", "submit_unix", "start_time", "end_time")
+#: 40 days 7 hours: crosses at least one month boundary (and a year for December jobs).
+CLOCK_SHIFT = 40 * 86400 + 7 * 3600
+
+
+def _moved(y: int, mo: int, d: int, h: int, mi: int, s: float, delta: float) -> dt.datetime:
+    base = dt.datetime(y, mo, d, h, mi, min(int(s), 59)) + dt.timedelta(seconds=s - int(s))
+    return base + dt.timedelta(seconds=delta)
+
+
+def _frac_text(moment: dt.datetime, width: int) -> str:
+    return f"{moment.microsecond:06d}{'0' * 9}"[:width] if width else ""
+
+
+def _frac(text: str | None) -> float:
+    return float("0." + text) if text else 0.0
+
+
+def shift_line(line: str, delta: float, year: int) -> str:
+    """Every timestamp of a line moved by `delta` seconds, in its own format."""
+
+    def iso(m: re.Match[str]) -> str:
+        t = _moved(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]) + _frac(m["frac"]),
+                   delta)
+        frac = f"{m['fs']}{_frac_text(t, len(m['frac']))}" if m["frac"] else ""
+        return f"{t:%Y-%m-%d}{m['sep']}{t:%H:%M:%S}{frac}{m['tz'] or ''}"
+
+    def glog(m: re.Match[str]) -> str:
+        t = _moved(year, int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]) + _frac(m["frac"]), delta)
+        month = f"{t.month:02d}" if len(m["mo"]) == 2 else str(t.month)
+        frac = "." + _frac_text(t, len(m["frac"])) if m["frac"] else ""
+        return f"{m['lvl']}{month}{t:%d %H:%M:%S}{frac}{m['tid'] or ''}"
+
+    def ctime(m: re.Match[str]) -> str:
+        t = _moved(int(m["y"]), _MONTHS.index(m["mon"]) + 1, int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), delta)
+        day = str(t.day).rjust(len(m["d"]))
+        return f"{_DAYS[t.weekday()]} {_MONTHS[t.month - 1]} {day} {t:%H:%M:%S}{m['zone'] or ''} {t.year}"
+
+    def syslog(m: re.Match[str]) -> str:
+        t = _moved(year, _MONTHS.index(m["mon"]) + 1, int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), delta)
+        return f"{_MONTHS[t.month - 1]} {t.day:02d} {t:%H:%M:%S}" if m["d"][0] != " " else f"{t:%b} {t.day:2d} {t:%X}"
+
+    def epoch(m: re.Match[str]) -> str:
+        decimals = len(m["v"].partition(".")[2])
+        return m["key"] + (f"{float(m['v']) + delta:.{decimals}f}" if decimals else str(int(float(m["v"]) + delta)))
+
+    line = _CTIME.sub(ctime, line)
+    line = _ISO.sub(iso, line)
+    line = _GLOG.sub(glog, line)
+    line = _SYSLOG.sub(syslog, line)
+    return _EPOCH_FIELD.sub(epoch, line)
+
+
+def _case_year(facts: CaseFacts) -> int:
+    for rel in facts.files:
+        m = _ISO.search(facts.text(rel))
+        if m:
+            return int(m["y"])
+    return dt.datetime.now(dt.timezone.utc).year
+
+
+def _who(rel: PurePath, line: str) -> str:
+    """Whose clock wrote a line: the NCCL or pdsh host, else the rank, else the file."""
+    head = re.search(r"(?:^|\s)([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] ", line)
+    if head:
+        return head[1].split(".")[0]
+    prefix = strip_prefixes(line)
+    if prefix.host or prefix.rank is not None:
+        return prefix.host or f"rank{prefix.rank}"
+    host = re.search(r'"host": "([^"]+)"', line)
+    return host[1] if host else str(rel)
+
+
+def _skew(who: str) -> float:
+    """A stable per-writer clock skew below half a second."""
+    return (sum(ord(c) * 31 ** i for i, c in enumerate(who)) % 450) / 1000.0
+
+
+def shift_clocks(facts: CaseFacts, dest: Path, skew: bool = False) -> Perturbed:
+    """Every timestamp moved by the same delta (crossing a month); with `skew`, plus a per-host offset < 0.5 s."""
+    year = _case_year(facts)
+
+    def text_fn(rel: PurePath, text: str) -> str:
+        json_host = re.search(r'"host": "([^"]+)"', text) if rel.suffix == ".json" else None
+        out = []
+        for line in text.split("\n"):
+            who = json_host[1] if json_host else _who(rel, line)
+            out.append(shift_line(line, CLOCK_SHIFT + (_skew(who) if skew else 0.0), year))
+        return "\n".join(out)
+
+    return Perturbed(root=write_copy(facts, dest, text_fn), label=dict(facts.label))
+
+
+def _drop_json_times(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_json_times(v) for k, v in value.items() if k not in _TIME_KEYS}
+    if isinstance(value, list):
+        return [_drop_json_times(v) for v in value]
+    return value
+
+
+_ISO_WRAPPED = re.compile(rf"[\[(]?{_ISO.pattern}[\])]?:?(?: - | )?")
+
+
+def drop_line_times(line: str) -> str:
+    """A line without its timestamps (Slurm's `CANCELLED AT ts` is message content and stays)."""
+    if "CANCELLED AT" in line:
+        return line
+    line = _CTIME.sub("", line)
+    line = _SYSLOG.sub("", line).lstrip(" ") if _SYSLOG.match(line) else line
+    line = _ISO_WRAPPED.sub("", line)
+    return _GLOG.sub(lambda m: m["lvl"], line)
+
+
+def drop_timestamps(facts: CaseFacts, dest: Path) -> Perturbed:
+    """Every timestamp stripped (prefixes, NCCL_DEBUG_TIMESTAMP, glog headers, record times)."""
+
+    def text_fn(rel: PurePath, text: str) -> str:
+        if rel.suffix == ".json":
+            try:
+                return json.dumps(_drop_json_times(json.loads(text)), indent=1)
+            except ValueError:
+                return text
+        return by_line(drop_line_times)(text)
+
+    return Perturbed(root=write_copy(facts, dest, text_fn), label=dict(facts.label), rank_may_be_null=True)
+
+
+# ---------------------------------------------------------------- benign noise
+
+_NCCL_HEAD = re.compile(r"(?P<head>[A-Za-z][\w.-]*:\d+:\d+ \[\d+\]) NCCL INFO (?:comm \S+ rank (?P<rank>\d+) nranks)?")
+
+
+def _c10d_retry(master: str) -> list[str]:
+    line = (f"[W socket.cpp:663] [c10d] The client socket has failed to connect to [{master}]:29500 "
+            "(errno: 111 - Connection refused).")
+    return [line, line]
+
+
+def _ib_fallback(head: str) -> list[str]:
+    return [f"{head} misc/ibvwrap.cc:106 NCCL WARN Failed to open libibverbs.so[.1]",
+            f"{head} NCCL INFO NET/IB : No device found.",
+            f"{head} NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>"]
+
+
+def _progress(steps: Iterable[int]) -> list[str]:
+    return [f"step {s} loss {2.3 - s / 10000:.4f}" for s in steps]
+
+
+def _nccl_heads(texts: dict[PurePath, str]) -> tuple[dict[int, str], dict[PurePath, str]]:
+    """`host:pid:tid [dev]` per rank (from Init lines) and per file (its first NCCL line)."""
+    by_rank: dict[int, str] = {}
+    by_file: dict[PurePath, str] = {}
+    for rel, text in texts.items():
+        for m in _NCCL_HEAD.finditer(text):
+            by_file.setdefault(rel, m["head"])
+            if m["rank"] is not None:
+                by_rank.setdefault(int(m["rank"]), m["head"])
+    return by_rank, by_file
+
+
+def _rank_streams(rel: PurePath, lines: list[str], tasks_are_nodes: bool) -> dict[int, tuple[int, str]]:
+    """rank -> (index of its first line, that line's prefix) in one file; index -1 = the whole file is the rank's."""
+    info = path_info(rel)
+    if info.rank is not None and not (info.task_file and tasks_are_nodes):
+        return {info.rank: (-1, "")}
+    streams: dict[int, tuple[int, str]] = {}
+    for i, line in enumerate(lines):
+        prefix = strip_prefixes(line)
+        if prefix.rank is not None and prefix.rank not in streams and prefix.text.strip():
+            streams[prefix.rank] = (i, line[: len(line) - len(prefix.text)])
+    if info.task_file and tasks_are_nodes and info.rank == 0 and 0 not in streams:
+        streams[0] = (-1, "")  # torchrun's node 0: rank 0's lines carry no prefix
+    return streams
+
+
+def _noise_for_file(rel: PurePath, text: str, ctx: dict[str, Any]) -> str:
+    lines = text.split("\n")
+    streams = _rank_streams(rel, lines, ctx["tasks_are_nodes"])
+    inserts: dict[int, list[str]] = {}
+    for rank, (index, prefix) in streams.items():
+        head = ctx["heads_by_rank"].get(rank) or (ctx["heads_by_file"].get(rel) if index < 0 else None)
+        body = (_c10d_retry(ctx["master"]) if rank else []) + (_ib_fallback(head) if head and ctx["has_nccl"] else [])
+        if rank == 0:
+            body += _progress((100, 200))
+        inserts.setdefault(index + 1 if index >= 0 else 0, []).extend(prefix + b for b in body)
+        if rank == 0 and ctx["late_progress"]:
+            end = len(lines) - 1 if lines[-1] == "" else len(lines)  # before the final newline's empty tail
+            after = max([index] + [n - 1 for n in ctx["decisive"].get(rel, [])]) + 1 if index >= 0 else end
+            late = [prefix + b for b in _progress((300, 400, 500))]
+            inserts.setdefault(min(after, end), []).extend(late)
+    out: list[str] = []
+    for i, line in enumerate([*lines, None]):
+        out.extend(inserts.get(i, []))
+        if line is not None:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _decisive_lines(facts: CaseFacts) -> dict[PurePath, list[int]]:
+    """The original diagnosis' evidence lines (1-based) per case file."""
+    found: dict[PurePath, list[int]] = {}
+    for ev in facts.diagnosis.get("evidence", []):
+        path = Path(str(ev.get("file")))
+        try:
+            rel = path.resolve().relative_to(facts.root.resolve())
+        except ValueError:
+            continue
+        if isinstance(ev.get("line"), int):
+            found.setdefault(PurePath(rel), []).append(ev["line"])
+    return found
+
+
+def benign_noise(facts: CaseFacts, dest: Path) -> Perturbed:
+    """On every rank's log at start-up: a retried c10d refusal, NCCL's IB fallback WARN; progress on rank 0 only."""
+    texts = {rel: facts.text(rel) for rel in facts.files if not is_record(rel)}
+    heads_by_rank, heads_by_file = _nccl_heads(texts)
+    rank0_host = next((r.get("host") for r in facts.diagnosis.get("ranks", []) if r.get("rank") == 0), None)
+    ctx = {"tasks_are_nodes": any(_TORCHRUN.search(t) for t in texts.values()),
+           "heads_by_rank": heads_by_rank, "heads_by_file": heads_by_file, "has_nccl": bool(heads_by_file),
+           "master": rank0_host or "127.0.0.1", "decisive": _decisive_lines(facts),
+           "late_progress": facts.label.get("first_failing_rank") not in (None, 0)}
+
+    def text_fn(rel: PurePath, text: str) -> str:
+        return text if is_record(rel) or rel.suffix in (".sh", ".json") else _noise_for_file(rel, text, ctx)
+
+    return Perturbed(root=write_copy(facts, dest, text_fn), label=dict(facts.label))
+
+
+# ---------------------------------------------------------------- records, truncation, split, merge
+
+def delete_records(facts: CaseFacts, dest: Path) -> Perturbed:
+    """ddpslurm's start/exit records and job record removed: the logs must say the same."""
+    if not any(is_record(rel) and rel.name != "error.json" for rel in facts.files):
+        raise Unsupported("no ddpslurm records")
+    root = write_copy(facts, dest, lambda rel, text: None if is_record(rel) and rel.name != "error.json" else text)
+    return Perturbed(root=root, label=dict(facts.label))
+
+
+def truncate_tails(facts: CaseFacts, dest: Path, fraction: float = 0.10) -> Perturbed:
+    """Each log's last 10% cut (mid-line), never past the original diagnosis' evidence lines."""
+    decisive = _decisive_lines(facts)
+
+    def text_fn(rel: PurePath, text: str) -> str:
+        if is_record(rel) or rel.suffix in (".sh", ".json"):
+            return text
+        cut = int(len(text) * (1 - fraction))
+        keep_lines = max(decisive.get(rel, [0]))
+        if keep_lines:
+            cut = max(cut, len("\n".join(text.split("\n")[:keep_lines])) + 1)
+        return text[:cut]
+
+    return Perturbed(root=write_copy(facts, dest, text_fn), label=dict(facts.label))
+
+
+def _split_target(rel: PurePath, files: set[PurePath]) -> PurePath | None:
+    """Where a log's second half can go and still be read as the same writer's."""
+    if _FILE_TASK.match(rel.name):
+        other = rel.with_name(rel.name[:-3] + ("err" if rel.name.endswith("out") else "out"))
+        return other  # submitit: the task's other stream (appended)
+    if _FILE_RANK.match(rel.name):
+        for suffix in (".err", ".out"):
+            other = rel.with_name(rel.name.split(".")[0] + suffix)
+            if other not in files:
+                return other
+        return None
+    if path_info(rel).rank is None and path_info(rel).local_rank is None:
+        return rel.with_name(f"{rel.stem}.part2{rel.suffix}")
+    return None
+
+
+def split_file(facts: CaseFacts, dest: Path) -> Perturbed:
+    """The culprit's decisive log (else the largest) split in two files at its middle line."""
+    files = set(facts.files)
+    logs = [rel for rel in facts.files if not is_record(rel) and rel.suffix not in (".sh", ".json")]
+    order = [rel for rel in _decisive_lines(facts) if rel in logs] + \
+        sorted(logs, key=lambda r: -len(facts.text(r)))
+    target = next(((rel, to) for rel in order if (to := _split_target(rel, files)) is not None), None)
+    if target is None:
+        raise Unsupported("no log whose second half can keep its writer's name")
+    source, to = target
+    lines = facts.text(source).split("\n")
+    middle = len(lines) // 2
+    head, tail = "\n".join(lines[:middle]) + "\n", "\n".join(lines[middle:])
+
+    def text_fn(rel: PurePath, text: str) -> str:
+        return head if rel == source else text
+
+    extra = [(to, tail if tail.endswith("\n") or not tail else tail + "\n")]
+    return Perturbed(root=write_copy(facts, dest, text_fn, extra=extra), label=dict(facts.label))
+
+
+def _time_key(line: str, last: float) -> float:
+    from ddpslurm.analyze.timestamps import parse_time
+
+    found = parse_time(line[:200])
+    return found[0] if found else last
+
+
+def merge_ranks(facts: CaseFacts, dest: Path) -> Perturbed:
+    """Per-rank (or per-task) logs merged into one slurm-J.out with `srun --label` prefixes, in time order."""
+    task_files = [rel for rel in facts.files if _FILE_TASK.match(rel.name)]
+    rank_files = [rel for rel in facts.files if _FILE_RANK.match(rel.name) and not is_record(rel)]
+    chosen = task_files or rank_files
+    if len({_task_of(rel) for rel in chosen}) < 2:
+        raise Unsupported("fewer than two per-rank logs to merge")
+    width = len(str(max(_task_of(rel) for rel in chosen)))
+    rows: list[tuple[float, int, int, str]] = []
+    for order, rel in enumerate(chosen):
+        last = float("-inf")
+        for i, line in enumerate(facts.text(rel).split("\n")):
+            if not line:
+                continue
+            last = _time_key(line, last)
+            rows.append((last, order, i, f"{str(_task_of(rel)).rjust(width)}: {line}"))
+    rows.sort(key=lambda row: row[:3])
+    job = re.match(r"\d+", chosen[0].name)
+    merged = PurePath(chosen[0].parent, f"slurm-{job[0] if job else 1}.out")
+    extra = [(merged, "\n".join(row[3] for row in rows) + "\n")]
+    root = write_copy(facts, dest, lambda rel, text: None if rel in chosen else text, extra=extra)
+    return Perturbed(root=root, label=dict(facts.label))
+
+
+def _task_of(rel: PurePath) -> int:
+    m = _FILE_TASK.match(rel.name) or _FILE_RANK.match(rel.name)
+    assert m is not None
+    return int(m["t"] if "t" in m.groupdict() else m["r"])
+
+
+# ---------------------------------------------------------------- the catalogue
+
+PERTURBATIONS: dict[str, Callable[[CaseFacts, Path], Perturbed]] = {
+    "rename_hosts": rename_hosts,
+    "rename_hosts_fqdn": lambda facts, dest: rename_hosts(facts, dest, fqdn=".cluster.example.org"),
+    "renumber_ranks": renumber_ranks,
+    "shift_clocks": shift_clocks,
+    "skew_clocks": lambda facts, dest: shift_clocks(facts, dest, skew=True),
+    "drop_timestamps": drop_timestamps,
+    "benign_noise": benign_noise,
+    "delete_records": delete_records,
+    "truncate_tails": truncate_tails,
+    "split_file": split_file,
+    "merge_ranks": merge_ranks,
+}
