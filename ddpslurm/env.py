@@ -273,3 +273,18 @@ def export_dist_env(dist: DistEnv, environ: MutableMapping[str, str]) -> None:
     """Set the torch.distributed variables in `environ`. CUDA_VISIBLE_DEVICES is never touched:
     when Slurm binds GPUs (--gpus-per-task, --gpu-bind) it has already set it right."""
     environ.update(dist_env_vars(dist))
+
+
+def binding_warnings(environ: Mapping[str, str], local_world_size: int) -> list[str]:
+    """What in a rank's Slurm environment will trip a script that picks cuda:LOCAL_RANK. Pure."""
+    found = []
+    visible = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    devices = [d for d in visible.split(",") if d.strip()] if visible else []
+    if visible and len(devices) < local_world_size:
+        found.append(f"CUDA_VISIBLE_DEVICES={visible} holds {len(devices)} device(s) for {local_world_size} ranks "
+                     "on this node: Slurm binds GPUs per task (--gpus-per-task, --gpu-bind), so cuda:LOCAL_RANK "
+                     "does not exist here; use cuda:0, or ask for --gpus-per-node without per-task binding")
+    if environ.get("SLURM_HET_SIZE"):
+        found.append(f"heterogeneous job (SLURM_HET_SIZE={environ['SLURM_HET_SIZE']}): ranks and world size are "
+                     "derived for this component only; run one component per DDP job")
+    return found

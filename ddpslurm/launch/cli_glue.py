@@ -22,6 +22,9 @@ def run_submit(options: dict[str, Any], *, dry_run: bool, wait: bool, as_json: b
     plan = make_plan(spec)
     from ddpslurm.launch import submit as submitting
 
+    if not (dry_run and not as_json):  # the dry-run text carries them itself
+        for text in plan.warnings:
+            echo(f"ddpslurm: warning: {text}", err=True)
     if dry_run:
         if as_json:
             echo(json.dumps({"sbatch": None if spec.local else submitting.render_sbatch(plan),

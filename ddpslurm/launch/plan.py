@@ -76,6 +76,29 @@ class WorkerConfig:
     env_defaults: tuple[tuple[str, str], ...]
 
 
+#: sbatch options (as `--sbatch-arg KEY=VALUE` keys) that change what the ranks see, and why that matters.
+SBATCH_ARG_WARNINGS: tuple[tuple[str, str], ...] = (
+    ("gpus-per-task", "Slurm binds one GPU per task: each rank sees CUDA_VISIBLE_DEVICES of one device, so it "
+                      "must use cuda:0, not cuda:LOCAL_RANK (examples/train.py's choice fails), and NCCL loses "
+                      "peer access between the node's GPUs; prefer --gpus-per-node"),
+    ("gpu-bind", "Slurm narrows CUDA_VISIBLE_DEVICES per task: a script that picks cuda:LOCAL_RANK then asks for "
+                 "a device it cannot see; prefer --gpus-per-node without binding"),
+    ("array", "every array task is a separate DDP job with its own job id, folder and port; ranks of different "
+              "tasks never meet. Use one submission per run, or a sweep script"),
+    ("hetjob", "a heterogeneous job gives each component its own SLURM_PROCID numbering: ddpslurm derives ranks "
+               "for one component only"),
+    ("het-group", "a heterogeneous job gives each component its own SLURM_PROCID numbering: ddpslurm derives "
+                  "ranks for one component only"),
+)
+
+
+def plan_warnings(spec: JobSpec) -> tuple[str, ...]:
+    """What in the request would make the job misbehave although Slurm accepts it (shown by --dry-run and
+    on submission)."""
+    keys = {key.strip().lstrip("-").lower() for key, _ in spec.sbatch_args}
+    return tuple(f"--sbatch-arg {key}: {why}" for key, why in SBATCH_ARG_WARNINGS if key in keys)
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     """A complete, inert description of one submission."""
@@ -88,6 +111,7 @@ class LaunchPlan:
     max_requeues: int
     worker: WorkerConfig
     rank_env: tuple[tuple[str, str], ...]  # (name, value or description) as --dry-run shows it
+    warnings: tuple[str, ...] = ()
 
 
 def srun_args(spec: JobSpec) -> tuple[str, ...]:
@@ -206,4 +230,5 @@ def plan(spec: JobSpec) -> LaunchPlan:
         max_requeues=spec.max_requeues,
         worker=worker,
         rank_env=rank_env(spec),
+        warnings=plan_warnings(spec),
     )

@@ -93,6 +93,7 @@ def dry_run_text(spec: JobSpec, plan: LaunchPlan) -> str:
         f"# ranks: {spec.nodes} node(s) x {spec.tasks_per_node} = {spec.world_size}, launcher {launcher}",
         f"# signal {plan.signal} (seconds before the time limit), max requeues {plan.max_requeues}, "
         f"grace {plan.worker.grace_s}s for a script that ignores the flag",
+        *(f"# warning: {text}" for text in plan.warnings),
     ]
     if spec.local:
         lines += [f"# local run through submitit's LocalExecutor: {json.dumps(plan.executor_params, sort_keys=True)}"]

@@ -393,6 +393,10 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
     tee = FdTee(paths["log"])
     tee.start()
     enable_faulthandler(environ)
+    from ddpslurm.env import binding_warnings
+
+    for text in binding_warnings(environ, dist.local_world_size):
+        print(f"ddpslurm: warning: rank {dist.rank}: {text}", file=sys.stderr, flush=True)
     state = _RankState(cfg, dist, attempt, paths, tee)
     try:
         preemption.reset()

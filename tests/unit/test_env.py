@@ -9,6 +9,7 @@ import pytest
 from ddpslurm.env import (
     SLURM_VARIABLES,
     DistEnv,
+    binding_warnings,
     derive_dist_env,
     derive_torchrun_args,
     dist_env_vars,
@@ -288,3 +289,15 @@ def test_concurrent_steps_of_one_job_get_different_ports() -> None:
 ])
 def test_torchrun_rendezvous_id_differs_across_requeues_and_steps(extra: dict[str, str], rdzv_id: str) -> None:
     assert derive_torchrun_args(env(TORCHRUN_STEP, **extra)).rdzv_id == rdzv_id
+
+
+@pytest.mark.parametrize(("environ", "local_ranks", "expected"), [
+    ({}, 2, []),                                            # no GPUs: nothing to say
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, 2, []),               # --gpus-per-node 2: every rank sees both
+    ({"CUDA_VISIBLE_DEVICES": "1"}, 2, ["holds 1 device(s) for 2 ranks"]),  # --gpus-per-task 1
+    ({"CUDA_VISIBLE_DEVICES": "0"}, 1, []),
+    ({"SLURM_HET_SIZE": "2"}, 1, ["heterogeneous job"]),
+])
+def test_binding_warnings(environ: dict[str, str], local_ranks: int, expected: list[str]) -> None:
+    got = binding_warnings(environ, local_ranks)
+    assert len(got) == len(expected) and all(e in g for e, g in zip(expected, got, strict=True))

@@ -116,3 +116,28 @@ def test_env_defaults_never_turn_on_distributed_debug_detail() -> None:
     # torch >= 2.2 defaults TORCH_NCCL_ASYNC_ERROR_HANDLING to 3 (and reads the old name as well): forcing
     # 1 would bring back the hang-prone ncclCommAbort teardown.
     assert not names & {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"}
+
+
+@pytest.mark.parametrize(("sbatch_args", "expected"), [
+    ((), []),
+    (("comment=hello",), []),
+    (("gpus-per-task=1",), ["gpus-per-task", "cuda:0"]),
+    (("gpu-bind=single:1",), ["gpu-bind"]),
+    (("array=0-3",), ["array", "never meet"]),
+])
+def test_plan_warns_about_requests_that_break_ddp(sbatch_args: tuple[str, ...], expected: list[str]) -> None:
+    result = plan(make_spec(SCRIPT, folder="/jobs", nodes=2, sbatch_args=sbatch_args))
+    text = " ".join(result.warnings)
+    assert all(word in text for word in expected) and bool(result.warnings) == bool(expected)
+
+
+def test_the_sbatch_script_strips_inherited_rendezvous_variables_and_requeues_from_the_batch_step() -> None:
+    result = plan(make_spec(SCRIPT, folder="/jobs", nodes=2))
+    setup = result.executor_params["setup"]
+    unset = next(line for line in setup if line.startswith("unset "))
+    assert {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK"} <= set(unset.split())
+    supervisor = next(line for line in setup if line.startswith("srun() {"))
+    assert "-m ddpslurm.launch.batch --folder /jobs --world-size 2" in supervisor and '-- srun "$@"' in supervisor
+    assert not any("--wait" in arg for arg in result.srun_args)
+    no_requeue = plan(make_spec(SCRIPT, folder="/jobs", max_requeues=0)).executor_params["setup"]
+    assert not any(line.startswith("srun() {") for line in no_requeue)
