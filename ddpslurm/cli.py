@@ -230,6 +230,27 @@ def analyze(inputs: tuple[str, ...], as_json: bool, fmt: str, signature_dirs: tu
         sys.exit(code)
 
 
+@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--since", default=None, metavar="DATE", help="Only jobs submitted at or after DATE (ISO, UTC).")
+@click.option("--csv", "csv_file", default=None, metavar="FILE", help="Also write one row per job to FILE (CSV).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: jobs, by_cause, nodes, drain, rows.")
+@click.option("--jobs", type=click.IntRange(1, MAX_ANALYZE_JOBS), default=None,
+              help="Job folders analyzed at once [default: CPU count].")
+@click.option("--no-sacct", is_flag=True, help="Do not ask sacct for each job's user and partition.")
+def triage(paths: tuple[str, ...], since: str | None, csv_file: str | None, as_json: bool, jobs: int | None,
+           no_sacct: bool) -> None:
+    """Analyze many failed jobs: which causes dominate, which nodes keep being blamed.
+
+    PATH is a job folder, or a folder of job folders such as ./ddpslurm_jobs. Prints the jobs per cause,
+    the node table (jobs run, jobs that blamed it, their causes; worst first) and a suggested drain list.
+    A job that cannot be read is a row with cause `unknown` and the reason.
+    """
+    from ddpslurm.triage import run_triage
+
+    click.echo(run_triage(paths, since=since, csv=csv_file, as_json=as_json, workers=jobs, accounting=not no_sacct))
+
+
 def _debug_requested(argv: list[str]) -> bool:
     """`--debug` may come before the subcommand only; look for it without parsing everything."""
     for arg in argv:
