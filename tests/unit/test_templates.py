@@ -210,7 +210,8 @@ def test_every_template_carries_the_essentials(name: str) -> None:
 
 @pytest.mark.parametrize(("name", "markers"), [
     ("srun-gpu", ['--output="$LOG_DIR/%j_%t_log.out"', "NCCL_SOCKET_IFNAME=", "NCCL_IB_HCA=",
-                  'NCCL_DEBUG_FILE="$LOG_DIR/nccl_%h_%p.log"', "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]),
+                  'NCCL_DEBUG_FILE="$LOG_DIR/nccl_%h_%p.log"', "TORCH_NCCL_ASYNC_ERROR_HANDLING=3",
+                  "NCCL_ASYNC_ERROR_HANDLING=1"]),
     ("torchrun-gpu", ["--tee=3", "--redirects=3", "--log-dir=", '--node-rank="$SLURM_NODEID"', "%j_node%n.out",
                       "NCCL_IB_HCA="]),
     ("srun-cpu", ['--output="$LOG_DIR/%j_%t_log.out"', "OMP_NUM_THREADS"]),
