@@ -33,6 +33,8 @@ DEFAULT_PG_TIMEOUT_S = 600
 #: Variables every rank gets unless the person's environment already sets them (name, value, why).
 ENV_DEFAULTS: tuple[tuple[str, str, str], ...] = (
     ("NCCL_DEBUG", "INFO", "NCCL init/transport lines in every rank log, for post-mortems"),
+    ("NCCL_DEBUG_SUBSYS", "INIT,NET", "only init and network: the ranks, interfaces and IB devices in use and every "
+     "WARN, without the per-collective and tuning chatter that is megabytes per rank at thousands of ranks"),
     ("DDPSLURM_PG_TIMEOUT", str(DEFAULT_PG_TIMEOUT_S),
      "init_process_group(timeout=None) gets this many seconds instead of torch's 10-30 min"),
     ("PYTHONUNBUFFERED", "1", "prints reach the logs at once"),
