@@ -47,3 +47,40 @@ def test_installed_wheel_analyzes_and_renders_outside_the_checkout(wheel: Path, 
     rendered = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "template", "srun-cpu"], **run)
     assert rendered.returncode == 0, rendered.stderr
     assert rendered.stdout.startswith("#!/bin/bash")
+
+
+def test_wheel_metadata_needs_torch_and_submitit_only_for_the_launch_extra(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as built:
+        (meta,) = [n for n in built.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [line.split(":", 1)[1].strip() for line in built.read(meta).decode().splitlines()
+                    if line.startswith("Requires-Dist:")]
+    heavy = [r for r in requires if r.split(";")[0].strip().lower().startswith(("torch", "submitit"))]
+    assert len(heavy) == 2 and all("extra == 'launch'" in r.replace('"', "'") for r in heavy)
+    assert any(r.startswith("pandas") and "extra" not in r for r in requires)
+
+
+def test_fresh_venv_without_torch_runs_analyze_html_and_triage(wheel: Path, tmp_path: Path) -> None:
+    """`pip install ddpslurm` on a login node or laptop: a venv that sees no system package, deps from the index."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                                "--disable-pip-version-check", "--no-compile", str(wheel)],
+                               capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    run = {"env": env, "cwd": tmp_path, "capture_output": True, "text": True, "timeout": 300}
+    absent = subprocess.run([str(python), "-c", "import importlib.util as u; print(u.find_spec('torch'), "
+                             "u.find_spec('submitit'))"], **run)
+    assert absent.stdout.split() == ["None", "None"], absent.stderr
+    ddpslurm = str(venv / "bin" / "ddpslurm")
+    analyzed = subprocess.run([ddpslurm, "analyze", str(CASE), "--json", "--html", "report.html"], **run)
+    assert analyzed.returncode == 0, analyzed.stderr
+    label = json.loads((CASE / "label.json").read_text())
+    assert json.loads(analyzed.stdout)["cause"] == label["cause"]
+    assert 'id="culprit"' in (tmp_path / "report.html").read_text()
+    triaged = subprocess.run([ddpslurm, "triage", str(CASE), "--json", "--no-sacct", "--csv", "rows.csv"], **run)
+    assert triaged.returncode == 0, triaged.stderr
+    assert json.loads(triaged.stdout)["by_cause"] == {label["cause"]: 1}
+    assert (tmp_path / "rows.csv").read_text().count("\n") == 2
+    assert subprocess.run([ddpslurm, "template", "srun-cpu"], **run).stdout.startswith("#!/bin/bash")
