@@ -100,7 +100,7 @@ def _tooltip(run: Run, row: NodeRow, axis: _Axis | None) -> str:
     count = f" ({len(run.marks)} ranks)" if len(run.marks) > 1 else ""
     lines = [f"rank {run.ranks}{count} on {row.label}: {run.role}, first failure {when}", first.where,
              first.text or "(no error line)"]
-    return "&#10;".join(esc(line) for line in lines if line)
+    return "&#10;".join(esc(line, 300) for line in lines if line)
 
 
 def _run_svg(run: Run, row: NodeRow, y: float, axis: _Axis | None) -> str:

@@ -16,6 +16,8 @@ from ddpslurm.analyze.diagnosis import Diagnosis, Evidence
 
 #: above this many nodes, alike neighbouring nodes share a row
 MAX_NODE_ROWS = 64
+#: above this many runs, the ranks of a node are grouped by role alone (what keeps 16k ranks under 5 MB)
+MAX_RUNS = 3000
 #: Slurm's job-level messages, when the Diagnosis carries no `job_events` (older engines)
 _JOB_EVENT = re.compile(r"CANCELLED|TIME LIMIT|DUE TO|PREEMPT|requeue", re.IGNORECASE)
 
@@ -176,28 +178,42 @@ def runs_of(marks: Iterable[Mark]) -> list[Run]:
     return [Run(tuple(run)) for run in runs]
 
 
-def node_rows(marks: Sequence[Mark], max_rows: int = MAX_NODE_ROWS) -> list[NodeRow]:
-    """Ranks grouped by node (nodes in order of their lowest rank); alike nodes merged above `max_rows`."""
+def by_role(marks: Iterable[Mark]) -> list[Run]:
+    """The coarse grouping: a node's ranks by role and timed-or-not alone, whatever their messages."""
+    groups: dict[tuple[str, bool], list[Mark]] = {}
+    for mark in marks:
+        groups.setdefault((mark.role, mark.time is None), []).append(mark)
+    return [Run(tuple(group)) for group in groups.values()]
+
+
+def node_rows(marks: Sequence[Mark], max_rows: int = MAX_NODE_ROWS, max_runs: int = MAX_RUNS) -> list[NodeRow]:
+    """Ranks grouped by node (nodes in order of their lowest rank), alike neighbours as runs; above `max_rows`
+    nodes, alike nodes share a row; above `max_runs` runs, a node's ranks are grouped by role alone."""
     by_host: dict[str, list[Mark]] = {}
     for mark in marks:
         by_host.setdefault(mark.host, []).append(mark)
     rows = [NodeRow((host,), tuple(runs_of(group))) for host, group in by_host.items()]
-    return rows if len(rows) <= max_rows else merge_alike_nodes(rows)
+    coarse = sum(len(row.runs) for row in rows) > max_runs
+    if coarse:
+        rows = [NodeRow((host,), tuple(by_role(group))) for host, group in by_host.items()]
+    return rows if len(rows) <= max_rows else merge_alike_nodes(rows, coarse)
 
 
-def _node_shape(row: NodeRow) -> tuple:
-    return tuple((run.role, len(run.marks), bool(run.times), shape(run.marks[0].text)) for run in row.runs)
+def _node_shape(row: NodeRow, coarse: bool = False) -> tuple:
+    return tuple((run.role, len(run.marks), bool(run.times), "" if coarse else shape(run.marks[0].text))
+                 for run in row.runs)
 
 
-def merge_alike_nodes(rows: Sequence[NodeRow]) -> list[NodeRow]:
-    """Neighbouring nodes whose runs have the same roles, sizes and message shapes share one row."""
+def merge_alike_nodes(rows: Sequence[NodeRow], coarse: bool = False) -> list[NodeRow]:
+    """Neighbouring nodes whose runs have the same roles, sizes and message shapes (roles and sizes only
+    when `coarse`) share one row."""
     merged: list[NodeRow] = []
     shapes: list[tuple] = []  # the shape of one node of each merged row
     for row in rows:
         last = merged[-1] if merged else None
-        if last is None or row.has_culprit or last.has_culprit or shapes[-1] != _node_shape(row):
+        if last is None or row.has_culprit or last.has_culprit or shapes[-1] != _node_shape(row, coarse):
             merged.append(row)
-            shapes.append(_node_shape(row))
+            shapes.append(_node_shape(row, coarse))
             continue
         runs = tuple(Run(a.marks + b.marks) for a, b in zip(last.runs, row.runs, strict=True))
         merged[-1] = NodeRow(last.hosts + row.hosts, runs)

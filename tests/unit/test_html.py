@@ -164,3 +164,14 @@ def test_no_single_rank_is_shown_as_such() -> None:
 def test_an_unwritable_target_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(AnalyzeInputError, match="cannot write the HTML report"):
         write_html(job(nodes=1, per_node=1, culprit=0), tmp_path / "missing" / "report.html")
+
+
+def test_past_the_run_budget_a_nodes_ranks_are_grouped_by_role_whatever_their_messages() -> None:
+    diagnosis = job(nodes=512, per_node=8, culprit=100)
+    for row in diagnosis.timeline:  # every victim a message shape of its own: no two neighbours alike
+        if row.role != "culprit":
+            row.first_failure_text = "failed in " + "".join(chr(97 + int(d)) for d in str(row.rank))
+    model = build_model(diagnosis)
+    assert [(len(row.hosts), row.has_culprit) for row in model.rows] == [(12, False), (1, True), (499, False)]
+    assert [sorted((run.role, len(run.marks)) for run in row.runs) for row in model.rows] == [
+        [("victim", 8 * 12)], [("culprit", 1), ("victim", 7)], [("victim", 8 * 499)]]
