@@ -103,25 +103,26 @@ def _tooltip(run: Run, row: NodeRow, axis: _Axis | None) -> str:
     return "&#10;".join(esc(line, 300) for line in lines if line)
 
 
+def _mark(run: Run, y: float, axis: _Axis | None, classes: str, culprit: str) -> str:
+    """A dot at the failure time (or in the `no time` band), a bar over a run's spread of times."""
+    radius = 6 if culprit else 5
+    if not run.times or axis is None:
+        x = LABEL_W + UNTIMED_W / 2
+        return f'<circle class="{classes} untimed"{culprit} cx="{x}" cy="{y}" r="{radius}"/>'
+    x0, x1 = axis.x(min(run.times)), axis.x(max(run.times))
+    if x1 - x0 < 4 and len(run.marks) == 1:
+        return f'<circle class="{classes}"{culprit} cx="{x0}" cy="{y}" r="{radius}"/>'
+    return f'<rect class="{classes}"{culprit} x="{x0 - 2}" y="{y - 5}" width="{x1 - x0 + 4}" height="10" rx="3"/>'
+
+
 def _run_svg(run: Run, row: NodeRow, y: float, axis: _Axis | None) -> str:
     culprit = ' id="culprit"' if run.role == "culprit" else ""
     classes = f"mark role-{run.role if run.role in ROLES else 'unknown'}"
-    title = f"<title>{_tooltip(run, row, axis)}</title>"
-    times = run.times
-    if not times or axis is None:
-        x = LABEL_W + UNTIMED_W / 2
-        return (f'<g class="run" data-ranks="{esc(run.ranks)}"><circle class="{classes} untimed"{culprit} '
-                f'cx="{x}" cy="{y}" r="5"/>{title}</g>')
     life = ""
-    if run.last_time is not None:
+    if run.last_time is not None and axis is not None:
         life = f'<line class="life" x1="{PLOT_X0}" x2="{axis.x(run.last_time)}" y1="{y}" y2="{y}"/>'
-    x0, x1 = axis.x(min(times)), axis.x(max(times))
-    if x1 - x0 < 4 and len(run.marks) == 1:
-        shape = f'<circle class="{classes}"{culprit} cx="{x0}" cy="{y}" r="{6 if culprit else 5}"/>'
-    else:
-        shape = (f'<rect class="{classes}"{culprit} x="{x0 - 2}" y="{y - 5}" width="{max(x1 - x0, 0) + 4}" '
-                 f'height="10" rx="3"/>')
-    return f'<g class="run" data-ranks="{esc(run.ranks)}">{life}{shape}{title}</g>'
+    return (f'<g class="run" data-ranks="{esc(run.ranks)}">{life}{_mark(run, y, axis, classes, culprit)}'
+            f"<title>{_tooltip(run, row, axis)}</title></g>")
 
 
 def _row_svg(row: NodeRow, index: int, axis: _Axis | None) -> str:
