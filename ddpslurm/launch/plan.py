@@ -130,9 +130,8 @@ def batch_setup(spec: JobSpec, python: str) -> list[str]:
     """sbatch lines before submitit's srun line: no inherited rendezvous variables, and srun run by the
     batch-step supervisor (`ddpslurm.launch.batch`), which requeues the job after a signal."""
     lines = [f"unset {' '.join(INHERITED_DIST_VARS)}"]
-    port = getattr(spec, "master_port", None)
-    if port:
-        lines.append(f"export MASTER_PORT={int(port)}")
+    if spec.master_port:
+        lines.append(f"export MASTER_PORT={int(spec.master_port)}")
     if spec.max_requeues > 0:
         supervisor = [python, "-m", "ddpslurm.launch.batch", "--folder", str(spec.folder),
                       "--world-size", str(spec.world_size), "--grace", str(batch_grace_s(spec.signal_delay_s)),
@@ -200,7 +199,7 @@ def rank_env(spec: JobSpec) -> tuple[tuple[str, str], ...]:
         ("LOCAL_WORLD_SIZE", str(spec.tasks_per_node if not spec.local else spec.world_size)),
         ("NODE_RANK", f"0..{spec.nodes - 1}" if not spec.local else "0"),
         ("MASTER_ADDR", master),
-        ("MASTER_PORT", "10000 + job_id % 20000 unless preset"),
+        ("MASTER_PORT", str(spec.master_port) if spec.master_port else "10000 + job_id % 20000 (+ 7919 x step id)"),
         ("NCCL_SOCKET_IFNAME", nccl_iface),
         ("GLOO_SOCKET_IFNAME", iface),
         ("DDPSLURM_JOB_FOLDER", str(spec.folder / "job_<jobid>")),

@@ -115,6 +115,7 @@ class JobSpec:
     signal_delay_s: int = DEFAULT_SIGNAL_DELAY_S
     local: bool = False
     job_name: str = "ddpslurm"
+    master_port: int | None = None  # None: derived from the job id on every node
 
     @property
     def world_size(self) -> int:
@@ -169,6 +170,7 @@ def make_spec(
     signal_delay_s: int = DEFAULT_SIGNAL_DELAY_S,
     local: bool = False,
     job_name: str = "ddpslurm",
+    master_port: int | None = None,
 ) -> JobSpec:
     """Validate raw flag values into a `JobSpec`. `tasks_per_node` defaults to `gpus_per_node`, else 1."""
     _positive("--nodes", nodes)
@@ -177,6 +179,9 @@ def make_spec(
     _positive("--cpus-per-task", cpus_per_task)
     _positive("--max-requeues", max_requeues, allow_zero=True)
     _positive("--signal-delay", signal_delay_s)
+    if master_port is not None and not 1024 <= master_port <= 65535:
+        raise UsageError(f"--master-port {master_port} is not a port between 1024 and 65535",
+                         "Give a free port such as 29500, or leave it out to derive one from the job id")
     if launcher not in LAUNCHERS:
         raise UsageError(f"--launcher {launcher!r} is unknown", f"Use one of: {', '.join(LAUNCHERS)}")
     for option, value in (("mem", mem), ("partition", partition), ("account", account), ("qos", qos),
@@ -205,4 +210,5 @@ def make_spec(
         qos=qos, time_s=time_s, constraint=constraint, exclude=exclude, sbatch_args=parse_sbatch_args(sbatch_args),
         launcher=launcher, folder=folder_path, max_requeues=max_requeues,
         interface=interface, signal_delay_s=signal_delay_s, local=local, job_name=job_name,
+        master_port=master_port,
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpslurm.errors import UsageError
 from ddpslurm.launch.plan import ENV_DEFAULTS, plan
 from ddpslurm.launch.spec import make_spec
 
@@ -141,3 +142,11 @@ def test_the_sbatch_script_strips_inherited_rendezvous_variables_and_requeues_fr
     assert not any("--wait" in arg for arg in result.srun_args)
     no_requeue = plan(make_spec(SCRIPT, folder="/jobs", max_requeues=0)).executor_params["setup"]
     assert not any(line.startswith("srun() {") for line in no_requeue)
+
+
+def test_master_port_is_chosen_by_flag_only() -> None:
+    setup = plan(make_spec(SCRIPT, folder="/jobs", master_port=29511)).executor_params["setup"]
+    unset = next(i for i, line in enumerate(setup) if line.startswith("unset "))
+    assert setup[unset + 1] == "export MASTER_PORT=29511"  # after the unset of the inherited one
+    with pytest.raises(UsageError, match="--master-port 80"):
+        make_spec(SCRIPT, master_port=80)
