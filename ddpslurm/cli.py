@@ -63,7 +63,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
               help="Requeue after preemption / time limit at most this many times.")
 @click.option("--signal-delay", type=int, default=90, show_default=True,
               help="Send USR2 this many seconds before the time limit.")
-@click.option("--interface", default=None, help="Network interface for NCCL/gloo [default: the one routing to peers].")
+@click.option("--interface", default=None,
+              help="Network interface for NCCL and gloo [default: gloo the one routing to peers, NCCL its own].")
 @click.option("--job-name", default="ddpslurm", show_default=True, help="Slurm job name.")
 @click.option("--master-port", type=int, default=None,
               help="MASTER_PORT for the job [default: 10000 + job id % 20000]; the shell's own is never used.")
