@@ -36,7 +36,7 @@ h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0} dt{color:#555}
 table{border-collapse:collapse;font-size:13px;width:100%} td,th{border-bottom:1px solid #ddd;padding:3px 6px;
 text-align:left;vertical-align:top} td.text{font-family:ui-monospace,monospace;word-break:break-all}
-code{font-family:ui-monospace,monospace}
+code{font-family:ui-monospace,monospace} td.time{white-space:nowrap}
 svg{background:#fff;border:1px solid #ddd} svg text{font:11px ui-monospace,monospace;fill:#333}
 .band{fill:#f2f2f2} .culprit-row{fill:#fde0e0} .grid{stroke:#e6e6e6} .life{stroke:#b0b7bf;stroke-width:2}
 .mark{stroke:#222;stroke-width:.6} .untimed{fill-opacity:.35;stroke-dasharray:2 1}
@@ -206,7 +206,7 @@ def _evidence_table(d: Diagnosis) -> str:
     root = evidence_root([e.file for e in d.evidence])
     rows = [f'<tr><td><code>{esc(_short(e.file, root), 300)}:{e.line}</code></td>'
             f'<td>{"" if e.rank is None else e.rank}</td>'
-            f'<td>{esc(e.time or "")}</td><td class="text">{esc(one_line(e.text))}</td></tr>'
+            f'<td class="time">{esc(e.time or "")}</td><td class="text">{esc(one_line(e.text))}</td></tr>'
             for e in d.evidence[:MAX_TABLE_ROWS]]
     more = len(d.evidence) - MAX_TABLE_ROWS
     tail = f'<p class="note">{more} more lines: see `--json`.</p>' if more > 0 else ""
