@@ -25,6 +25,8 @@ ALIVE_KINDS = ("nccl_init", "nccl_rank_map", "progress", "watchdog_timeout", "pe
                "ras_report")
 #: kinds a rank logs when it starts (again): a new attempt after a preemption or time limit
 RESTART_KINDS = ("nccl_init", "start", "attempt_start", "rank_info", "store_barrier")
+#: kinds that show the job's process group was initialized: every rank had connected to the rendezvous
+INITIALIZED_KINDS = ("nccl_init", "watchdog_timeout", "progress", "hang")
 #: causes of start-up errors a rank may retry through (c10d retries its connect until the timeout)
 RETRIED_CAUSES = ("network_unreachable", "rendezvous_timeout")
 #: what srun and slurmstepd say of a task killed by the step's teardown, not by its own fault
@@ -104,7 +106,9 @@ class JobTimeline:
     def went_on_after(self, e: Event) -> bool:
         """A new attempt started after `e` (init lines, start records, a restart count): `e` did not end the job.
         Errors printed during the teardown that `e` began are not a new attempt."""
-        return any(precedes(e, f) for f in self.events if f.kind in RESTART_KINDS)
+        timed = e.time is not None
+        return any(_after_in_time(e, f) if timed else f.kind == "attempt_start" and precedes(e, f)
+                   for f in self.events if f.kind in RESTART_KINDS)
 
     def rank(self, rank: int) -> RankTimeline:
         return self.ranks.get(rank) or RankTimeline(rank=rank, host=self.facts.rank_host.get(rank))
@@ -129,12 +133,13 @@ def build_timeline(events: list[Event], facts: JobFacts, sources: Sequence[Sourc
             unranked.append(e)
     for rank in facts.started | set(facts.exited):
         ranks.setdefault(rank, RankTimeline(rank=rank))
+    initialized = any(e.kind in INITIALIZED_KINDS for e in events)
     for tl in ranks.values():
         tl.host = tl.host or facts.rank_host.get(tl.rank)
         tl.started = tl.rank in facts.started
         tl.exit = facts.exited.get(tl.rank)
         tl.failures.sort(key=_order_key(tl.failures))
-        tl.recovered = recovered_failures(tl, events_of_rank(events, tl.rank))
+        tl.recovered = recovered_failures(tl, events_of_rank(events, tl.rank), initialized)
     _mark_log_ends(ranks, sources, summaries)
     return JobTimeline(facts=facts, ranks=ranks, job_events=job_events, tasks=task_statuses(events, facts),
                        unranked=unranked, events=events)
@@ -168,19 +173,25 @@ def events_of_rank(events: Iterable[Event], rank: int) -> list[Event]:
     return [e for e in events if e.rank == rank and e.kind not in JOB_KINDS]
 
 
-def recovered_failures(tl: RankTimeline, own_events: list[Event]) -> list[Event]:
-    """Start-up errors the rank got past: a later sign of life on the same rank (init done, a collective)."""
+def recovered_failures(tl: RankTimeline, own_events: list[Event], job_initialized: bool = False) -> list[Event]:
+    """Start-up errors the rank got past: a later sign of life on the same rank (init done, a collective), or
+    a connect failure in a job whose process group was initialized (every rank had connected)."""
     out = []
     for f in tl.failures:
         if f.cause not in RETRIED_CAUSES or (f.role == "culprit" and f.kind != "socket"):
             continue
-        if any(_later(f, e) for e in own_events if e.kind in ALIVE_KINDS) or tl.exit_status == "ok":
+        if any(_later(f, e) for e in own_events if e.kind in ALIVE_KINDS) or tl.exit_status == "ok" or \
+                (job_initialized and f.kind == "socket"):
             out.append(f)
     return out
 
 
 def _later(a: Event, b: Event) -> bool:
     return precedes(a, b)
+
+
+def _after_in_time(a: Event, b: Event) -> bool:
+    return b.time is not None and comparable(a.time_family, b.time_family) and b.time > a.time  # type: ignore[operator]
 
 
 def precedes(a: Event, b: Event) -> bool:

@@ -227,10 +227,15 @@ def test_slurm_ends_the_job_unless_a_rank_failed_before() -> None:
 def test_a_preemption_followed_by_a_new_attempt_is_not_the_end() -> None:
     preempt = ev("slurm_job", "culprit", None, cause="preempted", priority=100, accuses="job", line=1,
                  file="j.out")
-    again = ev("nccl_init", None, 0, line=5, file="j.out", nccl_rank="0", nranks="2")
+    marker = ev("attempt_start", None, None, line=5, file="j.out", attempt="1")
+    init_later = ev("nccl_init", None, 0, line=5, file="j.out", nccl_rank="0", nranks="2")
     crash = ev("exception", "culprit", 1, cause="user_code_exception", priority=0, line=9, file="j.out")
     assert combine(timeline([preempt, crash])).cause == "preempted"
-    assert combine(timeline([preempt, again, crash])).rank == 1
+    assert combine(timeline([preempt, init_later, crash])).cause == "preempted"  # file order alone: not a restart
+    assert combine(timeline([preempt, marker, crash])).rank == 1
+    timed = [Event(**{**preempt.__dict__, "time": T0, "time_family": "iso"}),
+             Event(**{**init_later.__dict__, "time": T0 + 60, "time_family": "iso"}), crash]
+    assert combine(timeline(timed)).rank == 1
 
 
 def test_a_desync_report_names_the_odd_rank_among_alike_reports() -> None:
