@@ -85,6 +85,7 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
       ddpslurm submit train.py --nodes 2 --dry-run
       ddpslurm submit train.py --nodes 1 --tasks-per-node 2 --local
     """
+    _require_launch_extra()
     from ddpslurm.launch.cli_glue import run_submit
 
     code = run_submit(
@@ -97,6 +98,17 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
         dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo)
     if code:
         sys.exit(code)  # click.exceptions.Exit would be swallowed by standalone_mode=False
+
+
+def _require_launch_extra() -> None:
+    """`submit` builds and submits through submitit, which a plain `pip install ddpslurm` leaves out."""
+    import importlib.util
+
+    from ddpslurm.errors import SubmitError
+
+    if importlib.util.find_spec("submitit") is None:
+        raise SubmitError("submit needs submitit, which this installation lacks",
+                          "pip install 'ddpslurm[launch]' (analyze, triage, status and template work without it)")
 
 
 @cli.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -84,3 +84,7 @@ def test_fresh_venv_without_torch_runs_analyze_html_and_triage(wheel: Path, tmp_
     assert json.loads(triaged.stdout)["by_cause"] == {label["cause"]: 1}
     assert (tmp_path / "rows.csv").read_text().count("\n") == 2
     assert subprocess.run([ddpslurm, "template", "srun-cpu"], **run).stdout.startswith("#!/bin/bash")
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    submit = subprocess.run([ddpslurm, "submit", "train.py", "--nodes", "1", "--dry-run"], **run)
+    assert submit.returncode == 1 and submit.stderr.count("\n") == 1, submit.stderr
+    assert "pip install 'ddpslurm[launch]'" in submit.stderr
