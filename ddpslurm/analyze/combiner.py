@@ -86,9 +86,17 @@ class Verdict:
     votes: list[Vote]
 
 
-def combine(tl: JobTimeline) -> Verdict:
-    """Weigh every producer's votes for the job in `tl`."""
+def combine(tl: JobTimeline, node_causes: frozenset[str] = frozenset()) -> Verdict:
+    """Weigh every producer's votes for the job in `tl`; `node_causes` live on a node (causes.toml
+    `node_level`): when no single rank failed of one, the node the evidence singles out is still named."""
     votes = final_votes(all_votes(tl), tl)
+    verdict = _combine(tl, votes)
+    if verdict.rank is None and verdict.cause not in node_causes:
+        verdict.host = None  # no rank, and a cause that is not a node's: no node to name either
+    return verdict
+
+
+def _combine(tl: JobTimeline, votes: list[Vote]) -> Verdict:
     candidates = _candidates(votes, tl)
     job = _job_verdict(votes, candidates, tl)
     if job is not None:

@@ -27,7 +27,7 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
     accuses = {s.id: s.accuses for s in sigs.signatures}
     events = teardown_kills([with_accuses(refine_exit(e), accuses) for e in events])
     timeline = build_timeline(events, facts, sources, summaries)
-    verdict = combine(timeline)
+    verdict = combine(timeline, frozenset(c for c, info in sigs.causes.items() if info.node_level))
     return render(verdict, timeline, summaries, sigs)
 
 

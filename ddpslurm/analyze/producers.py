@@ -359,6 +359,8 @@ def odd_versions(tl: JobTimeline) -> list[Vote]:
     if len(versions) < 2:
         return []
     minority = min(versions, key=lambda v: (versions[v], str(v)))
+    if versions[minority] * 2 >= len(version_of):
+        return []  # half and half: neither side is the odd one
     hosts = {tl.facts.rank_host.get(r) for r, v in version_of.items() if v == minority}
     if len(hosts) != 1 or None in hosts:
         return []

@@ -93,6 +93,7 @@ class CauseInfo:
     advice: tuple[str, ...] = ()
     retry: str = "unknown"
     exclude_node: bool = False
+    node_level: bool = False  # the cause lives on a node (a port, a NIC, a GPU, the node itself)
 
 
 @dataclass
@@ -315,7 +316,8 @@ def load_causes(path: Path, base: dict[str, CauseInfo] | None = None, *, site: b
         if not isinstance(advice, list) or not all(isinstance(a, str) for a in advice):
             raise AnalyzeInputError(f"{path}: [{cause}] advice must be a list of strings", "fix the value")
         out[cause] = CauseInfo(cause=cause, summary=str(raw.get("summary", cause.replace("_", " "))),
-                               advice=tuple(advice), retry=retry, exclude_node=bool(raw.get("exclude_node", False)))
+                               advice=tuple(advice), retry=retry, exclude_node=bool(raw.get("exclude_node", False)),
+                               node_level=bool(raw.get("node_level", False)))
     return out
 
 
