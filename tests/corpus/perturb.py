@@ -153,8 +153,8 @@ class HostMap:
     fqdn: str = ""
 
     def __call__(self, host: str) -> str:
-        short = host.split(".")[0]
-        return self.names[short] + self.fqdn if short in self.names else host
+        short = host.split(".")[0]  # a written FQDN (or the trailing dot of a paste) keeps its tail
+        return self.names[short] + self.fqdn + host[len(short):] if short in self.names else host
 
 
 def _split_host(name: str) -> tuple[str, str]:
@@ -252,6 +252,9 @@ _RANK_RULES = tuple(re.compile(p) for p in (
     rf"(?<![\w-])(?:node[_-]rank|group_rank|NODE_RANK|SLURM_NODEID){_SEP}(?P<n>\d+)(?!\d)",
     r"--node[-_]rank[= ](?P<n>\d+)",
     r"keys?: \S*/(?P<r>\d+)(?=[\"\\\s]|$)",  # gloo/c10d store key of the awaited rank
+    r"\[(?![Rr]ank)[A-Za-z_]+(?P<l>\d+)\]:",  # torchrun --tee `[default3]:` (local rank of the line's node)
+    r"local_rank:? (?P<l>\d+) \(pid",  # torchelastic agent `failed (exitcode: 1) local_rank: 3 (pid: N)`
+    r"(?:LOCAL_RANK|SLURM_LOCALID)=(?P<l>\d+)",
 ))
 _SRUN_LABEL = re.compile(r"^(?P<t> *\d{1,6})(?=: )")
 _LOCAL_ONLY = re.compile(r"\[(?![Rr]ank)[A-Za-z_]+\d+\]:|local_rank:? \d+ \(pid|LOCAL_RANK=\d+|SLURM_LOCALID=\d+")
@@ -285,6 +288,17 @@ class RankMap:
     nodes: dict[int, int]
     per_node: int
     tasks_are_nodes: bool
+    locals_change: bool = False  # on 1-2 nodes the permutation reverses local ranks
+
+    def local(self, node: int | None, local: int, line: str = "") -> int:
+        """A local rank of `node` under the permutation; without the node only when locals do not change."""
+        if not self.locals_change:
+            return local
+        if node is None and len(self.nodes) == 1:
+            node = 0  # a one-node job: every local rank is node 0's
+        if node is None:
+            raise Unsupported(f"a local rank whose node the case does not tell: {line.strip()[:100]!r}")
+        return self.rank(node * self.per_node + local) % self.per_node
 
     def rank(self, r: int) -> int:
         return self.ranks.get(r, r)
@@ -292,8 +306,10 @@ class RankMap:
     def task(self, t: int) -> int:
         return self.nodes.get(t, t) if self.tasks_are_nodes else self.rank(t)
 
-    def value(self, kind: str, text: str, match_rank: int | None) -> str:
-        """The new text of one group of kind `kind` (see _RANK_RULES)."""
+    def value(self, kind: str, text: str, match_rank: int | None, node: int | None = None, line: str = "") -> str:
+        """The new text of one group of kind `kind` (see _RANK_RULES); `node` is the line's node, when known."""
+        if kind == "l":
+            return str(self.local(node, int(text), line))
         if kind == "r":
             return str(self.rank(int(text)))
         if kind == "n":
@@ -313,10 +329,16 @@ class RankMap:
         raise ValueError(kind)
 
 
-def rewrite_rank_line(line: str, rmap: RankMap, srun_label: bool, seen: list[int] | None = None) -> str:
-    """Every rank-bearing token of `line` mapped through `rmap` (spans of earlier rules win)."""
+def rewrite_rank_line(line: str, rmap: RankMap, srun_label: bool, seen: list[int] | None = None,
+                      node: int | None = None) -> str:
+    """Every rank-bearing token of `line` mapped through `rmap` (spans of earlier rules win).
+
+    `node` is the node of the file's writer when the file tells it; under torchrun an srun label names it per line.
+    """
     spans: list[tuple[int, int, str]] = []
     rules = ((_SRUN_LABEL, *_RANK_RULES) if srun_label else _RANK_RULES)
+    label = _SRUN_LABEL.match(line) if srun_label and rmap.tasks_are_nodes else None
+    node = int(label["t"]) if label else node
     for rule in rules:
         for m in rule.finditer(line):
             match_rank = int(m["r"]) if "r" in rule.groupindex and m["r"] is not None else None
@@ -329,7 +351,7 @@ def rewrite_rank_line(line: str, rmap: RankMap, srun_label: bool, seen: list[int
                 kind = name.rstrip("0123456789")
                 if seen is not None and kind in ("r", "rl", "ring"):
                     seen.extend(int(v) for v in re.findall(r"\d+", value))
-                spans.append((start, end, rmap.value(kind, value, match_rank)))
+                spans.append((start, end, rmap.value(kind, value, match_rank, node, line)))
     for start, end, new in sorted(spans, reverse=True):
         line = line[:start] + new + line[end:]
     return line
@@ -364,32 +386,62 @@ def _per_node_from_hosts(diagnosis: dict[str, Any]) -> int | None:
     return size
 
 
-def rank_layout(facts: CaseFacts) -> RankLayout:
-    texts = [(rel, facts.text(rel)) for rel in facts.files]
+_CHILD_FAILED = re.compile(r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)")
+
+
+_NODE_TOKENS = re.compile(r"(?:node[_-]rank|group_rank|NODE_RANK|SLURM_NODEID)\W{1,4}[1-9]|--nnodes[= ]?[2-9]")
+
+
+def _one_node_agent(texts: list[tuple[PurePath, str]], diagnosis: dict[str, Any]) -> bool:
+    """One torchelastic agent's output and nothing of a second node (no second host, no srun label, no node rank
+    above 0, ChildFailedError's rank == local_rank): a one-node job, whose local ranks are its global ranks."""
+    pairs = [(int(m[1]), int(m[2])) for _, text in texts for m in _CHILD_FAILED.finditer(text)]
+    hosts = {row.get("host") for row in diagnosis.get("ranks", [])}
+    hosts |= {strip_prefixes(line).host for _, text in texts for line in text.split("\n")[:5000]}
+    return all(r == local for r, local in pairs) and len(hosts - {None}) <= 1 and not any(
+        _is_srun_labelled(text) or _NODE_TOKENS.search(text) for _, text in texts)
+
+
+def world_size(facts: CaseFacts) -> int:
+    """The job's size: one more than the highest rank any token, the label or the diagnosis names, or a size the
+    logs state (nranks, world_size, rank R/W), whichever is larger."""
     identity = RankMap({}, {}, 1, False)
     seen: list[int] = [r["rank"] for r in facts.diagnosis.get("ranks", [])]
     claims: list[int] = [facts.label["world_size"]] if isinstance(facts.label.get("world_size"), int) else []
-    per_node: list[int] = []
-    local_only = ""
-    for rel, text in texts:
+    for rel in facts.files:
+        text = facts.text(rel)
         labelled = _is_srun_labelled(text)
         for line in text.split("\n"):
             rewrite_rank_line(line, identity, labelled, seen)
         claims += [int(n) for m in _WORLD_CLAIMS.finditer(text) for n in m.groups() if n]
+    if facts.label.get("first_failing_rank") is not None:
+        seen.append(facts.label["first_failing_rank"])
+    return max([r + 1 for r in seen if r < 4096] + [c for c in claims if c < 4096] + [1])
+
+
+def rank_layout(facts: CaseFacts) -> RankLayout:
+    texts = [(rel, facts.text(rel)) for rel in facts.files]
+    world = world_size(facts)
+    per_node: list[int] = []
+    local_only = ""
+    for rel, text in texts:
         per_node += [int(m[1]) for pattern in _PER_NODE_CLAIMS for m in pattern.finditer(text)]
         found = _LOCAL_ONLY.search(text)
         local_only = local_only or (found[0] if found else "")
         local_only = local_only or (str(rel) if path_info(rel).local_rank is not None else "")
-    if facts.label.get("first_failing_rank") is not None:
-        seen.append(facts.label["first_failing_rank"])
-    world = max([r + 1 for r in seen if r < 4096] + [c for c in claims if c < 4096] + [1])
     per = per_node[0] if per_node else _per_node_from_hosts(facts.diagnosis)
+    if per is None and _one_node_agent(texts, facts.diagnosis):
+        locals_seen = [int(m[1]) for _, text in texts for m in re.finditer(r"local_rank:? (\d+) \(pid", text)]
+        world = per = max([world, *(n + 1 for n in locals_seen)])
     if per is None:
         if local_only:
             raise Unsupported(f"ranks per node unknown and the case has local-rank tokens ({local_only})")
         per = 1
     tasks_are_nodes = any(_TORCHRUN.search(text) for _, text in texts)
     return RankLayout(world=world, per_node=per, tasks_are_nodes=tasks_are_nodes, local_only=local_only)
+
+
+NO_PERMUTATION = "no other permutation keeps rank 0 and the job's shape"
 
 
 def rank_permutation(layout: RankLayout) -> RankMap:
@@ -401,10 +453,7 @@ def rank_permutation(layout: RankLayout) -> RankMap:
     if n_nodes >= 3:
         nodes = {n: (n_nodes - n if n else 0) for n in range(n_nodes)}
         ranks = {r: nodes[r // per] * per + r % per for r in range(world)}
-    else:
-        if layout.local_only:
-            raise Unsupported(f"{n_nodes} node(s): a permutation that keeps rank 0 changes local ranks, and the "
-                              f"case has local-rank-only tokens ({layout.local_only})")
+    else:  # local ranks change: every local-rank token must tell its node (RankMap.local refuses otherwise)
         nodes = {n: n for n in range(n_nodes)}
         ranks = {}
         for n in range(n_nodes):
@@ -413,18 +462,60 @@ def rank_permutation(layout: RankLayout) -> RankMap:
                 ranks[n * per + old] = n * per + new
         ranks[0] = 0
     if all(k == v for k, v in ranks.items()):
-        raise Unsupported(f"{world} rank(s): no other permutation keeps rank 0 and the job's shape")
-    return RankMap(ranks=ranks, nodes=nodes, per_node=per, tasks_are_nodes=layout.tasks_are_nodes)
+        raise Unsupported(f"{world} rank(s): {NO_PERMUTATION}")
+    return RankMap(ranks=ranks, nodes=nodes, per_node=per, tasks_are_nodes=layout.tasks_are_nodes,
+                   locals_change=n_nodes < 3)
 
 
 _FILE_TASK = re.compile(r"^(?P<pre>\d+(?:_\d+)?_)(?P<t>\d+)(?=_(?:log\.(?:out|err)|result\.pkl|submitted\.pkl)$)")
 _FILE_RANK = re.compile(r"^(?P<pre>rank_)(?P<r>\d+)(?=\.start\.json$|\.exit\.json$|\.log$|\.out$|\.err$|$)")
 
 
-def _rename_rank_path(rel: PurePath, rmap: RankMap) -> PurePath:
+def _rename_rank_path(rel: PurePath, rmap: RankMap, node: int | None) -> PurePath:
     name = _FILE_TASK.sub(lambda m: m["pre"] + str(rmap.task(int(m["t"]))), rel.name)
     name = _FILE_RANK.sub(lambda m: m["pre"] + str(rmap.rank(int(m["r"]))), name)
-    return rel.with_name(name)
+    local = path_info(rel).local_rank
+    if local is None:
+        return rel.with_name(name)
+    parts = list(rel.parts[:-1])  # torchrun --log-dir: <run>/attempt_N/<local_rank>/<file>
+    at = max(i for i, part in enumerate(parts) if re.fullmatch(r"attempt_\d+", part)) + 1
+    parts[at] = parts[at].replace(str(local), str(rmap.local(node, local, str(rel))))
+    return PurePath(*parts, name)
+
+
+_OWN_RANK = re.compile(r"comm \S+ rank (\d+) nranks")
+
+
+def _writer_node(rel: PurePath, text: str, rmap: RankMap) -> int | None:
+    """The node whose process wrote a file, where its name or its own-rank lines tell it."""
+    task, rank = _FILE_TASK.match(rel.name), _FILE_RANK.match(rel.name)
+    if task and rmap.tasks_are_nodes:
+        return int(task["t"])
+    if rank:
+        return int(rank["r"]) // rmap.per_node
+    own = {int(m[1]) for m in _OWN_RANK.finditer(text)}
+    prefixes = map(strip_prefixes, text.split("\n")[:2000])
+    own |= {p.rank for p in prefixes if p.rank is not None and not p.rank_from_label}
+    nodes = {r // rmap.per_node for r in own}
+    return nodes.pop() if len(nodes) == 1 else None
+
+
+def _tree_nodes(facts: CaseFacts, rmap: RankMap) -> dict[PurePath, int | None]:
+    """torchrun --log-dir: the node of each agent's tree (<run>/attempt_N/...), from its files' own ranks."""
+    found: dict[PurePath, set[int | None]] = {}
+    for rel in facts.files:
+        if path_info(rel).local_rank is None:
+            continue
+        tree = PurePath(*rel.parts[:[i for i, p in enumerate(rel.parts) if p.startswith("attempt_")][-1]])
+        found.setdefault(tree, set()).add(_writer_node(rel, facts.text(rel), rmap))
+    return {tree: (nodes - {None}).pop() if len(nodes - {None}) == 1 else None for tree, nodes in found.items()}
+
+
+def _node_of(rel: PurePath, text: str, rmap: RankMap, trees: dict[PurePath, int | None]) -> int | None:
+    for tree, node in trees.items():
+        if rel.parts[: len(tree.parts)] == tree.parts:
+            return node
+    return _writer_node(rel, text, rmap)
 
 
 def _fix_record_local_rank(text: str, rmap: RankMap) -> str:
@@ -439,13 +530,15 @@ def _fix_record_local_rank(text: str, rmap: RankMap) -> str:
 def renumber_ranks(facts: CaseFacts, dest: Path) -> Perturbed:
     """Every rank-bearing token, file name and record mapped through one shape-keeping permutation."""
     rmap = rank_permutation(rank_layout(facts))
+    trees = _tree_nodes(facts, rmap)
+    nodes = {rel: _node_of(rel, facts.text(rel), rmap, trees) for rel in facts.files}
 
     def text_fn(rel: PurePath, text: str) -> str:
         labelled = _is_srun_labelled(text)
-        text = "\n".join(rewrite_rank_line(line, rmap, labelled) for line in text.split("\n"))
+        text = "\n".join(rewrite_rank_line(line, rmap, labelled, node=nodes[rel]) for line in text.split("\n"))
         return _fix_record_local_rank(text, rmap) if rel.suffix == ".json" else text
 
-    root = write_copy(facts, dest, text_fn, lambda rel: _rename_rank_path(rel, rmap))
+    root = write_copy(facts, dest, text_fn, lambda rel: _rename_rank_path(rel, rmap, nodes[rel]))
     return Perturbed(root=root, label=_map_label(facts.label, rank=rmap.rank))
 
 
@@ -718,9 +811,10 @@ def truncate_tails(facts: CaseFacts, dest: Path, fraction: float = 0.10) -> Pert
 
 def _split_target(rel: PurePath, files: set[PurePath]) -> PurePath | None:
     """Where a log's second half can go and still be read as the same writer's."""
-    if _FILE_TASK.match(rel.name):
-        other = rel.with_name(rel.name[:-3] + ("err" if rel.name.endswith("out") else "out"))
-        return other  # submitit: the task's other stream (appended)
+    if _FILE_TASK.match(rel.name):  # submitit: the task's other stream (appended to)
+        return rel.with_name(rel.name[:-3] + ("err" if rel.name.endswith("out") else "out"))
+    if path_info(rel).local_rank is not None and rel.name in ("stdout.log", "stderr.log"):  # torchrun --log-dir
+        return rel.with_name("stderr.log" if rel.name == "stdout.log" else "stdout.log")
     if _FILE_RANK.match(rel.name):
         for suffix in (".err", ".out"):
             other = rel.with_name(rel.name.split(".")[0] + suffix)
