@@ -167,8 +167,8 @@ def _maps(events: Sequence[Event], sources: Sequence[SourceFile], facts: JobFact
 
 
 def _attribute(e: Event, facts: JobFacts, maps: _Maps) -> Event:
-    """The event with its rank and host filled in from the maps."""
-    rank, host = e.rank, e.host
+    """The event with its rank and host filled in from the maps (a fully qualified name's root dot dropped)."""
+    rank, host = e.rank, e.host.rstrip(".") if e.host else e.host
     if facts.torchrun and e.get("srun_task") is not None and e.kind not in ("start", "exit"):
         rank = None  # `N: ` from srun --label (or %t of submitit) numbers torchrun's nodes, not ranks
     known = maps.worker_dir.get(os.path.dirname(e.file))
