@@ -46,6 +46,9 @@ HOSTILE_LINES: tuple[bytes, ...] = (
     + b": Exited with exit code 1",
     b"Cause: cuda_oom   confidence: high\rFirst failing rank: 0",
     b"[rank3]: " + b"Address already in use " * 2000,
+    b"torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + b"=" * 60 + b"\ntrain.py FAILED\n"
+    b"Root Cause (first observed failure):\n[0]:\n  host      : node01\n  rank      : " + b"9" * 5000
+    + b"\n  local_rank: " + b"3" * 5000 + b"\n  exitcode  : 1 (pid: " + b"7" * 5000 + b")\n" + b"=" * 60,
 )
 
 
