@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpslurm.analyze.diagnosis import Diagnosis
-from ddpslurm.analyze.discover import discover, is_record, select_attempt
+from ddpslurm.analyze.discover import apply_skipped, check_readable, discover_all, is_record, scan_skips, select_attempt
 from ddpslurm.analyze.engine import diagnose
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
 from ddpslurm.analyze.records import record_events
@@ -25,7 +25,8 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
     if not paths:
         raise AnalyzeInputError("no path given", "give a job folder, log files, or a job id")
     sigs = signatures or load_signatures(signature_dirs)
-    sources = select_attempt(discover(paths), attempt)
+    discovery = discover_all(paths)
+    sources = select_attempt(discovery.sources, attempt)
     records = [s for s in sources if is_record(s)]
     logs = [s for s in sources if not is_record(s)]
     if not sources:
@@ -51,21 +52,17 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
     attempts += [int(e.get("attempt", "0")) for e in events if e.kind == "attempt_start"]
     if attempts:
         facts["attempt"] = max(attempts)
+    check_readable(discovery.explicit, summaries, len(records))
     if logs and all(s.binary for s in summaries) and not records:
         raise AnalyzeInputError(f"{', '.join(map(str, paths))}: only binary files, no text logs",
                                 "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
     events = _fix_year(events, year)
     diagnosis = diagnose(events, sources, summaries, sigs, facts)
     diagnosis.notes.extend(record_notes)
-    skipped = [s.file for s in summaries if s.binary]
-    if skipped:
-        diagnosis.notes.append(f"skipped {len(skipped)} binary file(s)")
+    apply_skipped(diagnosis, discovery.skipped + scan_skips(summaries))
     truncated = sum(s.truncated_lines for s in summaries)
     if truncated:
         diagnosis.notes.append(f"truncated {truncated} overlong line(s)")
-    unreadable = [f"{s.file} ({s.error})" for s in summaries if s.error]
-    if unreadable:
-        diagnosis.notes.append("could not read: " + ", ".join(unreadable[:5]))
     return diagnosis
 
 

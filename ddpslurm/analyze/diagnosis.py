@@ -60,6 +60,8 @@ class Diagnosis:
     ranks: list[RankRow] = field(default_factory=list)
     retry: str = "unknown"
     exclude_nodes: list[str] = field(default_factory=list)
+    #: paths not read (or not wholly), each {"path", "reason"}: nothing is left out silently
+    skipped: list[dict[str, str]] = field(default_factory=list)
     #: not part of the JSON schema: notes for the text report (files skipped, times missing, sacct view)
     notes: list[str] = field(default_factory=list)
     accounting: dict[str, Any] | None = None
@@ -80,4 +82,5 @@ class Diagnosis:
             "ranks": [r.to_dict() for r in self.ranks],
             "retry": self.retry,
             "exclude_nodes": list(self.exclude_nodes),
+            "skipped": [dict(s) for s in self.skipped],
         }

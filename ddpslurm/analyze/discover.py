@@ -1,60 +1,109 @@
 """Find the files to read under the paths given to analyze (pure of parsing; touches the filesystem only).
 
-Folders are walked without following symlinked folders (no loops), to a bounded depth; files reached
-through several names are read once. Binary files (pickles, checkpoints, core dumps) are skipped by name
-here and by content in the scanner; nothing is ever unpickled.
+Every file is read: there is no cap on the number of files. Folders are walked without following symlinked
+folders (no loops); files reached through several names are read once. What is not read is reported, never
+dropped silently (`Skipped`): a symlink whose target leaves the analyzed folder (it would quote any file of the
+machine as evidence), something that is not a regular file (fifo, socket, device), a folder nested deeper than
+`MAX_DEPTH`, an entry that cannot be examined. Binary files by name (pickles, checkpoints, core dumps) are
+skipped here, counted per folder and suffix, and by content in the scanner; nothing is ever unpickled.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
+from typing import TYPE_CHECKING
 
 from ddpslurm.analyze.attribution import path_info
-from ddpslurm.analyze.events import SourceFile
+from ddpslurm.analyze.events import FileSummary, SourceFile
 from ddpslurm.errors import AnalyzeInputError, UsageError
 
-MAX_DEPTH = 8
-MAX_FILES = 20_000
+#: far beyond any job layout (torchrun's log-dir is 4 deep); only a pathological tree reaches it, and it is reported
+MAX_DEPTH = 64
 SKIP_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".npy", ".npz", ".so", ".gz",
                  ".zip", ".tar", ".png", ".jpg", ".core", ".h5", ".sqlite", ".db")
 SKIP_NAMES = ("label.json",)
 _RECORD_KINDS = ("start_record", "exit_record", "job_record", "elastic_error")
 
+if TYPE_CHECKING:
+    from ddpslurm.analyze.diagnosis import Diagnosis
 
-def _wanted(name: str) -> bool:
+
+@dataclass(frozen=True)
+class Skipped:
+    """A path that was not read, and why. `expected` skips (pickles by name) leave the confidence as it is."""
+
+    path: str
+    reason: str
+    expected: bool = False
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "reason": self.reason}
+
+
+@dataclass
+class Discovery:
+    """The files to scan, in a stable order, and what was left out."""
+
+    sources: list[SourceFile] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    explicit: set[str] = field(default_factory=set)  # files named on the command line (not found in a folder)
+
+
+def _skip_rule(name: str) -> tuple[str, str] | None:
+    """(glob, reason) when a file is left out by its name alone, else None."""
+    if name.startswith("."):
+        return ".*", "hidden"
+    if name in SKIP_NAMES:
+        return name, "a case label, not a log"
     lower = name.lower()
-    return not lower.endswith(SKIP_SUFFIXES) and name not in SKIP_NAMES and not name.startswith(".")
+    suffix = next((s for s in SKIP_SUFFIXES if lower.endswith(s)), None)
+    return (f"*{suffix}", "binary by its name") if suffix else None
 
 
 def discover(paths: Sequence[str | Path]) -> list[SourceFile]:
     """The files to analyze, in a stable order (given order, then sorted walk order)."""
-    out: list[SourceFile] = []
+    return discover_all(paths).sources
+
+
+def discover_all(paths: Sequence[str | Path]) -> Discovery:
+    """The files to analyze and the skipped paths. A path given that cannot be read is an AnalyzeInputError."""
+    found = Discovery()
     seen: set[tuple[int, int]] = set()
     base = _common_parent(paths)
     for given in paths:
         path = Path(given)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise AnalyzeInputError(f"{given}: no such file or folder",
-                                    "give a job folder, a log file, or a job id") from None
-        except OSError as error:
-            raise AnalyzeInputError(f"{given}: cannot be read ({error.strerror or error})",
-                                    "check the path and its permissions") from None
+        st = _stat_given(given)
         if stat.S_ISDIR(st.st_mode):
-            out.extend(_walk(path, seen))
+            _walk(path, seen, found)
         elif stat.S_ISREG(st.st_mode):
             key = (st.st_dev, st.st_ino)
             if key not in seen:
                 seen.add(key)
-                out.append(_source(path, _relative(path, base), st.st_size))
+                found.sources.append(_source(path, _relative(path, base), st.st_size))
+                found.explicit.add(str(path))
         else:
             raise AnalyzeInputError(f"{given}: not a regular file or folder (a fifo, socket or device)",
                                     "give a log file or a folder of logs")
-    return out
+    return found
+
+
+def _stat_given(given: str | Path) -> os.stat_result:
+    try:
+        st = os.stat(given)
+    except FileNotFoundError:
+        raise AnalyzeInputError(f"{given}: no such file or folder",
+                                "give a job folder, a log file, or a job id") from None
+    except OSError as error:
+        raise AnalyzeInputError(f"{given}: cannot be read ({error.strerror or error})",
+                                "check the path and its permissions") from None
+    if not os.access(given, os.R_OK | (os.X_OK if stat.S_ISDIR(st.st_mode) else 0)):
+        raise AnalyzeInputError(f"{given}: cannot be read (permission denied)", "check the path and its permissions")
+    return st
 
 
 def _common_parent(paths: Sequence[str | Path]) -> str | None:
@@ -75,41 +124,82 @@ def _relative(path: Path, base: str | None) -> PurePath:
     return PurePath(rel if not rel.startswith("..") else path.name)
 
 
-def _walk(root: Path, seen: set[tuple[int, int]]) -> list[SourceFile]:
-    found: list[SourceFile] = []
+def _inside(target: str, root: str) -> bool:
+    return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+class _Walk:
+    """One folder tree: its real root (symlink targets must stay under it) and the by-name skips, counted."""
+
+    def __init__(self, root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
+        self.root, self.real_root = root, os.path.realpath(root)
+        self.seen, self.found = seen, found
+        self.by_name: Counter[tuple[str, str]] = Counter()
+
+    def skip(self, path: str, reason: str) -> None:
+        self.found.skipped.append(Skipped(path, reason))
+
+    def entry(self, entry: os.DirEntry, depth: int, subdirs: list[Path]) -> None:
+        """Classify one directory entry: a subfolder to walk, a file to read, or a reported skip."""
+        rule = _skip_rule(entry.name)
+        is_link = entry.is_symlink()
+        if is_link:
+            target = os.path.realpath(entry.path)
+            if not _inside(target, self.real_root):
+                self.skip(entry.path, "symlink leaving the analyzed folder (not followed)")
+                return
+        if entry.is_dir(follow_symlinks=False):
+            if rule:
+                self.by_name[(entry.path, "hidden folder" if rule[1] == "hidden" else rule[1])] += 1
+            elif depth >= MAX_DEPTH:
+                self.skip(entry.path, f"folder nested deeper than {MAX_DEPTH} levels")
+            else:
+                subdirs.append(Path(entry.path))
+            return
+        if is_link and os.path.isdir(entry.path):
+            return  # a symlinked folder inside the tree: its files are read through their real path
+        if rule:
+            self.by_name[(os.path.join(os.path.dirname(entry.path), rule[0]), rule[1])] += 1
+            return
+        est = entry.stat(follow_symlinks=True)
+        if not stat.S_ISREG(est.st_mode):
+            self.skip(entry.path, "not a regular file (fifo, socket or device)")
+            return
+        key = (est.st_dev, est.st_ino)
+        if key not in self.seen:
+            self.seen.add(key)
+            rel = PurePath(os.path.relpath(entry.path, self.root))
+            self.found.sources.append(_source(Path(entry.path), rel, est.st_size))
+
+    def finish(self) -> None:
+        for (path, reason), count in sorted(self.by_name.items()):
+            self.found.skipped.append(Skipped(path, f"{reason}, {count} file(s)" if count > 1 else reason, True))
+
+
+def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
+    walk = _Walk(root, seen, found)
     stack: list[tuple[Path, int]] = [(root, 0)]
-    visited_dirs: set[tuple[int, int]] = set()
+    visited: set[tuple[int, int]] = set()
     while stack:
         folder, depth = stack.pop()
         try:
             st = os.stat(folder)
-            if (st.st_dev, st.st_ino) in visited_dirs:
+            if (st.st_dev, st.st_ino) in visited:
                 continue
-            visited_dirs.add((st.st_dev, st.st_ino))
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError:
+            visited.add((st.st_dev, st.st_ino))
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as error:
+            walk.skip(str(folder), f"folder cannot be listed ({error.strerror or error})")
             continue
         subdirs: list[Path] = []
         for entry in entries:
             try:
-                if entry.is_dir(follow_symlinks=False):
-                    if depth < MAX_DEPTH and _wanted(entry.name):
-                        subdirs.append(Path(entry.path))
-                    continue
-                if not _wanted(entry.name) or not entry.is_file(follow_symlinks=True):
-                    continue
-                est = entry.stat(follow_symlinks=True)
-            except OSError:
-                continue
-            key = (est.st_dev, est.st_ino)
-            if key in seen:
-                continue
-            seen.add(key)
-            found.append(_source(Path(entry.path), PurePath(os.path.relpath(entry.path, root)), est.st_size))
-            if len(found) >= MAX_FILES:
-                return found
+                walk.entry(entry, depth, subdirs)
+            except OSError as error:
+                walk.skip(entry.path, f"cannot be examined ({error.strerror or error})")
         stack.extend((d, depth + 1) for d in reversed(subdirs))
-    return found
+    walk.finish()
 
 
 def _source(path: Path, relative: PurePath, size: int) -> SourceFile:
@@ -136,3 +226,46 @@ def select_attempt(sources: list[SourceFile], attempt: str | int | None) -> list
 def is_record(source: SourceFile) -> bool:
     """JSON records read whole (small), not scanned line by line."""
     return source.kind in _RECORD_KINDS
+
+
+def scan_skips(summaries: Sequence[FileSummary]) -> list[Skipped]:
+    """What the scanner left unread: binary content, read errors (whole file or the rest of it), lines on which a
+    signature's regex timed out (that signature skipped on those lines)."""
+    out: list[Skipped] = []
+    for s in summaries:
+        if s.binary:
+            out.append(Skipped(s.file, "binary content (not a text log)"))
+        if s.error:
+            where = f"after {s.bytes:,} bytes" if s.bytes else "nothing read"
+            out.append(Skipped(s.file, f"read error ({s.error}; {where})"))
+        if s.match_timeouts:
+            out.append(Skipped(s.file, f"{s.match_timeouts} line(s) where a signature's regex ran past its timeout "
+                                       "(that signature skipped on those lines)"))
+    return out
+
+
+def check_readable(explicit: set[str], summaries: Sequence[FileSummary], records: int) -> None:
+    """A log named on the command line that cannot be read, or a job of which no log could be read, is an error
+    of the input (exit 1), not a diagnosis."""
+    for s in summaries:
+        if s.error and not s.bytes and s.file in explicit:
+            raise AnalyzeInputError(f"{s.file}: cannot be read ({s.error})", "check the file and its permissions")
+    if summaries and not records and all(s.error and not s.bytes for s in summaries):
+        raise AnalyzeInputError(f"none of the {len(summaries)} log file(s) could be read (first: {summaries[0].file}: "
+                                f"{summaries[0].error})", "check the files and their permissions")
+
+
+_LOWER = {"high": "medium", "medium": "low", "low": "low"}
+
+
+def apply_skipped(diagnosis: Diagnosis, skipped: Sequence[Skipped]) -> None:
+    """Name what was not read in the diagnosis (its `skipped` list and a note); anything skipped that was not
+    expected (pickles by name are) lowers the confidence one step: the answer may have been in it."""
+    if not skipped:
+        return
+    diagnosis.skipped = [s.to_dict() for s in skipped]
+    shown = "; ".join(f"{s.path} ({s.reason})" for s in skipped[:5])
+    more = f"; and {len(skipped) - 5} more (see --json)" if len(skipped) > 5 else ""
+    diagnosis.notes.append(f"skipped {len(skipped)} path(s): {shown}{more}")
+    if any(not s.expected for s in skipped):
+        diagnosis.confidence = _LOWER.get(diagnosis.confidence, diagnosis.confidence)

@@ -75,4 +75,5 @@ class FileSummary:
     binary: bool = False
     truncated_lines: int = 0
     error: str | None = None
+    match_timeouts: int = 0  # lines on which a signature's regex ran past its timeout (that signature skipped)
     torchrun: bool = False  # the file shows a torchrun agent (then srun task ids are nodes)

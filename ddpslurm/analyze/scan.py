@@ -9,9 +9,12 @@ worker processes when the input is large, and their events merged in input order
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import re
+import stat
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +33,8 @@ PARALLEL_MIN_BYTES = 8 << 20
 SPLIT_MIN_BYTES = 32 << 20
 OVERRUN_BYTES = 4 << 20
 HEAD_BYTES = 64 << 10
+#: seconds one file may take to read (a hung network filesystem, an endless pseudo-file): then the rest is skipped
+READ_DEADLINE = 300.0
 HEAD_ANCHOR_BYTES = tuple(a.encode() for a in HEAD_ANCHORS)
 
 _NCCL_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
@@ -51,8 +56,13 @@ def body_is_slurm(text: str) -> bool:
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in (8, 9, 10, 12, 13, 27)) + b"\x7f"
 
 
+#: a run of NULs this long is a hole (what a node crash leaves at the end of a log on NFS/Lustre), not binary data
+_NUL_RUN = re.compile(rb"\x00{16,}")
+
+
 def is_binary(head: bytes) -> bool:
-    """Heuristic: NUL bytes or mostly non-text bytes in the first block."""
+    """Heuristic: NUL bytes or mostly non-text bytes in the first block, zero-filled holes aside."""
+    head = _NUL_RUN.sub(b"", head)
     if not head:
         return False
     if head.count(b"\x00") > max(1, len(head) // 100):
@@ -236,6 +246,46 @@ class _FileState:
             self._exception(exc, stream)
 
 
+class ReadDeadline(OSError):
+    """A file took longer than READ_DEADLINE seconds to read: the rest is left unread (and reported)."""
+
+
+class _Reader:
+    """A log opened for reading without ever blocking on a pseudo-file (/proc/kmsg, a fifo reached by a race) and
+    with a wall-clock deadline, checked at every read. Only regular files are read."""
+
+    def __init__(self, path: str, deadline: float) -> None:
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+        self.fd = os.open(path, flags)
+        st = os.fstat(self.fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(self.fd)
+            raise OSError(errno.EINVAL, "not a regular file")
+        self.size, self.pos = st.st_size, 0
+        self.deadline = time.monotonic() + deadline
+
+    def read(self, n: int) -> bytes:
+        """Up to `n` bytes; the buffer asked of the OS is sized to what the file holds (a 30 KB log costs no 4 MB
+        allocation), plus some slack for a file still growing."""
+        if time.monotonic() > self.deadline:
+            raise ReadDeadline(errno.ETIMEDOUT, f"still reading after {READ_DEADLINE:.0f} s; the rest is not read")
+        try:
+            data = os.read(self.fd, min(n, max(self.size - self.pos, 0) + (64 << 10)))
+        except BlockingIOError:
+            raise OSError(errno.EAGAIN, "reading it would block (a pseudo-file?)") from None
+        self.pos += len(data)
+        return data
+
+    def seek(self, offset: int) -> None:
+        self.pos = os.lseek(self.fd, offset, os.SEEK_SET)
+
+    def __enter__(self) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
 class _Window:
     """A binary reader over the byte range [start, end) of an open file."""
 
@@ -265,8 +315,9 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     every_line = bool(sigs.always)
     tail: deque[bytes] = deque(maxlen=TAIL_LINES)
     lineno = 0
+    timeouts = sum(sigs.timeouts.values())
     try:
-        with open(source.path, "rb") as handle:
+        with _Reader(source.path, READ_DEADLINE) as handle:
             if start == 0:
                 head = handle.read(8192)
                 if is_binary(head):
@@ -294,7 +345,9 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
             lineno = in_range
     except OSError as error:
         summary.error = error.strerror or str(error)
+        summary.match_timeouts = sum(sigs.timeouts.values()) - timeouts
         return state.events, summary
+    summary.match_timeouts = sum(sigs.timeouts.values()) - timeouts
     state.finish()
     summary.lines = lineno
     summary.tail = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
@@ -377,6 +430,7 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         offset += summary.lines
         merged.bytes += summary.bytes
         merged.truncated_lines += summary.truncated_lines
+        merged.match_timeouts += summary.match_timeouts
         merged.ranks_seen |= summary.ranks_seen
         merged.binary = merged.binary or summary.binary
         merged.torchrun = merged.torchrun or summary.torchrun

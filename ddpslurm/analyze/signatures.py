@@ -34,6 +34,8 @@ ANCHORS: tuple[str, ...] = (
 )
 #: looked for only in the first HEAD_BYTES of a file (submitit writes it first)
 HEAD_ANCHORS: tuple[str, ...] = ("JobEnvironment(",)
+#: seconds one signature's regex may run on one line before that line is skipped for that signature
+MATCH_TIMEOUT = 0.25
 #: signature kinds the engine attaches to events it builds itself (never matched against a raw line)
 ENGINE_KINDS = ("elastic_failure",)
 #: a signature folder's cause table (advice, retry) beside its signature files
@@ -106,15 +108,25 @@ class SignatureSet:
     always: tuple[Signature, ...] = ()
     _by_literal: dict[str, list[int]] = field(default_factory=dict, repr=False)
     _no_literal: set[int] = field(default_factory=set, repr=False)
+    #: signature id -> lines on which its regex ran past MATCH_TIMEOUT (this process)
+    timeouts: dict[str, int] = field(default_factory=dict, repr=False)
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
-        """The highest-priority signature matching `text` (a line without its prefixes), or None."""
+        """The highest-priority signature matching `text` (a line without its prefixes), or None.
+
+        A signature whose regex runs past MATCH_TIMEOUT on this line is skipped for this line only (counted in
+        `timeouts`), never the file: a catastrophic site pattern cannot hang or blind the analysis.
+        """
         if not self._by_literal:
             self._index()
         hits = {i for lit, idx in self._by_literal.items() if lit in text for i in idx}
         for i in sorted(hits | self._no_literal):
             sig = self.signatures[i]
-            m = sig.pattern.search(text, timeout=0.5) if len(text) > 2000 else sig.pattern.search(text)
+            try:
+                m = sig.pattern.search(text, timeout=MATCH_TIMEOUT)
+            except TimeoutError:
+                self.timeouts[sig.id] = self.timeouts.get(sig.id, 0) + 1
+                continue
             if m:
                 return sig, m
         return None

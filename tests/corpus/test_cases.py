@@ -171,7 +171,7 @@ def validate_schema(obj: dict[str, Any], causes: set[str]) -> list[str]:
     """Problems with a `ddpslurm analyze --json` object against DESIGN.md's schema (empty list = valid)."""
     problems: list[str] = []
     expected = {"cause", "first_failing_rank", "first_failing_host", "confidence", "summary", "advice", "evidence",
-                "ranks", "retry", "exclude_nodes"}
+                "ranks", "retry", "exclude_nodes", "skipped"}
     if set(obj) != expected:
         problems.append(f"keys differ: missing {sorted(expected - set(obj))}, extra {sorted(set(obj) - expected)}")
         return problems
@@ -191,6 +191,10 @@ def validate_schema(obj: dict[str, Any], causes: set[str]) -> list[str]:
         problems.append(f"retry {obj['retry']!r}")
     if not (isinstance(obj["exclude_nodes"], list) and all(isinstance(n, str) for n in obj["exclude_nodes"])):
         problems.append("exclude_nodes must be a list of strings")
+    if not (isinstance(obj["skipped"], list) and all(isinstance(s, dict) and set(s) == {"path", "reason"} and
+                                                      all(isinstance(v, str) for v in s.values())
+                                                      for s in obj["skipped"])):
+        problems.append("skipped must be a list of {path, reason} strings")
     if not isinstance(obj["evidence"], list):
         problems.append("evidence must be a list")
     else:
@@ -227,14 +231,17 @@ def validate_schema(obj: dict[str, Any], causes: set[str]) -> list[str]:
 @pytest.mark.parametrize(("obj", "problem"), [
     ({"cause": "cuda_oom"}, "keys differ"),
     ({"cause": "made_up", "first_failing_rank": None, "first_failing_host": None, "confidence": "high", "summary": "s",
-      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": []}, "not in vocabulary"),
+      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": [],
+      "skipped": []}, "not in vocabulary"),
     ({"cause": "unknown", "first_failing_rank": "3", "first_failing_host": None, "confidence": "high", "summary": "s",
-      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": []}, "first_failing_rank"),
+      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": [],
+      "skipped": []}, "first_failing_rank"),
     ({"cause": "unknown", "first_failing_rank": None, "first_failing_host": None, "confidence": "sure", "summary": "s",
-      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": []}, "confidence"),
+      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": [],
+      "skipped": []}, "confidence"),
     ({"cause": "unknown", "first_failing_rank": None, "first_failing_host": None, "confidence": "low", "summary": "s",
       "advice": [], "evidence": [], "ranks": [{"rank": 0, "host": None, "role": "boss", "first_error": None}],
-      "retry": "maybe", "exclude_nodes": []}, "retry"),
+      "retry": "maybe", "exclude_nodes": [], "skipped": []}, "retry"),
 ])
 def test_schema_validator_rejects(obj: dict[str, Any], problem: str) -> None:
     """The validator used by the CLI test must itself catch wrong objects."""

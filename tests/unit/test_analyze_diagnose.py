@@ -137,7 +137,7 @@ def test_nothing_matched_is_unknown_with_the_last_lines(tmp_path: Path) -> None:
 def test_json_schema_is_exactly_the_design(tmp_path: Path) -> None:
     got = diagnose(write_ranks(tmp_path, {0: "ValueError: bad config\n"}))
     assert set(got) == {"cause", "first_failing_rank", "first_failing_host", "confidence", "summary", "advice",
-                        "evidence", "ranks", "retry", "exclude_nodes"}
+                        "evidence", "ranks", "retry", "exclude_nodes", "skipped"}
     assert all(set(e) == {"file", "line", "rank", "time", "text"} for e in got["evidence"])
     assert all(set(r) == {"rank", "host", "role", "first_error"} for r in got["ranks"])
     json.dumps(got)

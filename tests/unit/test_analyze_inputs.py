@@ -1,0 +1,161 @@
+"""Nothing is left out silently: every file is read, and what is not read is named, with the confidence lowered.
+
+Real files in tmp_path; the only stand-in is a read that fails with EIO (a disk error cannot be made on demand).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpslurm.analyze import discover as discover_mod
+from ddpslurm.analyze import scan, signatures
+from ddpslurm.analyze.api import analyze_paths
+from ddpslurm.analyze.discover import discover_all
+from ddpslurm.errors import AnalyzeInputError
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79 GiB\n"
+WATCHDOG = ("[rank{r}]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank {r}] failure "
+            "detected by watchdog at work sequence id: 9 PG status: last enqueued work: 9, last completed work: 8\n")
+
+
+def job(folder: Path, culprit: int, ranks: int = 4, culprit_text: str = OOM) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in range(ranks):
+        (folder / f"77_{r}_log.err").write_text(culprit_text if r == culprit else WATCHDOG.format(r=r))
+    return folder
+
+
+def test_more_than_twenty_thousand_files_are_all_found(tmp_path: Path) -> None:
+    for i in range(20_005):
+        (tmp_path / f"9_{i}_log.out").touch()
+    found = discover_all([tmp_path])
+    assert len(found.sources) == 20_005 and not found.skipped
+
+
+def test_pickles_by_name_are_counted_per_folder_without_lowering_confidence(tmp_path: Path) -> None:
+    job(tmp_path, culprit=2)
+    for r in range(4):
+        (tmp_path / f"77_{r}_result.pkl").write_bytes(b"\x80\x04")
+    got = analyze_paths([tmp_path]).to_dict()
+    assert got["skipped"] == [{"path": str(tmp_path / "*.pkl"), "reason": "binary by its name, 4 file(s)"}]
+    assert (got["cause"], got["first_failing_rank"], got["confidence"]) == ("cuda_oom", 2, "high")
+
+
+def test_symlink_leaving_the_folder_is_not_followed_and_is_named(tmp_path: Path) -> None:
+    secret = tmp_path / "elsewhere" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("RuntimeError: the secret contents of another user's file\n")
+    folder = job(tmp_path / "job", culprit=1)
+    (folder / "77_9_log.err").symlink_to(secret)
+    (folder / "inside.log").symlink_to(folder / "77_0_log.err")  # inside the tree: read once, by its real name
+    found = discover_all([folder])
+    assert [s.path for s in found.skipped] == [str(folder / "77_9_log.err")]
+    assert "leaving the analyzed folder" in found.skipped[0].reason
+    assert len(found.sources) == 4
+    got = analyze_paths([folder]).to_dict()
+    assert "secret" not in str(got["evidence"]) and got["skipped"][0]["path"] == str(folder / "77_9_log.err")
+    assert got["first_failing_rank"] == 1 and got["confidence"] == "medium"
+
+
+def test_fifo_inside_a_folder_is_named_and_never_opened(tmp_path: Path) -> None:
+    folder = job(tmp_path, culprit=3)
+    os.mkfifo(folder / "77_8_log.out")
+    start = time.monotonic()
+    got = analyze_paths([folder]).to_dict()
+    assert time.monotonic() - start < 30
+    assert got["skipped"] == [{"path": str(folder / "77_8_log.out"),
+                               "reason": "not a regular file (fifo, socket or device)"}]
+
+
+def test_reader_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(OSError, match="not a regular file"):
+        scan._Reader(str(tmp_path / "pipe"), 5.0)
+
+
+def test_folder_deeper_than_the_limit_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(discover_mod, "MAX_DEPTH", 2)
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    (deep / "x.log").write_text(OOM)
+    found = discover_all([tmp_path])
+    assert not found.sources
+    assert [(s.path, s.reason) for s in found.skipped] == [(str(deep), "folder nested deeper than 2 levels")]
+
+
+def test_short_log_with_a_zero_filled_tail_is_read(tmp_path: Path) -> None:
+    folder = job(tmp_path, culprit=2, culprit_text="step 10\n" + OOM + "\0" * 6000)
+    got = analyze_paths([folder]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == ("cuda_oom", 2)
+    assert not any("binary" in s["reason"] for s in got["skipped"])
+
+
+@pytest.mark.parametrize("repeat", ["NCCL error ", "DistBackendError "])
+def test_one_long_line_does_not_hide_the_rest_of_the_file(tmp_path: Path, repeat: str) -> None:
+    folder = job(tmp_path, culprit=1, culprit_text=repeat * 1500 + "\n" + OOM)
+    start = time.process_time()
+    got = analyze_paths([folder]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == ("cuda_oom", 1)
+    assert got["skipped"] == [] and time.process_time() - start < 5
+
+
+def test_catastrophic_site_signature_skips_the_line_not_the_file(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(signatures, "MATCH_TIMEOUT", 0.05)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "site.toml").write_text('[[signature]]\nid = "site-bad"\ncause = "gpu_hardware"\nrole = "culprit"\n'
+                                    "pattern = '(x|xx)+\\d'\nprefilter = [\"xxxx\"]\n")
+    folder = job(tmp_path / "job", culprit=2, culprit_text="x" * 40 + "=\n" + OOM)
+    got = analyze_paths([folder], signature_dirs=[site]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == ("cuda_oom", 2)
+    assert got["skipped"] == [{"path": str(folder / "77_2_log.err"), "reason": "1 line(s) where a signature's regex "
+                               "ran past its timeout (that signature skipped on those lines)"}]
+    assert got["confidence"] != "high"
+
+
+def _failing_read(path_part: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = scan._Reader.read
+
+    def read(self, n: int) -> bytes:
+        if path_part in os.readlink(f"/proc/self/fd/{self.fd}"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(self, n)
+    monkeypatch.setattr(scan._Reader, "read", read)
+
+
+def test_an_unreadable_file_named_on_the_command_line_is_an_input_error(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = job(tmp_path, culprit=0)
+    _failing_read("77_0_log.err", monkeypatch)
+    with pytest.raises(AnalyzeInputError, match=r"77_0_log.err: cannot be read \(Input/output error\)"):
+        analyze_paths([folder / "77_0_log.err", folder / "77_1_log.err"])
+
+
+def test_no_readable_log_in_a_folder_is_an_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = job(tmp_path, culprit=0)
+    _failing_read("_log.err", monkeypatch)
+    with pytest.raises(AnalyzeInputError, match="none of the 4 log file"):
+        analyze_paths([folder])
+
+
+def test_an_unreadable_file_in_a_folder_is_named_and_lowers_confidence(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = job(tmp_path, culprit=0)
+    _failing_read("77_3_log.err", monkeypatch)
+    got = analyze_paths([folder]).to_dict()
+    assert got["skipped"] == [{"path": str(folder / "77_3_log.err"),
+                               "reason": "read error (Input/output error; nothing read)"}]
+    assert got["first_failing_rank"] == 0 and got["confidence"] == "medium"
+
+
+def test_read_deadline_stops_a_file_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scan, "READ_DEADLINE", -1.0)
+    folder = job(tmp_path, culprit=0)
+    with pytest.raises(AnalyzeInputError, match="still reading after"):
+        analyze_paths([folder])
