@@ -120,16 +120,23 @@ def _candidates(votes: list[Vote], tl: JobTimeline) -> list[Candidate]:
     for v in votes:
         if v.rank is not None:
             by_rank.setdefault(v.rank, Candidate(v.rank, v.host or tl.facts.rank_host.get(v.rank))).votes.append(v)
+    on_host_index: dict[str, list[Candidate]] = defaultdict(list)
+    for c in by_rank.values():
+        if c.host:
+            on_host_index[c.host.split(".")[0]].append(c)
     for v in votes:
         if v.rank is not None or v.host is None or v.producer == "slurm":
             continue
-        on_host = [c for c in by_rank.values() if _same_host(c.host, v.host)]
+        on_host = on_host_index.get(v.host.split(".")[0], [])
         ranks = tl.facts.ranks_of_host(v.host)
         if on_host:
             for c in on_host:
                 c.votes.append(v)
         elif len(ranks) == 1:
-            by_rank.setdefault(ranks[0], Candidate(ranks[0], v.host)).votes.append(v)
+            if ranks[0] not in by_rank:
+                by_rank[ranks[0]] = Candidate(ranks[0], v.host)
+                on_host_index[v.host.split(".")[0]].append(by_rank[ranks[0]])
+            by_rank[ranks[0]].votes.append(v)
         else:
             by_host.setdefault(v.host, Candidate(None, v.host)).votes.append(v)
     return list(by_rank.values()) + list(by_host.values())

@@ -57,6 +57,8 @@ class JobFacts:
     pid_rank: dict[tuple[str, int], int] = field(default_factory=dict)
     torchrun: bool = False  # srun task ids then number nodes, not ranks
     attempt: int = 0
+    _host_ranks: dict[str, list[int]] | None = field(default=None, repr=False)
+    _host_ranks_size: int = field(default=-1, repr=False)
 
     @property
     def world_size(self) -> int | None:
@@ -70,8 +72,13 @@ class JobFacts:
         return seen or None
 
     def ranks_of_host(self, host: str) -> list[int]:
-        short = host.split(".")[0]
-        return sorted(r for r, h in self.rank_host.items() if h == host or h.split(".")[0] == short)
+        """The ranks that ran on `host` (its short name matches a fully qualified one)."""
+        if self._host_ranks is None or self._host_ranks_size != len(self.rank_host):
+            index: dict[str, list[int]] = defaultdict(list)
+            for r, h in sorted(self.rank_host.items()):
+                index[h.split(".")[0]].append(r)
+            self._host_ranks, self._host_ranks_size = index, len(self.rank_host)
+        return list(self._host_ranks.get(host.split(".")[0], ()))
 
 
 _STEP_ID = re.compile(r"^\d+(?:[._]\w+)?$")

@@ -134,12 +134,16 @@ def build_timeline(events: list[Event], facts: JobFacts, sources: Sequence[Sourc
     for rank in facts.started | set(facts.exited):
         ranks.setdefault(rank, RankTimeline(rank=rank))
     initialized = any(e.kind in INITIALIZED_KINDS for e in events)
+    by_rank: dict[int, list[Event]] = {}
+    for e in events:
+        if e.rank is not None and e.kind not in JOB_KINDS:
+            by_rank.setdefault(e.rank, []).append(e)
     for tl in ranks.values():
         tl.host = tl.host or facts.rank_host.get(tl.rank)
         tl.started = tl.rank in facts.started
         tl.exit = facts.exited.get(tl.rank)
         tl.failures.sort(key=_order_key(tl.failures))
-        tl.recovered = recovered_failures(tl, events_of_rank(events, tl.rank), initialized)
+        tl.recovered = recovered_failures(tl, by_rank.get(tl.rank, []), initialized) if tl.failures else []
     _mark_log_ends(ranks, sources, summaries)
     return JobTimeline(facts=facts, ranks=ranks, job_events=job_events, tasks=task_statuses(events, facts),
                        unranked=unranked, events=events)
@@ -167,10 +171,6 @@ def _order_key(failures: list[Event]) -> Callable[[Event], tuple]:
     if timed:
         return lambda e: (e.time, e.file, e.line)
     return lambda e: (e.file, e.line)
-
-
-def events_of_rank(events: Iterable[Event], rank: int) -> list[Event]:
-    return [e for e in events if e.rank == rank and e.kind not in JOB_KINDS]
 
 
 def recovered_failures(tl: RankTimeline, own_events: list[Event], job_initialized: bool = False) -> list[Event]:

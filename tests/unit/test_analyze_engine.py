@@ -196,8 +196,11 @@ def test_time_orders_two_own_failures() -> None:
 
 
 def test_ranks_failing_alike_at_once_is_no_single_rank() -> None:
-    verdict = combine(timeline([oom(r, host="n7", time=T0 + r * 0.1) for r in range(4)]))
-    assert (verdict.rank, verdict.host, verdict.cause, verdict.decided_by) == (None, "n7", "cuda_oom", "systemic")
+    alike = [oom(r, host="n7", time=T0 + r * 0.1) for r in range(4)]
+    verdict = combine(timeline(alike))
+    assert (verdict.rank, verdict.host, verdict.cause, verdict.decided_by) == (None, None, "cuda_oom", "systemic")
+    on_node = combine(timeline(alike), node_causes=frozenset({"cuda_oom"}))  # a cause that lives on a node
+    assert (on_node.rank, on_node.host) == (None, "n7")
 
 
 def test_a_tie_between_pointers_names_nobody() -> None:
