@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from typing import Any
 
 from ddpslurm.analyze.events import Event, SourceFile
@@ -68,9 +70,13 @@ class _NotANumber:
 
 
 def read_json(path: str) -> Any:
-    """The JSON value of a small file, or None when it is too big, unreadable, not JSON or nested too deep."""
+    """The JSON value of a small regular file, or None when it is not one, too big, unreadable, not JSON or nested
+    too deep."""
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)  # a fifo named like a record never blocks
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             data = handle.read(MAX_RECORD_BYTES + 1)
     except OSError:
         return None

@@ -4,6 +4,7 @@ never aborts the analysis, and never hands a number from a log to the diagnosis 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,11 @@ def test_the_whole_analysis_survives_a_bad_record(tmp_path: Path, record: dict) 
     diagnosis = analyze_paths([tmp_path])
     assert diagnosis.cause == "user_code_exception"
     assert diagnosis.first_failing_rank == 3
+
+
+def test_a_fifo_named_like_a_record_is_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "rank_3.exit.json"
+    os.mkfifo(fifo)  # nobody writes it: an open() without O_NONBLOCK or a read would block forever
+    source = SourceFile(path=str(fifo), display=fifo.name, rank=3, kind="exit_record")
+    events, facts = record_events(source, SIGS)
+    assert events == [] and "not a readable JSON object" in facts["notes"][0]
