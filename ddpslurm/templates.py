@@ -185,9 +185,10 @@ def validate(param: str, value: object) -> Value:
         return check_sbatch_value(SBATCH_OPTIONS[param], value, TemplateError, spec.option)
     if spec.pattern is not None:
         return value
-    # Free text (paths): shell-quoted when rendered; still no control characters, and no '%' because
+    # Free text (paths): shell-quoted when rendered; still no control character (C0, C1, bidi, line separators:
+    # the script is printed to a terminal and its comments must stay comments), and no '%' because
     # srun would expand it in the --output patterns that contain the log folder.
-    if not value or any(ord(ch) < 32 or ch == "\x7f" for ch in value) or (param.endswith("_dir") and "%" in value):
+    if not value or not value.isprintable() or (param.endswith("_dir") and "%" in value):
         raise TemplateError(f"{spec.option} {value!r} is not a usable path (empty, a control character or '%')", fix)
     return value
 
@@ -297,8 +298,9 @@ def render(name: str, overrides: Mapping[str, object] | None = None, train_args:
     template = get_template(name)
     args = tuple(train_args)
     for arg in args:
-        if "\x00" in arg or "\n" in arg:
-            raise TemplateError(f"training argument {arg!r} contains a NUL or newline", "Pass it on one line")
+        if not arg.isprintable():  # a newline would leave the RERENDER comment; C1/bidi would reach the terminal
+            raise TemplateError(f"training argument {arg!r} contains a newline or a control character",
+                                "Pass it on one line, in printable characters")
     values = resolve(template, dict(overrides or {}))
     return substitute(template.source.read_text(encoding="utf-8"), placeholders(template, values, args), _blocks())
 

@@ -92,3 +92,16 @@ def test_template_refuses_the_injection(tmp_path: Path) -> None:
     done = _cli("template", "srun-gpu", "--partition", INJECT, cwd=tmp_path)
     assert done.returncode == 1 and "touch" not in done.stdout
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["a\u009b2Jb.py", "a\u202eyp.b", "a\u2028b", "a\x1bb", "a\nb"])
+def test_template_paths_and_train_args_refuse_control_characters(value: str) -> None:
+    with pytest.raises(TemplateError):
+        templates.validate("script", value)
+    with pytest.raises(TemplateError):
+        templates.render("srun-gpu", {}, [value])
+
+
+def test_a_rendered_template_is_printable_text() -> None:
+    text = templates.render("requeue", {"script": "dir with space/t\u00e9.py", "log_dir": "logs"}, ["--lr", "0.1 x"])
+    assert all(line.isprintable() for line in text.splitlines())
