@@ -47,7 +47,7 @@ class Perturbed:
 
     root: Path
     label: dict[str, Any]
-    rank_may_be_null: bool = False  # the perturbation removed what ordered the ranks: null is acceptable
+    rank_may_be_null: bool = False  # the perturbation removed what orders the ranks (the test decides per case)
     host_aliases: tuple[str, ...] = ()  # other spellings of the expected host (a FQDN's short name)
 
 
@@ -559,13 +559,17 @@ _TIME_KEYS = ("time", "unix", "timestamp", "submit_time", "submit_unix", "start_
 CLOCK_SHIFT = 40 * 86400 + 7 * 3600
 
 
-def _moved(y: int, mo: int, d: int, h: int, mi: int, s: float, delta: float) -> dt.datetime:
-    base = dt.datetime(y, mo, d, h, mi, min(int(s), 59)) + dt.timedelta(seconds=s - int(s))
-    return base + dt.timedelta(seconds=delta)
-
-
-def _frac_text(moment: dt.datetime, width: int) -> str:
-    return f"{moment.microsecond:06d}{'0' * 9}"[:width] if width else ""
+def _moved(y: int, mo: int, d: int, h: int, mi: int, s: int, delta: float, frac: str | None = None
+           ) -> tuple[dt.datetime, str]:
+    """The moment plus `delta`, and its fraction written with the original's digits (exact for whole deltas)."""
+    whole = int(delta // 1)
+    part = delta - whole
+    fraction = _frac(frac) + part
+    carry = int(fraction // 1)
+    moment = dt.datetime(y, mo, d, h, mi, min(s, 59)) + dt.timedelta(seconds=whole + carry)
+    if not frac:
+        return moment, ""
+    return moment, frac if not part else f"{fraction - carry:.9f}"[2:2 + len(frac)]
 
 
 def _frac(text: str | None) -> float:
@@ -576,24 +580,23 @@ def shift_line(line: str, delta: float, year: int) -> str:
     """Every timestamp of a line moved by `delta` seconds, in its own format."""
 
     def iso(m: re.Match[str]) -> str:
-        t = _moved(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]) + _frac(m["frac"]),
-                   delta)
-        frac = f"{m['fs']}{_frac_text(t, len(m['frac']))}" if m["frac"] else ""
-        return f"{t:%Y-%m-%d}{m['sep']}{t:%H:%M:%S}{frac}{m['tz'] or ''}"
+        t, frac = _moved(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), delta,
+                         m["frac"])
+        return f"{t:%Y-%m-%d}{m['sep']}{t:%H:%M:%S}{m['fs'] + frac if frac else ''}{m['tz'] or ''}"
 
     def glog(m: re.Match[str]) -> str:
-        t = _moved(year, int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]) + _frac(m["frac"]), delta)
+        t, frac = _moved(year, int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), delta, m["frac"])
         month = f"{t.month:02d}" if len(m["mo"]) == 2 else str(t.month)
-        frac = "." + _frac_text(t, len(m["frac"])) if m["frac"] else ""
-        return f"{m['lvl']}{month}{t:%d %H:%M:%S}{frac}{m['tid'] or ''}"
+        return f"{m['lvl']}{month}{t:%d %H:%M:%S}{'.' + frac if frac else ''}{m['tid'] or ''}"
 
     def ctime(m: re.Match[str]) -> str:
-        t = _moved(int(m["y"]), _MONTHS.index(m["mon"]) + 1, int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), delta)
+        t, _ = _moved(int(m["y"]), _MONTHS.index(m["mon"]) + 1, int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]),
+                      delta)
         day = str(t.day).rjust(len(m["d"]))
         return f"{_DAYS[t.weekday()]} {_MONTHS[t.month - 1]} {day} {t:%H:%M:%S}{m['zone'] or ''} {t.year}"
 
     def syslog(m: re.Match[str]) -> str:
-        t = _moved(year, _MONTHS.index(m["mon"]) + 1, int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), delta)
+        t, _ = _moved(year, _MONTHS.index(m["mon"]) + 1, int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), delta)
         return f"{_MONTHS[t.month - 1]} {t.day:02d} {t:%H:%M:%S}" if m["d"][0] != " " else f"{t:%b} {t.day:2d} {t:%X}"
 
     def epoch(m: re.Match[str]) -> str:
