@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from functools import cache
 from html.parser import HTMLParser
@@ -45,6 +47,76 @@ def browse(page: Path, profile: Path, *extra: str) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={**os.environ, "HOME": str(profile)})
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+class Browser:
+    """One headless Chromium driven over its DevTools pipe (fd 3 in, fd 4 out, NUL-separated JSON):
+    each page is loaded in the same tab and its DOM read back, instead of one browser start per page."""
+
+    def __init__(self, profile: Path) -> None:
+        to_browser, self._to = os.pipe()
+        self._from, from_browser = os.pipe()
+
+        def wire() -> None:  # in the child: the pipe ends where Chromium expects them
+            os.dup2(to_browser, 3)
+            os.dup2(from_browser, 4)
+
+        argv = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--remote-debugging-pipe", f"--user-data-dir={profile}", "--proxy-server=127.0.0.1:9", "about:blank"]
+        self.process = subprocess.Popen(argv, preexec_fn=wire, pass_fds=(3, 4), stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, env={**os.environ, "HOME": str(profile)})
+        os.close(to_browser)
+        os.close(from_browser)
+        self._buffer, self._next_id, self.events = b"", 0, []
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Page.enable", session=self.session)
+
+    def _message(self, deadline: float) -> dict:
+        while b"\0" not in self._buffer:
+            ready, _, _ = select.select([self._from], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(self._from, 1 << 20) if ready else b""
+            assert chunk, "Chromium did not answer on its DevTools pipe"
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method: str, session: str | None = None, **params: object) -> dict:
+        self._next_id += 1
+        request = {"id": self._next_id, "method": method, "params": params}
+        if session:
+            request["sessionId"] = session
+        os.write(self._to, json.dumps(request).encode() + b"\0")
+        deadline = time.monotonic() + 60
+        while (message := self._message(deadline)).get("id") != self._next_id:
+            self.events.append(message)
+        assert "error" not in message, message
+        return message["result"]
+
+    def dom(self, page: Path) -> str:
+        """Load `page` and return the DOM Chromium built (what `--dump-dom` prints)."""
+        self.events.clear()
+        self.call("Page.navigate", session=self.session, url=page.as_uri())
+        deadline = time.monotonic() + 60
+        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
+            self.events.append(self._message(deadline))
+        result = self.call("Runtime.evaluate", session=self.session, returnByValue=True,
+                           expression="document.documentElement.outerHTML")
+        return "<!DOCTYPE html>" + result["result"]["value"]
+
+    def close(self) -> None:
+        os.close(self._to)
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        os.close(self._from)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory):
+    chromium()
+    running = Browser(tmp_path_factory.mktemp("chromium"))
+    yield running
+    running.close()
 
 
 class Dom(HTMLParser):
@@ -94,11 +166,12 @@ def rank_span(label: str) -> range:
 
 
 @pytest.mark.parametrize("case", LAB_CASES, ids=[c.name for c in LAB_CASES])
-def test_every_lab_case_renders_in_chromium_with_its_culprit_marked(case: Path, tmp_path: Path) -> None:
+def test_every_lab_case_renders_in_chromium_with_its_culprit_marked(case: Path, tmp_path: Path,
+                                                                    browser: Browser) -> None:
     diagnosis = diagnosis_of(case)
     page = tmp_path / "report.html"
     write_html(diagnosis, page)
-    dom = Dom(browse(page, tmp_path / "profile", "--dump-dom"))
+    dom = Dom(browser.dom(page))
     (svg,) = dom.select("svg", "timeline")
     assert len(dom.select("g", "node")) == len(hosts_drawn(diagnosis))
     assert {e["attrs"]["data-host"] for e in dom.select("g", "node")} == hosts_drawn(diagnosis)
