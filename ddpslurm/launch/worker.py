@@ -477,6 +477,32 @@ def torchrun_argv(cfg: WorkerConfig, environ: Mapping[str, str]) -> list[str]:
     return [*args.argv(), "--max-restarts=0", "--module", "ddpslurm.launch.child", cfg.script, *cfg.script_args]
 
 
+def keep_agent_through_first_sigterm() -> None:
+    """torchrun's agent turns SIGTERM into an exception that stops the ranks at once; Slurm's GraceTime
+    preemption SIGTERMs the agent and its ranks together. Let the agent ignore the first one (its ranks take
+    their own as the preemption flag, checkpoint and return); a second one stops it as before. A torch
+    without this private handler is left alone."""
+    try:
+        from torch.distributed.elastic.multiprocessing import api
+    except ImportError:
+        return
+    original = getattr(api, "_terminate_process_handler", None)
+    if original is None or getattr(original, "_ddpslurm", False):
+        return
+    seen: list[int] = []
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM and not seen:
+            seen.append(signum)
+            print("ddpslurm: torchrun agent got SIGTERM: its ranks take it as the preemption flag; waiting for "
+                  "them (a second SIGTERM stops them)", file=sys.stderr, flush=True)
+            return
+        original(signum, frame)
+
+    handler._ddpslurm = True  # type: ignore[attr-defined]
+    api._terminate_process_handler = handler
+
+
 def run_torchrun_agent(cfg: WorkerConfig) -> int:
     """One task per node: run torchrun in this process; ranks write their own records and logs."""
     from ddpslurm.env import derive_dist_env
@@ -496,6 +522,8 @@ def run_torchrun_agent(cfg: WorkerConfig) -> int:
           file=sys.stderr, flush=True)
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
+
+    keep_agent_through_first_sigterm()
 
     try:
         try:

@@ -381,3 +381,43 @@ def test_a_preemption_signal_during_shutdown_does_not_kill_a_finished_rank() -> 
             probe.send_signal(signal.SIGUSR2)
         time.sleep(0.002)
     assert probe.wait(timeout=30) == 0
+
+
+def test_torchrun_agent_survives_the_first_sigterm_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm's preemption SIGTERMs the agent with its ranks: the ranks checkpoint, the agent waits."""
+    import signal as signals
+
+    from torch.distributed.elastic.multiprocessing import api
+
+    from ddpslurm.launch.worker import keep_agent_through_first_sigterm
+
+    monkeypatch.setattr(api, "_terminate_process_handler", api._terminate_process_handler)
+    keep_agent_through_first_sigterm()
+    keep_agent_through_first_sigterm()  # idempotent: not wrapped twice
+    assert api._terminate_process_handler(signals.SIGTERM, None) is None
+    with pytest.raises(api.SignalException):
+        api._terminate_process_handler(signals.SIGTERM, None)
+    with pytest.raises(api.SignalException):
+        api._terminate_process_handler(signals.SIGINT, None)
+
+
+def test_the_grace_alarm_never_interrupts_a_script_that_read_the_flag(tmp_path: Path) -> None:
+    """A script inside torch.save after reading the flag must finish; one that never looked is stopped,
+    and the stop is recorded as an exception (GraceExpired), never as ok."""
+    from ddpslurm import preemption
+    from ddpslurm.launch.worker import GraceExpired, _RankState
+
+    state = _RankState(SimpleNamespace(grace_s=30), SimpleNamespace(rank=0, job_id="7"), 0, {}, None)
+    preemption.reset()
+    try:
+        preemption.request(15)
+        with pytest.raises(GraceExpired):
+            state.on_alarm(14, None)
+        assert preemption.preemption_requested()  # the script reads the flag ...
+        assert state.on_alarm(14, None) is None  # ... and is left alone from then on
+    finally:
+        preemption.reset()
+    script = tmp_path / "slow.py"
+    script.write_text("from ddpslurm.launch.worker import GraceExpired\nraise GraceExpired()\n")
+    outcome = run_script(str(script), ())
+    assert outcome.status == "exception" and outcome.exception["type"].endswith("GraceExpired")
