@@ -2,8 +2,9 @@
 gloo DDP runs of the CPU variant of each launch model, a failing run, and the requeue template surviving
 a USR2 (checkpoint, `scontrol requeue`, resume at a step > 0, finish).
 
-The cluster has no GPUs: GPU templates are rendered with `--gpus-per-node 0` for --test-only (the
-default rendering is refused only for its GRES request, which one test shows).
+The cluster's nodes have 2 fake GPUs each (GRES on /dev/null-like devices, no CUDA): GPU templates are
+rendered with `--gpus-per-node 0` for the --test-only of every template and the real runs, and one test
+shows their GPU request going through Slurm's GRES allocation (2 per node accepted, 3 refused).
 """
 
 from __future__ import annotations
@@ -98,12 +99,15 @@ def test_sbatch_test_only_accepts_every_template(slurm_cluster, tmp_path: Path, 
     assert "to start at" in done.stderr
 
 
-def test_default_gpu_rendering_is_refused_only_for_its_gpus(slurm_cluster, tmp_path: Path) -> None:
-    """The local cluster has no GRES: the GPU request is the one thing it rejects."""
-    with_gpus = _write(tmp_path, "srun-gpu", _values("srun-gpu", gpus_per_node=2), [])
-    done = slurm_cluster.run(["sbatch", "--test-only", with_gpus.name], cwd=tmp_path, check=False)
+def test_gpu_rendering_goes_through_the_clusters_gres(slurm_cluster, tmp_path: Path) -> None:
+    """The nodes have Gres=gpu:2: a template asking for 2 GPUs per node is accepted, one asking for 3 is not."""
+    fits = _write(tmp_path, "srun-gpu", _values("srun-gpu", gpus_per_node=2), [])
+    done = slurm_cluster.run(["sbatch", "--test-only", fits.name], cwd=tmp_path, check=False)
+    assert done.returncode == 0 and "to start at" in done.stderr, done.stderr
+    too_many = _write(tmp_path, "srun-gpu", _values("srun-gpu", gpus_per_node=3), [])
+    done = slurm_cluster.run(["sbatch", "--test-only", too_many.name], cwd=tmp_path, check=False)
     assert done.returncode != 0
-    assert "gres" in done.stderr.lower()
+    assert "requested node configuration is not available" in done.stderr.lower()
 
 
 # --- real runs, submitted together so that they share the cluster's time ----------------------------
