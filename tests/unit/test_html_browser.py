@@ -100,9 +100,12 @@ class Browser:
         deadline = time.monotonic() + 60
         while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
             self.events.append(self._message(deadline))
-        result = self.call("Runtime.evaluate", session=self.session, returnByValue=True,
-                           expression="document.documentElement.outerHTML")
-        return "<!DOCTYPE html>" + result["result"]["value"]
+        return f"<!DOCTYPE html>{self.evaluate('document.documentElement.outerHTML')}"
+
+    def evaluate(self, expression: str) -> object:
+        """The value of a JavaScript expression in the loaded page."""
+        result = self.call("Runtime.evaluate", session=self.session, returnByValue=True, expression=expression)
+        return result["result"].get("value")
 
     def close(self) -> None:
         os.close(self._to)
@@ -220,3 +223,25 @@ def test_an_html_target_in_a_missing_folder_is_one_line_and_exit_1(tmp_path: Pat
                            str(tmp_path / "no" / "r.html")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "cannot write the HTML report" in done.stderr
+
+
+HOSTILE = ("<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
+           "</title></svg><iframe src='http://127.0.0.1:9/'><b>bold</b>")
+
+
+def test_hostile_log_text_stays_text_in_the_browser(tmp_path: Path, browser: Browser) -> None:
+    log = tmp_path / "slurm-9.out"
+    log.write_text("0: step 10 loss 0.5\n3: Traceback (most recent call last):\n"
+                   "3:   File \"train.py\", line 10, in <module>\n3:     raise ValueError(msg)\n"
+                   f"3: ValueError: {HOSTILE}\nsrun: error: node<b>02</b>: task 3: Exited with exit code 1\n")
+    diagnosis = analyze_paths([log])
+    assert diagnosis.first_failing_rank == 3
+    page = tmp_path / "report.html"
+    write_html(diagnosis, page)
+    browser.dom(page)
+    assert browser.evaluate("document.querySelectorAll('script, img, iframe, b, foreignObject').length") == 0
+    assert browser.evaluate("document.title") == f"ddpslurm: {diagnosis.cause}"
+    shown = browser.evaluate("document.querySelector('#evidence').textContent")
+    assert "<script>document.title='pwned'</script>" in shown
+    tooltip = browser.evaluate("document.querySelector('#culprit').parentNode.querySelector('title').textContent")
+    assert "<img src=x" in tooltip
