@@ -65,22 +65,47 @@ def decide(*, exits: Mapping[int, Mapping[str, Any]], signal_unix: float | None,
     return Decision(WAIT, f"rank(s) {missing[:8]} still stopping")
 
 
+class AttemptReader:
+    """Reads an attempt folder's signal and exit records, each file once (the supervisor polls every second;
+    at thousands of ranks re-parsing every record each time would take longer than the interval)."""
+
+    def __init__(self, attempt_dir: Path) -> None:
+        self.attempt_dir = attempt_dir
+        self.exits: dict[int, dict[str, Any]] = {}
+        self.signals: list[float] = []
+        self._read: set[str] = set()
+
+    def poll(self) -> tuple[dict[int, dict[str, Any]], float | None]:
+        """The exit records by rank, and the earliest signal time any rank recorded (None: no signal yet)."""
+        for rec in self._new_records("signal"):
+            if isinstance(rec.get("unix"), int | float):
+                self.signals.append(float(rec["unix"]))
+        if not self.signals:  # before any signal the exit records do not matter: the common case stays cheap
+            return {}, None
+        for rec in self._new_records("exit"):
+            if isinstance(rec.get("rank"), int):
+                self.exits[rec["rank"]] = rec
+        return dict(self.exits), min(self.signals)
+
+    def _new_records(self, kind: str) -> list[dict[str, Any]]:
+        """`rank_*.<kind>.json` records not read before (start records are never read)."""
+        found = []
+        for path in self.attempt_dir.glob(f"rank_*.{kind}.json"):
+            if path.name in self._read:
+                continue
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # written atomically: a file that cannot be read now is someone else's
+            self._read.add(path.name)
+            if isinstance(record, dict):
+                found.append(record)
+        return found
+
+
 def read_attempt(attempt_dir: Path) -> tuple[dict[int, dict[str, Any]], float | None]:
     """The exit records of an attempt by rank, and the earliest signal time any rank recorded."""
-    exits: dict[int, dict[str, Any]] = {}
-    signals: list[float] = []
-    for path in attempt_dir.glob("rank_*.json"):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # written atomically; an unreadable file is someone else's
-        if not isinstance(record, dict):
-            continue
-        if path.name.endswith(".exit.json") and isinstance(record.get("rank"), int):
-            exits[record["rank"]] = record
-        elif path.name.endswith(".signal.json") and isinstance(record.get("unix"), int | float):
-            signals.append(float(record["unix"]))
-    return exits, (min(signals) if signals else None)
+    return AttemptReader(attempt_dir).poll()
 
 
 def job_state(job_id: str) -> str | None:
@@ -126,10 +151,11 @@ def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s
     attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
     attempt_dir = records.attempt_folder(records.job_folder(folder, job_id), attempt)
     process = start(srun_argv)
+    reader = AttemptReader(attempt_dir)
     acted = False
     while True:
         code = process.poll()
-        exits, signal_unix = read_attempt(attempt_dir)
+        exits, signal_unix = reader.poll()
         decision = decide(exits=exits, signal_unix=signal_unix, world_size=world_size,
                           srun_running=code is None, now=time.time(), grace_s=grace_s, attempt=attempt,
                           max_requeues=max_requeues)

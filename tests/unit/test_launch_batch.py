@@ -63,3 +63,17 @@ def test_the_flag_is_seen_only_once_asked_after_the_signal() -> None:
         assert preemption.preemption_requested() and preemption.flag_seen()
     finally:
         preemption.reset()
+
+
+def test_reader_ignores_exit_records_until_a_signal_and_picks_up_late_records(tmp_path: Path) -> None:
+    from ddpslurm.launch.batch import AttemptReader
+
+    reader = AttemptReader(tmp_path)
+    (tmp_path / "rank_0.exit.json").write_text(json.dumps({"rank": 0, "status": "exception", "unix": 5.0}))
+    assert reader.poll() == ({}, None)
+    (tmp_path / "rank_1.signal.json").write_text(json.dumps({"rank": 1, "unix": 9.0}))
+    exits, first = reader.poll()
+    assert first == 9.0 and list(exits) == [0]
+    (tmp_path / "rank_1.exit.json").write_text(json.dumps({"rank": 1, "status": "preempted", "unix": 10.0}))
+    exits, _ = reader.poll()
+    assert sorted(exits) == [0, 1]
