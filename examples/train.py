@@ -62,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="steps between checkpoints (0: at the end only)")
     parser.add_argument("--checkpoint-dir", type=Path, default=None)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds for init and each collective")
+    parser.add_argument("--final-save-sleep", type=float, default=0.0,
+                        help="seconds rank 0's final save takes on top (tests: a slow final save or evaluation)")
     args = parser.parse_args(argv)
     if args.checkpoint_dir is None:
         job_folder = os.environ.get("DDPSLURM_JOB_FOLDER")
@@ -216,7 +218,10 @@ def train(args: argparse.Namespace) -> int:
             if stop or step == total_steps or (args.checkpoint_every and step % args.checkpoint_every == 0):
                 if rank == 0:
                     save_checkpoint(args.checkpoint_dir, step, model, optimizer)
-                dist.barrier()  # nobody goes on (or exits) before the checkpoint is on disk
+                    if step == total_steps and args.final_save_sleep:
+                        time.sleep(args.final_save_sleep)
+                if step < total_steps:
+                    dist.barrier()  # nobody goes on before the checkpoint is on disk
             if stop:
                 status = "preempted"
                 log(rank, f"preemption requested: checkpoint at step {step} saved, exiting for requeue")

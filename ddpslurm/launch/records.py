@@ -19,6 +19,9 @@ SCHEMA = 1
 STATUSES = ("ok", "exception", "exit", "signal", "preempted")
 #: Variables copied into the start record (prefixes), so a post-mortem sees the transport settings.
 RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "GLOO_")
+#: Single variables copied too: which GPUs Slurm gave the rank and bound it to.
+RECORDED_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
+                      "SLURM_GPUS_PER_TASK")
 
 
 def job_folder(root: str | os.PathLike[str], job_id: str) -> Path:
@@ -42,8 +45,8 @@ def timestamp(unix: float) -> str:
 
 
 def selected_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The NCCL_*/TORCH_*/GLOO_* variables of `environ`, sorted."""
-    return {k: environ[k] for k in sorted(environ) if k.startswith(RECORDED_ENV_PREFIXES)}
+    """The NCCL_*/TORCH_*/GLOO_* variables and the GPU binding ones of `environ`, sorted."""
+    return {k: environ[k] for k in sorted(environ) if k.startswith(RECORDED_ENV_PREFIXES) or k in RECORDED_ENV_NAMES}
 
 
 def start_record(*, rank: int, local_rank: int, node_rank: int, world_size: int, local_world_size: int,

@@ -33,10 +33,10 @@ FAIL_FAST_S = 30
 
 
 def submit(cluster: SlurmCluster, folder: Path, script: Path, args: list[str], *flags: str,
-           timeout: float = 300) -> subprocess.CompletedProcess:
+           timeout: float = 300, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "ddpslurm.cli", "submit", str(script), "--folder", str(folder), "--time", "5",
             *flags, "--", *args]
-    env = dict(cluster.env, PYTHONPATH=str(REPO))  # test this checkout, whatever else is installed
+    env = dict(cluster.env, **(extra_env or {}), PYTHONPATH=str(REPO))  # this checkout, whatever is installed
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=str(folder.parent))
 
 
@@ -89,8 +89,13 @@ def squeue_reason(cluster: SlurmCluster, jid: str) -> str:
 
 
 def release_when_held(cluster: SlurmCluster, jid: str) -> None:
-    """Start a requeued job now instead of after Slurm's requeue hold-off."""
+    """Start a requeued job now instead of after Slurm's requeue hold-off (CredExpire + 1 s).
+
+    Not within the second of the requeue: slurmd revoked the old attempt's credential at that second and
+    refuses one signed in it ("Killing non-startable batch JobId: Job credential revoked": FAILED, exit 1).
+    """
     if squeue_reason(cluster, jid).endswith("BeginTime"):
+        time.sleep(2.1)
         cluster.run(["scontrol", "update", f"JobId={jid}", "StartTime=now"], check=False)
 
 
@@ -174,7 +179,9 @@ def test_arguments_and_script_path_arrive_verbatim_and_interface_is_the_veth(
     script = weird / "echo args.py"
     script.write_text(ECHO.read_text())
     folder = tmp_path / "jobs"
-    comment = "a b $(touch pwned_comment) `touch pwned_comment2`;'q'"
+    # sbatch reads #SBATCH values itself (white space and quotes are refused before submission); what is
+    # left of the shell's metacharacters must reach Slurm verbatim and never run.
+    comment = "a$(touch${IFS}pwned_comment)`touch${IFS}pwned_comment2`;touch${IFS}pwned_comment3"
     done = submit(slurm_cluster, folder, script, ARGS, "--nodes", "2", "--sbatch-arg", f"comment={comment}", "--wait")
     assert done.returncode == 0, done.stdout + done.stderr
     jdir = job_dir(folder)
@@ -185,7 +192,8 @@ def test_arguments_and_script_path_arrive_verbatim_and_interface_is_the_veth(
         assert seen["argv"] == ARGS
         non_loopback = [name for name in seen["interfaces"] if name != "lo"]
         assert len(non_loopback) == 1, seen["interfaces"]
-        assert seen["env"]["GLOO_SOCKET_IFNAME"] == seen["env"]["NCCL_SOCKET_IFNAME"] == non_loopback[0]
+        assert seen["env"]["GLOO_SOCKET_IFNAME"] == non_loopback[0]
+        assert seen["env"]["NCCL_SOCKET_IFNAME"] is None  # NCCL chooses unless --interface says otherwise
     pwned = [p for p in list(tmp_path.rglob("pwned*")) + list(Path.cwd().glob("pwned*")) if p.is_file()]
     assert not pwned, f"a shell ran part of an argument: {pwned}"
 
@@ -221,35 +229,66 @@ def test_unknown_partition_is_one_line(slurm_cluster: SlurmCluster, tmp_path: Pa
     assert "partition" in lines[0].lower() and "sinfo -s" in lines[0]
 
 
-PREEMPT_STEPS, PREEMPT_EVERY = 60, 5
+URGENT_STEPS = 150
 
 
-def preempt_mid_training(slurm_cluster: SlurmCluster, tmp_path: Path, *submit_args: str) -> Path:
-    """Train on 2 nodes, send USR2 once rank 0 is past step 10, wait for the end; the job folder."""
+def preempt_through_urgent(cluster: SlurmCluster, tmp_path: Path, *submit_args: str) -> Path:
+    """Train on 2 nodes without periodic checkpoints; once past step 20, a job in partition `urgent` takes
+    the nodes (PreemptMode=REQUEUE, GraceTime=10). Waits for the end; the job folder."""
     folder = tmp_path / "jobs"
-    jid = start_async(slurm_cluster, folder, TRAIN,
-                      ["--epochs", "1", "--steps-per-epoch", str(PREEMPT_STEPS), "--step-sleep", "0.3",
-                       "--checkpoint-every", str(PREEMPT_EVERY)], "--nodes", "2", *submit_args)
+    jid = start_async(cluster, folder, TRAIN, ["--epochs", "1", "--steps-per-epoch", str(URGENT_STEPS),
+                                               "--step-sleep", "0.1", "--checkpoint-every", "100000"], "--nodes", "2",
+                      *submit_args)
     log = job_dir(folder) / "attempt_0" / "rank_0.log"
     deadline = time.time() + 120
-    while time.time() < deadline and not re.search(r"step (1\d|[2-9]\d)\b", log.read_text() if log.exists() else ""):
+    while time.time() < deadline and not re.search(r"step ([2-9]\d|\d{3})\b", log.read_text() if log.exists() else ""):
         time.sleep(1)
-    slurm_cluster.run(["scancel", "--signal=USR2", jid])
-    assert wait_end(slurm_cluster, jid) == "COMPLETED"
+    nodes = cluster.run(["squeue", "-h", "-j", jid, "-o", "%N"]).stdout.strip()
+    cluster.run(["sbatch", "-p", "urgent", "-N", "2", "-w", nodes, "--exclusive", "-o", "/dev/null",
+                 "--wrap", "sleep 3"])
+    assert wait_end(cluster, jid) == "COMPLETED"
     return job_dir(folder)
 
 
-@pytest.mark.slow
-def test_preemption_signal_requeues_and_resumes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    steps, every = PREEMPT_STEPS, PREEMPT_EVERY
-    jdir = preempt_mid_training(slurm_cluster, tmp_path)
-    first = read_records(jdir / "attempt_0", "exit")
-    assert {r["status"] for r in first.values()} == {"preempted"}
-    assert first[0]["reason"] == "preemption" and first[0]["requeue"] is True
-    stopped_at = finals(jdir / "attempt_0")[0]["step"]
+def assert_resumed_from_the_preemption(jdir: Path, signal_name: str) -> None:
+    """Every rank stopped on the signal, the batch step requeued the running job, the next attempt resumed
+    from the checkpoint taken at the preemption and finished with identical parameters."""
+    first = jdir / "attempt_0"
+    exits = read_records(first, "exit")
+    assert sorted(exits) == [0, 1] and {r["status"] for r in exits.values()} == {"preempted"}, exits
+    signals = {json.loads(p.read_text())["signal"] for p in first.glob("rank_*.signal.json")}
+    assert signals == {signal_name}
+    requeue = json.loads((first / "requeue.json").read_text())
+    assert requeue["requeued"] is True and requeue["job_state"] == "RUNNING", requeue
+    stopped_at = finals(first)[0]["step"]
+    assert 0 < stopped_at < URGENT_STEPS
     resumed = re.search(r"resumed from .* at step (\d+)", (jdir / "attempt_1" / "rank_0.log").read_text())
-    assert resumed and stopped_at - every <= int(resumed.group(1)) <= stopped_at
-    assert_identical_finish(jdir / "attempt_1", 2, steps)
+    assert resumed and int(resumed.group(1)) == stopped_at, "no checkpoint taken at the preemption"
+    assert_identical_finish(jdir / "attempt_1", 2, URGENT_STEPS)
+
+
+@pytest.mark.slow
+def test_preemption_through_urgent_partition_requeues_and_resumes(slurm_cluster: SlurmCluster,
+                                                                   tmp_path: Path) -> None:
+    """Slurm's GraceTime preemption sends SIGCONT+SIGTERM to the tasks: the first SIGTERM is the flag."""
+    assert_resumed_from_the_preemption(preempt_through_urgent(slurm_cluster, tmp_path), "SIGTERM")
+
+
+@pytest.mark.slow
+def test_preemption_with_preempt_send_user_signal(slurm_cluster: SlurmCluster, slurm_cluster_named,
+                                                  tmp_path: Path) -> None:
+    """With SlurmctldParameters=preempt_send_user_signal the tasks get the job's USR2 at preemption."""
+    name = f"{slurm_cluster.name[:6]}usig"
+    script = str(REPO / "slurm" / "cluster")
+    up = subprocess.run([script, "--name", name, "up", "--nodes", "2", "--preempt-user-signal"],
+                        capture_output=True, text=True, timeout=300)
+    try:
+        assert up.returncode == 0, up.stderr
+        cluster = slurm_cluster_named(name)
+        assert "preempt_send_user_signal" in cluster.run(["scontrol", "show", "config"]).stdout
+        assert_resumed_from_the_preemption(preempt_through_urgent(cluster, tmp_path), "SIGUSR2")
+    finally:
+        subprocess.run([script, "--name", name, "down"], capture_output=True, timeout=300)
 
 
 @pytest.mark.slow
@@ -299,15 +338,60 @@ def test_script_ignoring_the_flag_is_still_requeued(slurm_cluster: SlurmCluster,
     first = read_records(jdir / "attempt_0", "exit")
     assert sorted(first) == [0, 1]
     assert {(r["status"], r["requeue"]) for r in first.values()} == {("preempted", True)}
+    assert {r["forced_stop"] for r in first.values()} == {True}, "a forced stop must be recorded as such"
     logs = (jdir / "attempt_0" / "rank_0.log").read_text() + (jdir / "attempt_0" / "rank_1.log").read_text()
     assert "ignored the preemption flag" in logs
 
 
 @pytest.mark.slow
+def test_time_limit_with_ranks_stuck_in_a_collective_is_still_requeued(slurm_cluster: SlurmCluster,
+                                                                       tmp_path: Path) -> None:
+    """Every rank reads the flag, then hangs in C++ (rank 0 in an all_reduce): the batch step requeues when
+    the grace after the signal runs out, before the time limit."""
+    folder = tmp_path / "jobs"
+    jid = start_async(slurm_cluster, folder, SCRIPTS / "stuck_after_flag.py", [],
+                      "--nodes", "2", "--time", "2", "--signal-delay", "40", "--max-requeues", "1")
+    restarted = job_dir(folder) / "attempt_1" / "rank_0.start.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and not restarted.exists():
+        release_when_held(slurm_cluster, jid)
+        time.sleep(2)
+    slurm_cluster.run(["scancel", jid], check=False)  # it never ends by itself; the restart is what counts
+    assert restarted.exists(), "the job was not requeued and restarted"
+    first = job_dir(folder) / "attempt_0"
+    assert "flag read" in (first / "rank_0.log").read_text()
+    requeue = json.loads((first / "requeue.json").read_text())
+    assert requeue["requeued"] is True and "grace time" in requeue["reason"] and "[0, 1]" in requeue["reason"]
+
+
+def test_gpu_job_slow_final_save_and_a_leaky_submitting_shell(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """One job, three facts: 2 GPUs per node through Slurm's GRES (one per rank, bound by Slurm); rank 0's
+    final save takes 90 s after the other ranks returned and still completes (no srun --wait); the
+    submitting shell's MASTER_ADDR=localhost / RANK=5 / WORLD_SIZE / MASTER_PORT change nothing."""
+    folder = tmp_path / "jobs"
+    leaky = {"MASTER_ADDR": "localhost", "RANK": "5", "WORLD_SIZE": "9", "MASTER_PORT": "1", "LOCAL_RANK": "3"}
+    done = submit(slurm_cluster, folder, TRAIN, ["--epochs", "1", "--steps-per-epoch", "4", "--final-save-sleep", "90"],
+                  "--nodes", "2", "--gpus-per-node", "2", "--tasks-per-node", "2", extra_env=leaky)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert wait_end(slurm_cluster, job_id(folder)) == "COMPLETED"
+    attempt = job_dir(folder) / "attempt_0"
+    assert_identical_finish(attempt, 4, 4)
+    starts, exits = read_records(attempt, "start"), read_records(attempt, "exit")
+    assert sorted(starts) == [0, 1, 2, 3] and {r["world_size"] for r in starts.values()} == {4}
+    assert {r["master_addr"] for r in starts.values()} == {starts[0]["host"]} != {"localhost"}
+    assert 1 not in {r["master_port"] for r in starts.values()}
+    assert {r["env"].get("SLURM_GPUS_ON_NODE") for r in starts.values()} == {"2"}
+    assert {r["env"].get("CUDA_VISIBLE_DEVICES") for r in starts.values()} == {"0,1"}
+    assert exits[0]["unix"] - max(exits[r]["unix"] for r in (1, 2, 3)) >= 85
+    bound = submit(slurm_cluster, tmp_path / "dry", TRAIN, [], "--nodes", "2", "--tasks-per-node", "2",
+                   "--sbatch-arg", "gpus-per-task=1", "--dry-run")
+    assert bound.returncode == 0 and "# warning: --sbatch-arg gpus-per-task" in bound.stdout, bound.stderr
+
+
+@pytest.mark.slow
 def test_torchrun_preemption_requeues_and_resumes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    """torchrun's agent does not handle USR2: the worker forwards it, the children checkpoint and stop."""
-    jdir = preempt_mid_training(slurm_cluster, tmp_path, "--launcher", "torchrun")
-    first = read_records(jdir / "attempt_0", "exit")
-    assert sorted(first) == [0, 1] and {r["status"] for r in first.values()} == {"preempted"}
+    """Slurm SIGTERMs torchrun's agent and its ranks together: the agent lets the first one pass (it would
+    stop the ranks at once), the ranks checkpoint, the batch step requeues."""
+    jdir = preempt_through_urgent(slurm_cluster, tmp_path, "--launcher", "torchrun")
+    assert_resumed_from_the_preemption(jdir, "SIGTERM")
     assert {r["launcher"] for r in read_records(jdir / "attempt_1", "start").values()} == {"torchrun"}
-    assert_identical_finish(jdir / "attempt_1", 2, PREEMPT_STEPS)
