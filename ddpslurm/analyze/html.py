@@ -132,7 +132,8 @@ def _row_svg(row: NodeRow, index: int, axis: _Axis | None) -> str:
     background = f'<rect class="{band}" x="0" y="{top}" width="{WIDTH}" height="{ROW_H}"/>' if band else ""
     ranks = sorted(m.rank for run in row.runs for m in run.marks)
     span = f"r{ranks[0]}" if len(ranks) == 1 else f"r{ranks[0]}-{ranks[-1]}"
-    label = f'<text x="6" y="{y + 4}">{esc(row.label, 28)} {span}</text>'
+    full = f"{row.label}: {len(row.hosts)} node(s), ranks {span[1:]}"
+    label = f'<text x="6" y="{y + 4}">{esc(row.label, 30)} {span}<title>{esc(full, 300)}</title></text>'
     runs = "".join(_run_svg(run, row, y, axis) for run in row.runs)
     return (f'<g class="node" data-hosts="{len(row.hosts)}" data-host="{esc(row.hosts[0], 200)}">'
             f'{background}{label}{runs}</g>')

@@ -71,7 +71,7 @@ class NodeRow:
     def label(self) -> str:
         if len(self.hosts) == 1:
             return self.hosts[0]
-        return f"{self.hosts[0]} .. {self.hosts[-1]} ({len(self.hosts)} nodes)"
+        return f"{self.hosts[0]}..{self.hosts[-1]} ({len(self.hosts)})"
 
     @property
     def has_culprit(self) -> bool:
