@@ -15,7 +15,7 @@ from ddpslurm.analyze.diagnosis import Diagnosis
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
 from ddpslurm.analyze.records import SIGNAL_CAUSES, SIGNAL_NAMES
 from ddpslurm.analyze.render import render
-from ddpslurm.analyze.resolve import resolve
+from ddpslurm.analyze.resolve import evolve, resolve
 from ddpslurm.analyze.signatures import SignatureSet, default_accuses
 from ddpslurm.analyze.timeline import build_timeline
 
@@ -36,7 +36,7 @@ def with_accuses(e: Event, accuses: dict[str, str]) -> Event:
     if e.role is None or e.get("accuses"):
         return e
     who = accuses.get(e.signature or "") or default_accuses(e.role, "", e.kind, e.cause or "unknown")
-    return replace(e, fields=(*e.fields, ("accuses", who)))
+    return evolve(e, fields=(*e.fields, ("accuses", who)))
 
 
 #: signals a job's teardown sends (srun, the agent, Slurm's cancel): a process they kill did not fail on its own

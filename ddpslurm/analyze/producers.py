@@ -170,7 +170,8 @@ def _peer_of(e: Event, tl: JobTimeline) -> int | str | None:
         value = (e.get(name) or "").strip("[]")
         if value:
             host = tl.facts.ip_host.get(value, value)
-            if host == e.host or _is_address(host):
+            own_host = e.host or (tl.facts.rank_host.get(e.rank) if e.rank is not None else None)
+            if host == own_host or _is_address(host):
                 return None  # an address no record maps to a host names nobody we can report
             return host
     return None

@@ -15,7 +15,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
@@ -27,6 +27,14 @@ JOB_KINDS = ("slurm_task", "slurm_job")
 AGENT_KINDS = ("agent_sigterm", "agent_failed", "elastic_failure")
 #: kinds whose (host, pid) identifies a worker process
 PID_KINDS = ("nccl_init", "nccl_rank_map", "start", "agent_failed", "elastic_failure")
+
+
+def evolve(e: Event, **changes: Any) -> Event:
+    """`dataclasses.replace` for the hot path: a copy of the frozen event with `changes` (no re-validation)."""
+    new = object.__new__(Event)
+    new.__dict__.update(e.__dict__)
+    new.__dict__.update(changes)
+    return new
 
 
 def expand_ranks(text: str, limit: int = MAX_RANK_LIST) -> list[int]:
@@ -178,12 +186,12 @@ def _attribute(e: Event, facts: JobFacts, maps: _Maps) -> Event:
     rank, host = e.rank, e.host.rstrip(".") if e.host else e.host
     if facts.torchrun and e.get("srun_task") is not None and e.kind not in ("start", "exit"):
         rank = None  # `N: ` from srun --label (or %t of submitit) numbers torchrun's nodes, not ranks
-    known = maps.worker_dir.get(os.path.dirname(e.file))
+    known = maps.worker_dir.get(os.path.dirname(e.file)) if maps.worker_dir else None
     if known is not None:
         rank = known[0] if rank is None else rank
         host = host or known[1]
     if e.kind in JOB_KINDS:
-        return replace(e, rank=None, host=host) if rank != e.rank or host != e.host else e
+        return evolve(e, rank=None, host=host) if rank != e.rank or host != e.host else e
     if rank is None and host and e.pid is not None and (host, e.pid) in facts.pid_rank:
         rank = facts.pid_rank[(host, e.pid)]
     elif rank is None and host is None and e.pid is not None and e.pid in maps.unique_pid:
@@ -192,9 +200,7 @@ def _attribute(e: Event, facts: JobFacts, maps: _Maps) -> Event:
         rank = maps.local_rank.get((host, e.local_rank))
     if rank is None and e.local_rank is not None and maps.single_host:
         rank = e.local_rank
-    if rank is not None and host is None:
-        host = facts.rank_host.get(rank)
-    return replace(e, rank=rank, host=host) if (rank, host) != (e.rank, e.host) else e
+    return evolve(e, rank=rank, host=host) if (rank, host) != (e.rank, e.host) else e
 
 
 def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],

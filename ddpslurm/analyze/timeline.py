@@ -207,7 +207,7 @@ def task_statuses(events: Iterable[Event], facts: JobFacts) -> list[TaskStatus]:
     teardown = False
     limit = plausible_world(len(facts.present), max(facts.present, default=-1) + 1)
     for e in events:
-        if e.kind == "slurm_job" or (e.kind != "slurm_task" and TEARDOWN_MARKERS.search(e.text)):
+        if e.kind == "slurm_job" or (e.rank is None and e.kind != "slurm_task" and TEARDOWN_MARKERS.search(e.text)):
             teardown = True
             continue
         if e.kind != "slurm_task":
