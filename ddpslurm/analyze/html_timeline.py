@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ddpslurm.analyze.diagnosis import Diagnosis, Evidence
@@ -183,7 +183,7 @@ def by_role(marks: Iterable[Mark]) -> list[Run]:
     groups: dict[tuple[str, bool], list[Mark]] = {}
     for mark in marks:
         groups.setdefault((mark.role, mark.time is None), []).append(mark)
-    return [Run(tuple(group)) for group in groups.values()]
+    return [Run(tuple(groups[key])) for key in sorted(groups)]
 
 
 def node_rows(marks: Sequence[Mark], max_rows: int = MAX_NODE_ROWS, max_runs: int = MAX_RUNS) -> list[NodeRow]:
@@ -196,24 +196,28 @@ def node_rows(marks: Sequence[Mark], max_rows: int = MAX_NODE_ROWS, max_runs: in
     coarse = sum(len(row.runs) for row in rows) > max_runs
     if coarse:
         rows = [NodeRow((host,), tuple(by_role(group))) for host, group in by_host.items()]
-    return rows if len(rows) <= max_rows else merge_alike_nodes(rows, coarse)
+    return rows if len(rows) <= max_rows else merge_alike_nodes(rows, _shape_counts if coarse else _shape_fine)
 
 
-def _node_shape(row: NodeRow, coarse: bool = False) -> tuple:
-    return tuple((run.role, len(run.marks), bool(run.times), "" if coarse else shape(run.marks[0].text))
-                 for run in row.runs)
+def _shape_fine(run: Run) -> tuple:
+    return run.role, len(run.marks), bool(run.times), shape(run.marks[0].text)
 
 
-def merge_alike_nodes(rows: Sequence[NodeRow], coarse: bool = False) -> list[NodeRow]:
-    """Neighbouring nodes whose runs have the same roles, sizes and message shapes (roles and sizes only
-    when `coarse`) share one row."""
+def _shape_counts(run: Run) -> tuple:
+    return run.role, len(run.marks), bool(run.times)
+
+
+def merge_alike_nodes(rows: Sequence[NodeRow], likeness: Callable[[Run], tuple] = _shape_fine) -> list[NodeRow]:
+    """Neighbouring nodes whose runs are alike (`likeness` of each run equal, in order) share one row;
+    a culprit's node always keeps its own row."""
     merged: list[NodeRow] = []
     shapes: list[tuple] = []  # the shape of one node of each merged row
     for row in rows:
+        this = tuple(likeness(run) for run in row.runs)
         last = merged[-1] if merged else None
-        if last is None or row.has_culprit or last.has_culprit or shapes[-1] != _node_shape(row, coarse):
+        if last is None or row.has_culprit or last.has_culprit or shapes[-1] != this:
             merged.append(row)
-            shapes.append(_node_shape(row, coarse))
+            shapes.append(this)
             continue
         runs = tuple(Run(a.marks + b.marks) for a, b in zip(last.runs, row.runs, strict=True))
         merged[-1] = NodeRow(last.hosts + row.hosts, runs)

@@ -175,3 +175,13 @@ def test_past_the_run_budget_a_nodes_ranks_are_grouped_by_role_whatever_their_me
     assert [(len(row.hosts), row.has_culprit) for row in model.rows] == [(12, False), (1, True), (499, False)]
     assert [sorted((run.role, len(run.marks)) for run in row.runs) for row in model.rows] == [
         [("victim", 8 * 12)], [("culprit", 1), ("victim", 7)], [("victim", 8 * 499)]]
+
+
+def test_a_few_nodes_with_many_distinct_ranks_are_grouped_by_role_too() -> None:
+    diagnosis = job(nodes=16, per_node=256, culprit=5)
+    for row in diagnosis.timeline:
+        if row.role != "culprit":
+            row.first_failure_text = "failed in " + "".join(chr(97 + int(d)) for d in str(row.rank))
+    model = build_model(diagnosis)
+    assert len(model.rows) == 16
+    assert sum(len(row.runs) for row in model.rows) == 17  # one run per node, the culprit's apart
