@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpslurm import sanitize
-from ddpslurm.errors import DdpSlurmError, UsageError
+from ddpslurm.errors import AnalyzeInputError, DdpSlurmError, UsageError
 
 #: files whose presence makes a folder a job's folder (else its sub-folders are the jobs)
 LOG_SUFFIXES = (".out", ".err", ".log", ".txt", ".json")
@@ -277,8 +277,8 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
     try:
         table.to_csv(path, index=False)
     except OSError as failed:
-        raise UsageError(f"cannot write the CSV {str(path)!r}: {failed.strerror or failed}",
-                         "give --csv a file in an existing folder you can write") from None
+        raise DdpSlurmError(f"cannot write the CSV {str(path)!r}: {failed.strerror or failed}",
+                            "give --csv a file in an existing folder you can write") from None
 
 
 def render_text(result: Mapping[str, Any], max_nodes: int = 20) -> str:
@@ -307,6 +307,9 @@ def run_triage(paths: Sequence[str], *, since: str | None = None, csv: str | Non
     """What `ddpslurm triage` prints: analyze every job under `paths` (newer than `since`), write the CSV."""
     after = parse_since(since)
     folders = job_folders(paths)
+    if not folders:
+        raise AnalyzeInputError(f"no job folders under {', '.join(map(str, paths))}",
+                                "give job folders, or a folder of job folders such as ./ddpslurm_jobs")
     if after is not None:
         folders = [f for f in folders if (t := job_time(f)) is None or t >= after]
     rows = analyze_jobs(folders, workers)

@@ -171,3 +171,12 @@ def test_triage_imports_pandas_only_when_it_runs() -> None:
     probe = "import sys, ddpslurm.cli, ddpslurm.triage; print('pandas' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_an_empty_folder_or_an_unwritable_csv_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    empty = ddpslurm("triage", str(tmp_path))
+    assert empty.returncode == 1 and empty.stderr.count("\n") == 1 and "no job folders under" in empty.stderr
+    case = str(LAB[0])
+    unwritable = ddpslurm("triage", case, "--no-sacct", "--csv", str(tmp_path / "missing" / "rows.csv"))
+    assert unwritable.returncode == 1 and unwritable.stderr.count("\n") == 1
+    assert "cannot write the CSV" in unwritable.stderr
