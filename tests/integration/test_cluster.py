@@ -68,6 +68,7 @@ def sacct_state(cluster, job_id: str) -> tuple[str, str] | None:
         (["up", "--nodes", "0"], "bad --nodes '0'"),
         (["up", "--nodes", "x"], "bad --nodes 'x'"),
         (["status", "--nodes", "2"], "--nodes only goes with 'up'"),
+        (["status", "--preempt-user-signal"], "--preempt-user-signal only goes with 'up'"),
         (["--name", "Bad_Name", "status"], "bad cluster name 'Bad_Name'"),
         (["--name", "waytoolongname", "status"], "bad cluster name"),
         (["crash-node"], "crash-node needs a NODE"),
