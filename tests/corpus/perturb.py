@@ -253,7 +253,7 @@ _RANK_RULES = tuple(re.compile(p) for p in (
     r"--node[-_]rank[= ](?P<n>\d+)",
     r"keys?: \S*/(?P<r>\d+)(?=[\"\\\s]|$)",  # gloo/c10d store key of the awaited rank
     r"\[(?![Rr]ank)[A-Za-z_]+(?P<l>\d+)\]:",  # torchrun --tee `[default3]:` (local rank of the line's node)
-    r"local_rank:? (?P<l>\d+) \(pid",  # torchelastic agent `failed (exitcode: 1) local_rank: 3 (pid: N)`
+    r"local_rank:? (?P<l>\d+) \(pid: (?P<pid>\d+)",  # torchelastic agent `failed (...) local_rank: 3 (pid: N)`
     r"(?:LOCAL_RANK|SLURM_LOCALID)=(?P<l>\d+)",
 ))
 _SRUN_LABEL = re.compile(r"^(?P<t> *\d{1,6})(?=: )")
@@ -329,21 +329,48 @@ class RankMap:
         raise ValueError(kind)
 
 
+@dataclass(frozen=True)
+class Writers:
+    """Which node wrote a line, where the case tells: by the line's host prefix, or a worker's pid."""
+
+    host_nodes: dict[str, int] = field(default_factory=dict)
+    pid_ranks: dict[int, int] = field(default_factory=dict)  # from torchelastic's ChildFailedError blocks
+
+    def node(self, line: str) -> int | None:
+        if not self.host_nodes:
+            return None
+        head = nccl_head_host(line)
+        host = head or strip_prefixes(line).host
+        return self.host_nodes.get(host) if host else None
+
+
+def nccl_head_host(line: str) -> str | None:
+    head = re.search(r"(?:^|\s)([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] ", line)
+    return head[1] if head else None
+
+
 def rewrite_rank_line(line: str, rmap: RankMap, srun_label: bool, seen: list[int] | None = None,
-                      node: int | None = None) -> str:
+                      node: int | None = None, writers: Writers | None = None) -> str:
     """Every rank-bearing token of `line` mapped through `rmap` (spans of earlier rules win).
 
-    `node` is the node of the file's writer when the file tells it; under torchrun an srun label names it per line.
+    `node` is the node of the file's writer when the file tells it; under torchrun an srun label names it per line,
+    else `writers` may (the line's host, a worker's pid).
     """
     spans: list[tuple[int, int, str]] = []
     rules = ((_SRUN_LABEL, *_RANK_RULES) if srun_label else _RANK_RULES)
     label = _SRUN_LABEL.match(line) if srun_label and rmap.tasks_are_nodes else None
-    node = int(label["t"]) if label else node
+    by_host = writers.node(line) if writers and rmap.locals_change else None
+    node = int(label["t"]) if label else by_host if by_host is not None else node
     for rule in rules:
         for m in rule.finditer(line):
             match_rank = int(m["r"]) if "r" in rule.groupindex and m["r"] is not None else None
+            pid = int(m["pid"]) if "pid" in rule.groupindex and m["pid"] else None
+            if writers and pid in writers.pid_ranks:
+                match_node: int | None = writers.pid_ranks[pid] // rmap.per_node
+            else:
+                match_node = node
             for name, value in m.groupdict().items():
-                if value is None:
+                if value is None or name == "pid":
                     continue
                 start, end = m.span(name)
                 if any(start < e and s < end for s, e, _ in spans):
@@ -351,7 +378,7 @@ def rewrite_rank_line(line: str, rmap: RankMap, srun_label: bool, seen: list[int
                 kind = name.rstrip("0123456789")
                 if seen is not None and kind in ("r", "rl", "ring"):
                     seen.extend(int(v) for v in re.findall(r"\d+", value))
-                spans.append((start, end, rmap.value(kind, value, match_rank, node, line)))
+                spans.append((start, end, rmap.value(kind, value, match_rank, match_node, line)))
     for start, end, new in sorted(spans, reverse=True):
         line = line[:start] + new + line[end:]
     return line
@@ -430,6 +457,7 @@ def rank_layout(facts: CaseFacts) -> RankLayout:
         local_only = local_only or (found[0] if found else "")
         local_only = local_only or (str(rel) if path_info(rel).local_rank is not None else "")
     per = per_node[0] if per_node else _per_node_from_hosts(facts.diagnosis)
+    per = per or agent_workers_per_node(text for _, text in texts)
     if per is None and _one_node_agent(texts, facts.diagnosis):
         locals_seen = [int(m[1]) for _, text in texts for m in re.finditer(r"local_rank:? (\d+) \(pid", text)]
         world = per = max([world, *(n + 1 for n in locals_seen)])
@@ -447,8 +475,7 @@ NO_PERMUTATION = "no other permutation keeps rank 0 and the job's shape"
 def rank_permutation(layout: RankLayout) -> RankMap:
     """Reverse the nodes after node 0 (locals kept); on 1-2 nodes reverse the local ranks instead (rank 0 kept)."""
     world, per = layout.world, layout.per_node
-    if world % per:
-        raise Unsupported(f"world size {world} is not a multiple of {per} ranks per node")
+    world = -(-world // per) * per  # the highest rank seen may sit on a node whose later ranks the logs never name
     n_nodes = world // per
     if n_nodes >= 3:
         nodes = {n: (n_nodes - n if n else 0) for n in range(n_nodes)}
@@ -511,6 +538,55 @@ def _tree_nodes(facts: CaseFacts, rmap: RankMap) -> dict[PurePath, int | None]:
     return {tree: (nodes - {None}).pop() if len(nodes - {None}) == 1 else None for tree, nodes in found.items()}
 
 
+_BLOCK_RANK = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)")
+_BLOCK_PID = re.compile(r"\(pid: (\d+)\)|received by PID (\d+)")
+
+
+def writers_of(facts: CaseFacts, per_node: int) -> Writers:
+    """Host -> node from lines that carry both a host and a global rank; pid -> rank from ChildFailedError blocks."""
+    host_nodes: dict[str, set[int]] = {}
+    pid_ranks: dict[int, int] = {}
+    for rel in facts.files:
+        block_rank, block_left = None, 0
+        for line in facts.text(rel).split("\n"):
+            prefix = strip_prefixes(line)
+            own = _OWN_RANK.search(line)
+            host = nccl_head_host(line) or prefix.host
+            rank = int(own[1]) if own else prefix.rank if not prefix.rank_from_label else None
+            if host and rank is not None:
+                host_nodes.setdefault(host, set()).add(rank // per_node)
+            found = _BLOCK_RANK.search(line)
+            block_rank, block_left = (int(found[1]), 5) if found else (block_rank, block_left - 1)
+            for m in _BLOCK_PID.finditer(line):
+                if block_rank is not None and block_left > 0:
+                    pid_ranks[int(m[1] or m[2])] = block_rank
+    nodes = {host: ns.pop() for host, ns in host_nodes.items() if len(ns) == 1}
+    return Writers(host_nodes=nodes, pid_ranks=pid_ranks)
+
+
+_AGENT_PID = re.compile(r"Sending process (\d+) closing signal|failed \(exitcode: -?\d+\) local_rank: \d+ "
+                        r"\(pid: (\d+)\)")
+_GLOG_AGENT = re.compile(r"^[IWEF]\d{4} [\d:.]+ (\d+) ")
+
+
+def agent_workers_per_node(texts: Iterable[str]) -> int | None:
+    """Workers per node from torchelastic agents: the pids one agent SIGTERMs plus the one that failed."""
+    groups: dict[str, set[int]] = {}
+    run = 0
+    for text in texts:
+        for line in text.split("\n"):
+            prefix = strip_prefixes(line)
+            m = _AGENT_PID.search(prefix.text)
+            if not m:
+                run += 1
+                continue
+            glog = _GLOG_AGENT.match(prefix.text)
+            key = prefix.host or (glog[1] if glog else f"run{run}")
+            groups.setdefault(key, set()).add(int(m[1] or m[2]))
+    sizes = [len(pids) for pids in groups.values()]
+    return max(sizes) if sizes and max(sizes) >= 2 else None
+
+
 def _node_of(rel: PurePath, text: str, rmap: RankMap, trees: dict[PurePath, int | None]) -> int | None:
     for tree, node in trees.items():
         if rel.parts[: len(tree.parts)] == tree.parts:
@@ -532,10 +608,12 @@ def renumber_ranks(facts: CaseFacts, dest: Path) -> Perturbed:
     rmap = rank_permutation(rank_layout(facts))
     trees = _tree_nodes(facts, rmap)
     nodes = {rel: _node_of(rel, facts.text(rel), rmap, trees) for rel in facts.files}
+    writers = writers_of(facts, rmap.per_node) if rmap.locals_change else None
 
     def text_fn(rel: PurePath, text: str) -> str:
         labelled = _is_srun_labelled(text)
-        text = "\n".join(rewrite_rank_line(line, rmap, labelled, node=nodes[rel]) for line in text.split("\n"))
+        text = "\n".join(rewrite_rank_line(line, rmap, labelled, node=nodes[rel], writers=writers)
+                         for line in text.split("\n"))
         return _fix_record_local_rank(text, rmap) if rel.suffix == ".json" else text
 
     root = write_copy(facts, dest, text_fn, lambda rel: _rename_rank_path(rel, rmap, nodes[rel]))

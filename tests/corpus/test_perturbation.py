@@ -238,6 +238,17 @@ def test_local_rank_without_its_node_is_refused_when_locals_change() -> None:
         perturb.rewrite_rank_line("failed (exitcode: 1) local_rank: 1 (pid: 7) of binary", two_nodes, False)
 
 
+def test_agent_lines_tell_workers_per_node_and_a_local_rank_its_node() -> None:
+    agent = ["W1223 05:17:58.996000 3304089 torch/distributed/elastic/multiprocessing/api.py:897] Sending process "
+             f"{pid} closing signal SIGTERM" for pid in (11, 12, 13)]
+    agent.append("E1223 05:18:01.313000 3304089 torch/distributed/elastic/multiprocessing/api.py:869] failed "
+                 "(exitcode: -11) local_rank: 0 (pid: 10) of binary: /usr/bin/python")
+    assert perturb.agent_workers_per_node(["\n".join(agent)]) == 4
+    two_nodes = perturb.rank_permutation(perturb.RankLayout(world=8, per_node=4, tasks_are_nodes=True, local_only="x"))
+    writers = perturb.Writers(pid_ranks={10: 4})  # ChildFailedError: rank 4 (local_rank 0) was pid 10
+    assert "local_rank: 3 (pid: 10)" in perturb.rewrite_rank_line(agent[-1], two_nodes, False, writers=writers)
+
+
 @pytest.mark.parametrize(("line", "expected"), [
     ("[W1122 18:19:53.247426079 socket.cpp:207] x", "[W0102 01:19:53.247426079 socket.cpp:207] x"),
     ("[E217 08:19:10.679000 1 ProcessGroupNCCL.cpp:1] x", "[E328 15:19:10.679000 1 ProcessGroupNCCL.cpp:1] x"),
