@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ddpslurm.analyze.events import Event
 from ddpslurm.analyze.producers import HOST_REPORT_SCALE, REQUEUE_MARKS, Vote, all_votes
+from ddpslurm.analyze.resolve import is_host_name
 from ddpslurm.analyze.timeline import JobTimeline
 from ddpslurm.analyze.timestamps import comparable
 
@@ -93,6 +94,8 @@ def combine(tl: JobTimeline, node_causes: frozenset[str] = frozenset()) -> Verdi
     verdict = _combine(tl, votes)
     if verdict.rank is None and verdict.cause not in node_causes:
         verdict.host = None  # no rank, and a cause that is not a node's: no node to name either
+    if verdict.host is not None and not is_host_name(verdict.host):
+        verdict.host = None  # an address or a container id no record maps to a node
     return verdict
 
 

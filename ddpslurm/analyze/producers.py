@@ -197,8 +197,8 @@ def timeout_reporters(tl: JobTimeline) -> list[Vote]:
     reporters = {e.rank for e in reports}
     world = _bounded_world(tl)
     if world and len(reporters) < world:
-        absent = [r for r in range(world) if r not in reporters and not _loud(tl.rank(r))]
-        absent = absent or [r for r in range(world) if r not in reporters]
+        missing = [r for r in range(world) if r not in reporters]
+        absent = [r for r in missing if r not in tl.ranks or not _loud(tl.ranks[r])] or missing
         if absent and len(absent) * 2 <= world:
             votes += [Vote("absent from timeouts", 30.0 / len(absent), f"rank {r} is absent from the {len(reporters)} "
                            "ranks whose watchdog timed out", rank=r, host=tl.facts.rank_host.get(r),

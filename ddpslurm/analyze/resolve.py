@@ -73,7 +73,7 @@ class JobFacts:
         """The ranks the job had: launched if known, else what the logs show, bounded by what was seen."""
         if self.launched_world:
             return self.launched_world
-        seen = max(self.present, default=-1) + 1
+        seen = min(max(self.present, default=-1) + 1, MAX_RANK_LIST)
         said = self.said_world or 0
         if said and said <= plausible_world(len(self.present), seen):
             return max(said, seen)
@@ -90,16 +90,20 @@ class JobFacts:
 
 
 _STEP_ID = re.compile(r"^\d+(?:[._]\w+)?$")
+_CONTAINER_ID = re.compile(r"^[0-9a-f]{8,64}$")  # docker/k8s hostnames: an id, not a node
 
 
 def is_host_name(text: str) -> bool:
-    """A node name as Slurm and the logs print it: not a job step id (`123.batch`), an address or a number."""
-    return bool(text) and not _STEP_ID.match(text) and any(ch.isalpha() for ch in text) and text.count(":") < 2
+    """A node name as Slurm and the logs print it: not a job step id (`123.batch`), an address, a number or a
+    container's hex id."""
+    return bool(text) and not _STEP_ID.match(text) and not _CONTAINER_ID.match(text) and \
+        any(ch.isalpha() for ch in text) and text.count(":") < 2
 
 
 def plausible_world(ranks_seen: int, highest_seen: int) -> int:
-    """The largest world a log may claim given what was seen: a few absent ranks, never a number alone."""
-    return max(highest_seen, ranks_seen) * 2 + 64
+    """The largest world a log may claim given what was seen: a few absent ranks, never a number alone, and
+    never more than MAX_RANK_LIST whatever rank number a line carries."""
+    return min(max(highest_seen, ranks_seen) * 2 + 64, MAX_RANK_LIST)
 
 
 def _int_field(e: Event, name: str) -> int | None:
@@ -121,11 +125,11 @@ def _collect_ids(events: Sequence[Event], facts: JobFacts, facts_in: dict[str, A
             said.append(n)
         elif e.kind in ("start", "exit", "exit_signal", "elastic_failure", "rank_info") and e.rank is not None:
             _note_worker(e, facts, local_rank, launched)
-        elif e.kind == "store_barrier" and _int_field(e, "world_size"):
+        elif e.kind in ("store_barrier", "rank_info") and _int_field(e, "world_size"):
             said.append(_int_field(e, "world_size") or 0)
     for (h, pid), (r, _n) in nccl_best.items():
         facts.pid_rank.setdefault((h, pid), r)
-    facts.launched_world = max(launched) if launched else None
+    facts.launched_world = min(max(launched), MAX_RANK_LIST) if launched else None
     facts.said_world = max(said) if said else None
     return local_rank
 
@@ -140,7 +144,7 @@ def _note_worker(e: Event, facts: JobFacts, local_rank: dict[tuple[str, int], in
     if e.host:
         facts.rank_host.setdefault(rank, e.host)
     world = _int_field(e, "world_size")
-    if world and e.kind in ("start", "rank_info"):
+    if world and e.kind == "start":  # ddpslurm's own record; a launcher's log line only says a number
         launched.append(world)
     if e.kind == "start":
         facts.started.add(rank)

@@ -104,8 +104,23 @@ def test_a_world_size_read_in_a_log_never_enumerates_ranks() -> None:
     assert tl.world_size == 1 and verdict.rank is None and peak < 20 << 20
 
 
+def test_huge_numbers_anywhere_stay_bounded() -> None:
+    """A launcher line claiming a billion ranks, a rank prefix of 11 digits and 400 huge srun ranges."""
+    events = [ev("rank_info", None, 0, host="n1", world_size="999999999"),
+              ev("watchdog_timeout", "victim", 99999999999, cause="collective_timeout", last_completed="1"),
+              watchdog(0), watchdog(1, done=88),
+              *[srun(f"{i * 10**8}-{i * 10**8 + 10**8 - 1}", "Killed", line=i) for i in range(400)]]
+    tracemalloc.start()
+    verdict = combine(timeline(events))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 200 << 20, f"{peak >> 20} MiB"
+    assert verdict.cause in ("collective_timeout", "host_oom")
+
+
 @pytest.mark.parametrize(("name", "ok"), [("gpu-a01", True), ("node03.cluster", True), ("2815412.batch", False),
-                                          ("10.0.0.5", False), ("fe80::1%ib0", False), ("123", False)])
+                                          ("10.0.0.5", False), ("fe80::1%ib0", False), ("123", False),
+                                          ("0c41e7b2", False), ("3f4e5a6b7c8d", False), ("dgx-a08", True)])
 def test_only_node_names_are_hosts(name: str, ok: bool) -> None:
     assert is_host_name(name) is ok
 
