@@ -259,9 +259,11 @@ def _verdict(c: Candidate, votes: list[Vote], tl: JobTimeline, how: str, confide
 
 
 def _explained_by_node(c: Candidate, votes: list[Vote]) -> str | None:
-    """A stronger report from the rank's node (kernel, driver, Slurm) that names no rank explains its failure."""
-    own = max((v.weight for v in c.votes if v.own), default=0.0)
-    node = [v for v in votes if v.rank is None and v.producer == "host report" and v.cause
+    """A stronger report from the rank's node (kernel, driver, Slurm) that names no rank explains its failure;
+    so does any such report when the rank's own lines say only that it failed (an exit code)."""
+    own_causes = [v.cause for v in c.votes if v.own and v.cause not in (None, "unknown")]
+    own = max((v.weight for v in c.votes if v.own), default=0.0) if own_causes else 0.0
+    node = [v for v in votes if v.rank is None and v.producer == "host report" and v.cause not in (None, "unknown")
             and (v.host is None or _same_host(v.host, c.host)) and v.weight / HOST_REPORT_SCALE > own]
     return max(node, key=lambda v: v.weight).cause if node else None
 

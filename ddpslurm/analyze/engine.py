@@ -71,4 +71,11 @@ def refine_exit(e: Event) -> Event:
         return replace(e, cause=cause, role=role)
     if not root:
         return replace(e, role="either", priority=min(e.priority, 8))
+    if code.isdigit() and not _recorded_exception(e):
+        return replace(e, cause="unknown")  # a positive exit code says the worker failed, not why
     return e
+
+
+def _recorded_exception(e: Event) -> bool:
+    """The agent's entry carries the worker's exception (error.json), not only its exit code."""
+    return bool(e.get("exception")) or "Traceback" in (e.get("traceback") or "")
