@@ -430,8 +430,8 @@ def _one_node_agent(texts: list[tuple[PurePath, str]], diagnosis: dict[str, Any]
 
 
 def world_size(facts: CaseFacts) -> int:
-    """The job's size: one more than the highest rank any token, the label or the diagnosis names, or a size the
-    logs state (nranks, world_size, rank R/W), whichever is larger."""
+    """The job's size: the largest size the logs or the label state (nranks, world_size, rank R/W), else one more
+    than the highest rank any token names. A rank at or above a stated size is invalid and stays as it is."""
     identity = RankMap({}, {}, 1, False)
     seen: list[int] = [r["rank"] for r in facts.diagnosis.get("ranks", [])]
     claims: list[int] = [facts.label["world_size"]] if isinstance(facts.label.get("world_size"), int) else []
@@ -443,7 +443,8 @@ def world_size(facts: CaseFacts) -> int:
         claims += [int(n) for m in _WORLD_CLAIMS.finditer(text) for n in m.groups() if n]
     if facts.label.get("first_failing_rank") is not None:
         seen.append(facts.label["first_failing_rank"])
-    return max([r + 1 for r in seen if r < 4096] + [c for c in claims if c < 4096] + [1])
+    stated = [c for c in claims if 0 < c < 4096]
+    return max(stated) if stated else max([r + 1 for r in seen if r < 4096] + [1])
 
 
 def rank_layout(facts: CaseFacts) -> RankLayout:
