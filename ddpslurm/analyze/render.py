@@ -128,14 +128,15 @@ def rank_rows(tl: JobTimeline, verdict: Verdict) -> list[RankRow]:
     rows = []
     for r in sorted(ranks):
         rt = tl.ranks.get(r)
-        first = _first_error(rt, verdict) if rt is not None else None
+        first = _first_error(rt or tl.rank(r), verdict)
         rows.append(RankRow(rank=r, host=(rt.host if rt else None) or facts.rank_host.get(r),
                             role=_role(r, rt, first, verdict), first_error=first.text[:300] if first else None))
     return rows
 
 
 def _first_error(rt: Any, verdict: Verdict) -> Event | None:
-    if verdict.rank == rt.rank and verdict.chosen is not None and verdict.chosen.rank == rt.rank:
+    """The culprit's row shows the line that decided it (srun's `Killed` names no rank); others their first."""
+    if verdict.rank == rt.rank and verdict.chosen is not None and verdict.chosen.rank in (rt.rank, None):
         return verdict.chosen
     timed = sorted(rt.failures, key=lambda e: (e.time is None, e.time or 0.0, e.file, e.line))
     return timed[0] if timed else None
