@@ -63,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-dir", type=Path, default=None)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds for init and each collective")
     parser.add_argument("--final-save-sleep", type=float, default=0.0,
-                        help="seconds rank 0's final save takes on top (tests: a slow final save or evaluation)")
+                        help="seconds rank 0's final save takes on top, while the other ranks return without "
+                             "waiting for it (tests: a slow final save or evaluation on rank 0 only)")
     args = parser.parse_args(argv)
     if args.checkpoint_dir is None:
         job_folder = os.environ.get("DDPSLURM_JOB_FOLDER")
@@ -220,8 +221,8 @@ def train(args: argparse.Namespace) -> int:
                     save_checkpoint(args.checkpoint_dir, step, model, optimizer)
                     if step == total_steps and args.final_save_sleep:
                         time.sleep(args.final_save_sleep)
-                if step < total_steps:
-                    dist.barrier()  # nobody goes on before the checkpoint is on disk
+                if step < total_steps or not args.final_save_sleep:
+                    dist.barrier()  # nobody goes on (or exits) before the checkpoint is on disk
             if stop:
                 status = "preempted"
                 log(rank, f"preemption requested: checkpoint at step {step} saved, exiting for requeue")
