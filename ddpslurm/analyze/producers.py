@@ -397,6 +397,24 @@ def interface_picks(tl: JobTimeline) -> list[Vote]:
                  cause="wrong_interface", evidence=tuple(e for e in bad if e.rank == r)[:2]) for r in ranks]
 
 
+_INVALID_ARGUMENT = re.compile(r"\binvalid (?:argument|usage)\b", re.IGNORECASE)
+
+
+def ranks_beyond_world(tl: JobTimeline) -> list[Vote]:
+    """NCCL rejects ranks outside the world it was given (`invalid argument`/`invalid usage` at init) and every
+    task from k up fails while the tasks below k go on: the world size is smaller than the tasks launched."""
+    lines = [e for rt in tl.ranks.values() for e in rt.failures] + tl.unranked
+    rejected = [e for e in lines if e.kind in ("exception", "nccl_warn") and _INVALID_ARGUMENT.search(e.text)]
+    dead = sorted({r for t in tl.tasks if t.own_death for r in t.ranks})
+    if not rejected or len(dead) < 2 or dead[0] == 0 or dead != list(range(dead[0], dead[-1] + 1)):
+        return []
+    if dead[-1] < max(tl.facts.present, default=-1):
+        return []  # a higher rank did not fail: not "every task from k up"
+    why = (f"NCCL rejected tasks {dead[0]}-{dead[-1]} ('invalid argument') while the tasks below {dead[0]} went on: "
+           "the world size is smaller than the tasks launched")
+    return [Vote("ranks beyond world", 60.0, why, cause="rank_config_mismatch", evidence=tuple(rejected[:2]))]
+
+
 def job_events(tl: JobTimeline) -> list[Vote]:
     """Slurm ended the job itself (time limit, preemption, scancel, a node failure); a step's cancel line
     (also what a failing rank's teardown prints) weighs little."""
@@ -413,7 +431,8 @@ def job_events(tl: JobTimeline) -> list[Vote]:
 #: every producer the combiner runs, in the order their reasons are reported
 PRODUCERS: tuple[Callable[[JobTimeline], list[Vote]], ...] = (
     job_events, own_failures, detectors_and_hosts, srun_task_deaths, vanished_ranks, agent_teardown,
-    barrier_counts, timeout_reporters, named_peers, odd_versions, interface_picks, logs_that_stop_early,
+    barrier_counts, timeout_reporters, named_peers, odd_versions, interface_picks, ranks_beyond_world,
+    logs_that_stop_early,
 )
 
 

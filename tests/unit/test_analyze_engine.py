@@ -204,6 +204,18 @@ def test_a_loopback_pick_across_hosts_is_a_wrong_interface() -> None:
     assert producers.interface_picks(timeline([*single_host, watchdog(0, host="n0")])) == []
 
 
+def test_nccl_rejecting_every_task_from_k_up_is_a_world_size_smaller_than_the_launch() -> None:
+    invalid = ev("exception", "either", None, cause="nccl_internal_error", priority=30,
+                 text="RuntimeError: NCCL error in: NCCLUtils.hpp:82, invalid argument, NCCL version 2.4.8")
+    tasks = [srun("2-7", "Exited with exit code 1", host="c0", line=2), srun("8-15", "Exited with exit code 1",
+                                                                            host="c1", line=3)]
+    votes = producers.ranks_beyond_world(timeline([invalid, *tasks]))
+    assert [(v.rank, v.cause) for v in votes] == [(None, "rank_config_mismatch")]
+    assert combine(timeline([invalid, *tasks])).rank is None
+    assert producers.ranks_beyond_world(timeline([invalid, srun("8-15", "Exited with exit code 1", line=2),
+                                                  srun("0-3", "Exited with exit code 1", line=3)])) == []
+
+
 # ---------------------------------------------------------------------------------------------- combiner
 def test_time_orders_two_own_failures() -> None:
     verdict = combine(timeline([oom(5, time=T0 + 30), oom(2, time=T0)]))
