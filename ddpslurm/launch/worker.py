@@ -275,6 +275,7 @@ class _RankState:
         self.cfg, self.dist, self.attempt, self.paths, self.tee = cfg, dist, attempt, paths, tee
         self.final_code: int | None = None
         self.signal_unix: float | None = None
+        self.script_ended = False
 
     def exit_record(self, status: str, exit_code: int, **fields: Any) -> None:
         record = records.exit_record(rank=self.dist.rank, host=socket.gethostname(), pid=os.getpid(),
@@ -309,13 +310,13 @@ class _RankState:
         """SIGTERM: the first one is the preemption flag (Slurm's GraceTime preemption sends SIGCONT+SIGTERM
         to the tasks, as submitit reads it too); a second one ends the rank, recorded as a signal.
 
-        Once the final record exists the rank is leaving by itself (submitit writing
+        Once the script has returned, the rank is leaving by itself (its record, then submitit writing
         `<job>_<task>_result.pkl`), and the SIGTERM is usually the requeue's own: exiting here would cut
         submitit's result write between its `.save_tmp` file and the rename, and the stale `.save_tmp` makes
         submitit fail that task of the next attempt ("A temporary saved file already exists"). So it
         finishes; Slurm's SIGKILL after KillWait is still there for a rank that would not.
         """
-        if self.final_code is not None:
+        if self.final_code is not None or self.script_ended:
             return
         if self.signal_unix is None:
             preemption.request(signum)
@@ -413,9 +414,11 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
             master_addr=dist.master_addr, master_port=dist.master_port, unix=now, versions=versions,
             env=records.selected_env(environ)))
         outcome = run_script(cfg.script, cfg.script_args)
+        state.script_ended = True  # a SIGTERM from here on has nothing left to stop
+        signalled_while_running = state.signal_unix is not None
         signal.alarm(0)
         ignore_late_preemption_signal()
-        if state.signal_unix is not None and outcome.status != "signal":
+        if signalled_while_running and outcome.status != "signal":
             # Once Slurm announced the end, peers leave at slightly different steps and a rank may die in
             # a collective: the job is still requeued; the record keeps the exception for post-mortems.
             _after_preemption(state, attempt_start, outcome)
