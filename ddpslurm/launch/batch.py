@@ -46,8 +46,10 @@ def _failed_before(exits: Mapping[int, Mapping[str, Any]], signal_unix: float) -
 
 
 def decide(*, exits: Mapping[int, Mapping[str, Any]], signal_unix: float | None, world_size: int,
-           srun_running: bool, now: float, grace_s: float, attempt: int, max_requeues: int) -> Decision:
-    """What the batch step does now, from the attempt's exit records and first signal time. Pure."""
+           srun_running: bool, now: float, grace_s: float, attempt: int, max_requeues: int,
+           signalled: frozenset[int] | None = None) -> Decision:
+    """What the batch step does now, from the attempt's exit records, first signal time and the ranks that
+    recorded a signal (None: every rank counts as signalled). Pure."""
     if signal_unix is None:
         return Decision(WAIT if srun_running else NONE, "no preemption or time-limit signal reached a rank")
     if attempt >= max_requeues:
@@ -56,6 +58,11 @@ def decide(*, exits: Mapping[int, Mapping[str, Any]], signal_unix: float | None,
     if failed:
         return Decision(NONE, f"rank(s) {failed} failed before the signal: a requeue would fail again")
     if not srun_running:
+        silent = sorted(set(range(world_size)) - set(exits) - (set(range(world_size)) if signalled is None
+                                                                else signalled))
+        if silent:  # killed without taking any signal: srun's kill-on-bad-exit SIGTERMed the others
+            return Decision(NONE, f"rank(s) {silent[:8]} ended with neither an exit record nor a signal "
+                                  "(killed): the others' SIGTERM was srun ending the step, not a preemption")
         return Decision(REQUEUE, "every task has ended after the signal")
     missing = sorted(set(range(world_size)) - set(exits))
     if not missing:
@@ -73,6 +80,7 @@ class AttemptReader:
         self.attempt_dir = attempt_dir
         self.exits: dict[int, dict[str, Any]] = {}
         self.signals: list[float] = []
+        self.signalled: set[int] = set()
         self._read: set[str] = set()
 
     def poll(self) -> tuple[dict[int, dict[str, Any]], float | None]:
@@ -80,6 +88,8 @@ class AttemptReader:
         for rec in self._new_records("signal"):
             if isinstance(rec.get("unix"), int | float):
                 self.signals.append(float(rec["unix"]))
+                if isinstance(rec.get("rank"), int):
+                    self.signalled.add(rec["rank"])
         if not self.signals:  # before any signal the exit records do not matter: the common case stays cheap
             return {}, None
         for rec in self._new_records("exit"):
@@ -158,7 +168,7 @@ def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s
         exits, signal_unix = reader.poll()
         decision = decide(exits=exits, signal_unix=signal_unix, world_size=world_size,
                           srun_running=code is None, now=time.time(), grace_s=grace_s, attempt=attempt,
-                          max_requeues=max_requeues)
+                          max_requeues=max_requeues, signalled=frozenset(reader.signalled))
         if decision.action == REQUEUE and not acted and job_id:
             acted = True
             requeue_if_running(job_id, attempt_dir, decision.reason)

@@ -28,7 +28,7 @@ def rec(status: str, unix: float) -> dict:
     ({1: rec("exception", SIG - 2), 0: rec("preempted", SIG + 1)}, SIG, False, SIG + 4, 0, NONE, "[1] failed before"),
     ({1: rec("exception", SIG + 2), 0: rec("preempted", SIG + 1)}, SIG, False, SIG + 4, 0, REQUEUE, "ended after"),
     ({0: rec("preempted", SIG + 3), 1: rec("preempted", SIG + 3)}, SIG, False, SIG + 4, 3, NONE, "--max-requeues 3"),
-    ({}, SIG, False, SIG + 4, 0, REQUEUE, "ended after"),  # killed without records: restart from the checkpoint
+    ({}, SIG, False, SIG + 4, 0, REQUEUE, "ended after"),  # killed after the signal: restart from the checkpoint
 ])
 def test_decide(exits: dict, signal_unix: float | None, running: bool, now: float, attempt: int, action: str,
                 why: str) -> None:
@@ -77,3 +77,14 @@ def test_reader_ignores_exit_records_until_a_signal_and_picks_up_late_records(tm
     (tmp_path / "rank_1.exit.json").write_text(json.dumps({"rank": 1, "status": "preempted", "unix": 10.0}))
     exits, _ = reader.poll()
     assert sorted(exits) == [0, 1]
+
+
+def test_a_rank_killed_without_a_signal_is_no_preemption() -> None:
+    """Rank 1 SIGKILLed from outside: srun's kill-on-bad-exit SIGTERMs rank 0, which takes it as the flag.
+    Rank 1 left neither a record nor a signal: the job failed, it is not requeued."""
+    exits = {0: rec("preempted", SIG + 1)}
+    args = dict(exits=exits, signal_unix=SIG, world_size=2, srun_running=False, now=SIG + 2, grace_s=20,
+                attempt=0, max_requeues=3)
+    got = decide(**args, signalled=frozenset({0}))
+    assert got.action == NONE and "[1]" in got.reason and "killed" in got.reason
+    assert decide(**args, signalled=frozenset({0, 1})).action == REQUEUE  # killed after its signal
