@@ -268,6 +268,36 @@ def triage(paths: tuple[str, ...], since: str | None, csv_file: str | None, as_j
     click.echo(run_triage(paths, since=since, csv=csv_file, as_json=as_json, workers=jobs, accounting=not no_sacct))
 
 
+@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--nodes", type=int, required=True, help="Number of nodes to check (one short job).")
+@click.option("--partition", default=None, help="Slurm partition.")
+@click.option("--account", default=None, help="Slurm account.")
+@click.option("--qos", default=None, help="Slurm QOS.")
+@click.option("--time", "time_limit", default="5", show_default=True, help="Time limit of the doctor's job.")
+@click.option("--constraint", default=None, help="Node features (sbatch --constraint).")
+@click.option("--exclude", default=None, help="Nodes to avoid, e.g. node[03-04].")
+@click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="KEY=VALUE", help="Any other option (repeatable).")
+@click.option("--gpus-per-node", type=int, default=None, help="GPUs each node must show.")
+@click.option("--interface", default=None, help="The interface NCCL/gloo will use [default: the one ddpslurm picks].")
+@click.option("--master-port", type=int, default=None, help="Port to test [default: 10000 + job id % 20000].")
+@click.option("--window", type=float, default=10.0, show_default=True,
+              help="Seconds each node keeps trying to reach its peers.")
+@click.option("--folder", default="ddpslurm_jobs", show_default=True, help="Jobs folder; the records go to job_<id>/.")
+@click.option("--json", "as_json", is_flag=True, help="Print {ok, checks, failing_nodes} as one JSON object.")
+def doctor(nodes: int, time_limit: str, as_json: bool, **options: object) -> None:
+    """Pre-flight checks on N nodes in seconds: links to the rank-0 host and between nodes, interface,
+    name resolution, versions, GPUs, /dev/shm, disk, clock skew, master port.
+
+    Exit status: 0 every check passed, 1 a check failed (the nodes are named) or the checks could not
+    run, 2 usage error. `ddpslurm analyze` reads the records in the job folder too.
+    """
+    from ddpslurm.doctor.command import run_doctor
+
+    code = run_doctor(dict(options, nodes=nodes, time=time_limit), as_json=as_json, echo=click.echo)
+    if code:
+        sys.exit(code)
+
+
 def _debug_requested(argv: list[str]) -> bool:
     """`--debug` may come before the subcommand only; look for it without parsing everything."""
     for arg in argv:
