@@ -47,21 +47,25 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # log viewer line numbers: `[80746] ` or `80746| ` (never a rank)
     (re.compile(r"\[\d{3,}\]\s+|\d+\s*\|\s"), "lineno"),
     # Open MPI --tag-output: `[1,3]<stdout>:`
-    (re.compile(r"\[\d+,(?P<rank>\d+)\]<std(?:out|err)>:\s?"), "rank"),
+    (re.compile(r"\[\d+,(?P<rank>\d{1,18})\]<std(?:out|err)>:\s?"), "rank"),
     # torch >= 2.2: `[rank3]:`, also `[Rank 3]:`
-    (re.compile(r"\[[Rr]ank ?(?P<rank>\d+)\]:\s?"), "rank"),
+    (re.compile(r"\[[Rr]ank ?(?P<rank>\d{1,18})\]:\s?"), "rank"),
     # torchrun --tee / --log-line-prefix: `[default0]:`, `[trainer3]:`
-    (re.compile(r"\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<local>\d+)\]:\s?"), "local"),
+    (re.compile(r"\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<local>\d{1,18})\]:\s?"), "local"),
     # srun --label: `3: ` (padded with spaces)
     (re.compile(r" *(?P<rank>\d{1,6}): (?=.)"), "label"),
     # pdsh / DeepSpeed: `node02: `, `10.0.0.2: `
     (re.compile(rf"(?P<host>{_HOST}): (?=.)"), "host"),
+    # Ray workers: `(RayTrainWorker pid=1234, ip=10.0.0.5) `
+    (re.compile(r"\((?:[\w.]+ )?pid=\d+(?:, ip=(?P<host>[\d.]+|[0-9a-fA-F:]+))?\) (?=\S)"), "host"),
     # container / trial log collectors: `0c41e7b2 || `
     (re.compile(r"(?P<host>[\w.-]+) \|\| ?"), "host"),
     # cloud pods: `[trainer-worker-1] `
     (re.compile(r"\[(?=[a-z0-9.-]*[a-z])(?=[a-z0-9.]*[-\d])(?P<host>[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)\] (?=\S)"),
      "host"),
 )
+#: `[rank3]:` after a tag no rule knows (a job name, a logger's own head): taken when no rank was found before it
+_EMBEDDED_RANK = re.compile(r"(?<=[\s\]):|])\[[Rr]ank ?(?P<rank>\d{1,18})\]:\s?")
 _NCCL_SOURCE = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
 
 
@@ -82,15 +86,18 @@ def strip_prefixes(line: str, max_prefixes: int = 6) -> Prefix:
             elif meaning == "local":
                 local_rank = int(m["local"]) if local_rank is None else local_rank
             elif meaning == "host":
-                if _NCCL_SOURCE.match(text) or m["host"].startswith(("slurmstepd", "srun", "slurmd")):
+                if _NCCL_SOURCE.match(text) or (m["host"] or "").startswith(("slurmstepd", "srun", "slurmd")):
                     continue
-                host = m["host"] if host is None else host
+                host = m["host"] if host is None else host  # None for a Ray head without its ip
             elif meaning == "time":
                 time_text = m["time"] if time_text is None else time_text
             text = text[m.end():]
             break
         else:
-            break
+            m = _EMBEDDED_RANK.search(text, 0, 160) if rank is None else None
+            if m is None:
+                break
+            rank, text = int(m["rank"]), text[m.end():]
     from_label = rank is None and label is not None and local_rank is None
     if from_label:
         rank = label  # srun --label with one task per rank; with torchrun it numbers nodes, not ranks
@@ -168,3 +175,41 @@ def _host_from(parents: tuple[str, ...]) -> str | None:
         if m and not re.fullmatch(r"(?:logs?|out|outputs?|run\d*)", part):
             return m["host"]
     return None
+
+
+#: a rank tag torch puts inside a glog/C++ message body: `[Rank 3]`, `[PG 0 Rank 3]`, `[PG 0 (default_pg) Rank 3]`,
+#: `[PG ID 0 PG GUID 0(default_pg) Rank 3]` (ProcessGroupNCCL, torch 1.8 to 2.x); NCCL 2.2x+ `[Rank 3] ... Init START`
+_BODY_RANK = re.compile(r"\[(?:PG (?:ID )?\S+ (?:PG GUID [^\]]*? |\([^)]*\) )?)?Rank (?P<rank>\d{1,7})\]")
+
+
+def body_rank(body: str) -> int | None:
+    """The rank named by a `[Rank N]` / `[PG ... Rank N]` tag inside a message body (torch's C++ logs), or None."""
+    if "Rank " not in body:
+        return None
+    m = _BODY_RANK.search(body, 0, 400)
+    return int(m["rank"]) if m else None
+
+
+#: NCCL's interface listing `[0]eth0:10.0.0.1<0> [1]ib0:fe80::1%ib0<0>` (an alias `eth0:1` keeps its colon)
+_IF_ENTRY = re.compile(r"(?:\[\d+\])?(?P<ifname>[\w.@-]+(?::\d+)?):(?P<ip>[0-9a-fA-F.:]+(?:%[\w.-]+)?)<\d+>")
+#: interface name prefixes of container and VM bridges and their virtual ends (docker, podman/CNI, libvirt, k8s CNIs)
+_BRIDGE_NAMES = ("docker", "br-", "virbr", "veth", "cni", "flannel", "cali", "vxlan", "lxcbr", "lxdbr", "podman",
+                 "kube-", "weave", "tunl", "genev")
+
+
+def interface_list(body: str) -> list[tuple[str, str]]:
+    """Every `(ifname, ip)` an NCCL `Using` line lists (after `; OOB` for NET/IB), in order."""
+    tail = body.split("; OOB", 1)[1] if "; OOB" in body else body
+    return [(m["ifname"], m["ip"]) for m in _IF_ENTRY.finditer(tail)]
+
+
+def interface_scope(ifname: str, ip: str) -> str:
+    """`loopback`, `link_local`, `bridge` (a container/VM bridge: reaches no other host) or `global`."""
+    address = ip.split("%", 1)[0].lower()
+    if ifname == "lo" or address.startswith("127.") or address == "::1":
+        return "loopback"
+    if address.startswith(("169.254.", "fe8", "fe9", "fea", "feb")):
+        return "link_local"
+    if ifname.startswith(_BRIDGE_NAMES):
+        return "bridge"
+    return "global"
