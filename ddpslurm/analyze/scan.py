@@ -17,9 +17,16 @@ import stat
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ddpslurm.analyze.attribution import clean, nccl_source, strip_prefixes
+from ddpslurm.analyze.attribution import (
+    body_rank,
+    clean,
+    interface_list,
+    interface_scope,
+    nccl_source,
+    strip_prefixes,
+)
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
 from ddpslurm.analyze.prefilter import candidate_starts
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, SignatureSet
@@ -102,6 +109,44 @@ def iter_blocks(handle, chunk: int = CHUNK, max_line: int = MAX_LINE) -> Iterato
             carry, discarding = b"", True
 
 
+#: kinds whose lines are facts (an interface picked, a pid's NCCL rank, an ncclras report), never failures
+FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress")
+#: torch's line before NCCL's own reason (ProcessGroupNCCL's getNcclErrorDetailStr, torch 1.13+)
+LAST_ERROR = "Last error:"
+#: how many lines above `Last error:` the NCCL error it explains may start (message, interpretation, head)
+LAST_ERROR_REACH = 4
+#: lines (of any stream) after which a `Last error:` whose rank never wrote its reason is given up
+PENDING_REACH = 50
+#: signatures that only say "NCCL failed"; the `Last error:` reason replaces their meaning
+GENERIC_NCCL_SIGNATURES = ("nccl-internal-error", "nccl-unhandled-cuda-error", "distributed-library-exception",
+                           "python-exception", "nccl-warn-other")
+#: a watchdog head a log viewer or a width-limited collector cut in two: read together with the next line
+WRAPPED_HEAD = re.compile(r"(?:detected by watchdog at work|Watchdog caught collective operation timeout)(?!.*"
+                          r"(?:last completed (?:NCCL )?work: -?\d|milliseconds))")
+
+
+@dataclass(frozen=True)
+class _Pending:
+    what: str  # last_error | join
+    stream: object
+    line: int
+    text: str
+    time_text: str | None = None
+
+
+def small_int(text: str | None) -> int | None:
+    """A rank, local rank or pid written in a log: a non-negative int of at most 18 digits, else None (int() of a
+    number the log made up may be huge or refused outright)."""
+    return int(text) if text and len(text) <= 18 and text.isascii() and text.isdigit() else None
+
+
+def interface_fields(body: str, ifname: str, ip: str) -> dict[str, str]:
+    """`scope` of the interface a `Using` line names first, and every interface it lists (`ifnames`)."""
+    listed = interface_list(body) or [(ifname, ip)]
+    return {"scope": interface_scope(ifname, ip), "ifnames": ",".join(name for name, _ip in listed),
+            "scopes": ",".join(interface_scope(name, addr) for name, addr in listed)}
+
+
 @dataclass
 class _FileState:
     source: SourceFile
@@ -115,10 +160,14 @@ class _FileState:
     last_time: tuple[float, str] | None = None
     label_rank: int | None = None
     prefix_rank: int | None = None
+    #: a line whose meaning is on the next one: torch's `Last error:` (NCCL's reason follows), a wrapped head
+    pending: _Pending | None = None
+    #: (host, pid, NCCL rank, nranks) already told by a rank-map line: one event each, not one per channel line
+    rank_maps: set[tuple] = field(default_factory=set)
 
     @property
     def line_mode(self) -> bool:
-        return self.tracebacks.is_open() or self.elastic.active
+        return self.tracebacks.is_open() or self.elastic.active or self.pending is not None
 
     def handle(self, raw: bytes, lineno: int) -> None:
         text = clean(raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\n"))
@@ -171,22 +220,81 @@ class _FileState:
                 return
         if body.startswith("frame #"):
             return  # C++ stack frames of a c10 exception: the message came before them
+        pending, self.pending = self.pending, None
+        if pending is not None and self._follow(pending, body, stream, lineno):
+            return
+        if body.rstrip() == LAST_ERROR:
+            self.pending = _Pending("last_error", stream, lineno, body)
+            return
+        self._match_line(body, lineno, p.time_text, rank, local, host, stream)
+
+    def _match_line(self, body: str, lineno: int, time_text: str | None, rank: int | None, local: int | None,
+                    host: str | None, stream: object) -> None:
+        """The signature event of one line (a fact of its kind, or a failure), if any signature matches."""
         hit = self.sigs.match(body)
+        if (hit is None or hit[0].kind != "watchdog_timeout") and WRAPPED_HEAD.search(body):
+            self.pending = _Pending("join", stream, lineno, body, time_text)
         if hit is None:
             return
         sig, m = hit
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
         ns = nccl_source(body)
         ev_host = host or (ns[0] if ns else None) or groups.get("host")
-        pid = ns[1] if ns else (int(groups["pid"]) if groups.get("pid", "").isdigit() else None)
-        if rank is None and groups.get("rank", "").isdigit() and sig.kind not in ("slurm_task",):
-            rank = int(groups["rank"])
-        if local is None and groups.get("local_rank", "").isdigit():
-            local = int(groups["local_rank"])
-        self._emit(lineno, sig.kind, body, rank, ev_host, pid, local, p.time_text, sig=sig,
+        pid = ns[1] if ns else small_int(groups.get("pid"))
+        if rank is None and sig.kind not in ("slurm_task",):
+            rank = small_int(groups.get("rank"))
+        if rank is None and ns is None:
+            rank = body_rank(body)
+        if local is None:
+            local = small_int(groups.get("local_rank"))
+        if sig.kind == "nccl_rank_map":
+            key = (ev_host, pid, groups.get("nccl_rank"), groups.get("nranks"))
+            if key in self.rank_maps or len(self.rank_maps) > 10_000:
+                return
+            self.rank_maps.add(key)
+        if sig.kind == "interface" and "ip" in groups:
+            groups |= interface_fields(body, groups["ifname"], groups["ip"])
+        self._emit(lineno, sig.kind, body, rank, ev_host, pid, local, time_text, sig=sig,
                    fields=tuple(sorted(groups.items())))
         if "ChildFailedError" in body:
             self.elastic.start()
+
+    def _follow(self, pending: _Pending, body: str, stream: object, lineno: int) -> bool:
+        """The line after a `Last error:` or a wrapped head: True when it was read as that line's rest."""
+        if lineno - pending.line > PENDING_REACH:
+            return False
+        if pending.what == "join":
+            joined = f"{pending.text} {body.strip()}"
+            hit = self.sigs.match(joined)
+            if hit is None or hit[0].kind != "watchdog_timeout" or lineno - pending.line > 1:
+                return False
+            self.events[:] = [e for e in self.events if e.line != pending.line or e.file != self.source.display]
+            rank, local, host = self.streams.get(pending.stream, (None, None, None))
+            self._match_line(joined, pending.line, pending.time_text, rank, local, host, pending.stream)
+            self.pending = None
+            return True
+        if stream != pending.stream:
+            self.pending = pending  # another rank's line in between: still waiting
+            return False
+        self._explain_last_error(body.strip(), lineno, pending.line)
+        return True
+
+    def _explain_last_error(self, reason: str, lineno: int, head_line: int) -> None:
+        """NCCL's own reason (the line after torch's `Last error:`) decides what the generic NCCL error lines
+        just above it mean: a refused connect, a lost peer, a full /dev/shm, not an "internal error"."""
+        hit = self.sigs.match(reason)
+        generic = [i for i in range(len(self.events) - 1, max(-1, len(self.events) - 6), -1)
+                   if head_line - LAST_ERROR_REACH <= self.events[i].line < head_line
+                   and self.events[i].signature in GENERIC_NCCL_SIGNATURES]
+        for i in generic:
+            e = self.events[i]
+            if hit is None:
+                self.events[i] = replace(e, fields=(*e.fields, ("last_error", reason[:500])))
+                continue
+            sig, m = hit
+            groups = tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None))
+            self.events[i] = replace(e, cause=sig.cause, role=sig.role, signature=sig.id, priority=sig.priority,
+                                     fields=(*e.fields, *groups, ("last_error", reason[:500])))
 
     def _time(self, time_text: str | None, body: str) -> tuple[float | None, str | None]:
         found = parse_time(time_text, self.year) if time_text else None
@@ -204,7 +312,8 @@ class _FileState:
         self.events.append(Event(
             file=self.source.display, line=lineno, kind=kind, text=body[:2000], rank=rank, host=host, pid=pid,
             local_rank=local, time=time, time_family=family,
-            cause=sig.cause if sig else None, role=sig.role if sig else None, signature=sig.id if sig else None,
+            cause=sig.cause if sig and kind not in FACT_KINDS else None,
+            role=sig.role if sig and kind not in FACT_KINDS else None, signature=sig.id if sig else None,
             priority=sig.priority if sig else 0, fields=fields))
 
     def _exception(self, exc: Exc, stream: object) -> None:
@@ -212,6 +321,8 @@ class _FileState:
         hit = self.sigs.match(exc.text)
         extra = (("where", exc.where),) if exc.where else ()
         extra += (("traceback_line", str(exc.start_line)),)
+        if exc.wrapped_by:
+            extra += (("wrapped_by", exc.wrapped_by),) + ((("wrapped_process", exc.process),) if exc.process else ())
         if hit:
             sig, m = hit
             groups = tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None))
@@ -228,9 +339,9 @@ class _FileState:
 
         sig_id = "elastic-root-cause" if entry.get("section") == "root" else "elastic-other-failure"
         sig = self.sigs.by_id(sig_id)
-        rank = int(entry["rank"]) if entry.get("rank", "").lstrip("-").isdigit() else None
-        local = int(entry["local_rank"]) if entry.get("local_rank", "").isdigit() else None
-        pid = int(entry["pid"]) if entry.get("pid", "").isdigit() else None
+        rank = small_int(entry.get("rank"))
+        local = small_int(entry.get("local_rank"))
+        pid = small_int(entry.get("pid"))
         when = parse_record_time(entry.get("time", "")) if entry.get("time") else None
         text = entry.get("exception") or entry.get("traceback") or f"exitcode {entry.get('exitcode')}"
         fields = tuple(sorted((k, v) for k, v in entry.items() if k not in ("line",)))
@@ -351,7 +462,22 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     state.finish()
     summary.lines = lineno
     summary.tail = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
-    return state.events, summary
+    return without_repeats(state.events), summary
+
+
+def without_repeats(events: list[Event]) -> list[Event]:
+    """A file's events less the victim facts it repeats: the same signature saying the same about the same rank
+    again (torch logs a watchdog timeout up to four times per rank: 16k ranks, 64k events). The first is kept."""
+    seen: set[tuple] = set()
+    out: list[Event] = []
+    for e in events:
+        if e.role == "victim":
+            key = (e.signature, e.rank, e.host, e.pid, e.fields)
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(e)
+    return out
 
 
 def _scan_block(block: bytes, lineno: int, state: _FileState, anchors: Sequence[bytes], every_line: bool,
@@ -397,6 +523,31 @@ def _scan_job(args: tuple[SourceFile, int | None, int, int | None]) -> tuple[lis
     source, year, start, end = args
     assert _WORKER_SIGS is not None
     return scan_file(source, _WORKER_SIGS, year, start=start, end=end)
+
+
+def _scan_batch(batch: list[tuple[SourceFile, int | None, int, int | None]]) -> list[tuple[list[Event], FileSummary]]:
+    """Many small files in one worker task: the per-task cost (pickling, scheduling) is paid once per batch."""
+    return [_scan_job(args) for args in batch]
+
+
+#: a worker task holds files up to this many bytes, or this many files (a 16k-rank job: 32k files of ~40 KB)
+BATCH_BYTES = 8 << 20
+BATCH_FILES = 256
+
+
+def batches(jobs: list[tuple[int, tuple[SourceFile, int | None, int, int | None]]]) -> list[list[tuple]]:
+    """Consecutive jobs grouped into tasks of at most BATCH_BYTES and BATCH_FILES (a big range is a task alone)."""
+    out: list[list[tuple]] = []
+    size = 0
+    for job in jobs:
+        source, _, start, end = job[1]
+        nbytes = (end if end is not None else source.size) - start
+        if not out or size + nbytes > BATCH_BYTES or len(out[-1]) >= BATCH_FILES:
+            out.append([])
+            size = 0
+        out[-1].append(job)
+        size += nbytes
+    return out
 
 
 def split_points(path: str, size: int, parts: int) -> list[int]:
@@ -448,7 +599,12 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     total = sum(s.size for s in sources)
     count = workers if workers is not None else min(os.cpu_count() or 1, 8)
     if count <= 1 or total < PARALLEL_MIN_BYTES:
-        return [scan_file(s, sigs, y, progress) for s, y in zip(sources, years, strict=False)]
+        results = []
+        for s, y in zip(sources, years, strict=False):
+            results.append(scan_file(s, sigs, y, progress))
+            if progress:
+                progress(0, 1)
+        return results
     import multiprocessing
 
     # big files are cut into ranges at line starts so that one huge log also uses every core
@@ -461,9 +617,11 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     jobs.sort(key=lambda job: -((job[1][3] or job[1][0].size) - job[1][2]))
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
     pieces: dict[int, list[tuple[int, tuple[list[Event], FileSummary]]]] = defaultdict(list)
-    with ctx.Pool(min(count, len(jobs)), initializer=_init_worker, initargs=(sigs,)) as pool:
-        for (i, args), result in zip(jobs, pool.imap(_scan_job, [a for _, a in jobs], chunksize=2), strict=False):
-            pieces[i].append((args[2], result))
+    tasks = batches(jobs)
+    with ctx.Pool(min(count, len(tasks)), initializer=_init_worker, initargs=(sigs,)) as pool:
+        for task, results in zip(tasks, pool.imap(_scan_batch, [[a for _, a in t] for t in tasks]), strict=False):
+            for (i, args), result in zip(task, results, strict=True):
+                pieces[i].append((args[2], result))
             if progress:
-                progress((args[3] or args[0].size) - args[2])
+                progress(sum((a[3] or a[0].size) - a[2] for _, a in task), sum(1 for _, a in task if a[2] == 0))
     return [merge_parts([r for _, r in sorted(pieces[i], key=lambda p: p[0])]) for i in range(len(sources))]

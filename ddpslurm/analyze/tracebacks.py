@@ -17,6 +17,13 @@ _FOREIGN = re.compile(r"^(?:[\w.-]+:\d+:\d+ \[\d+\] |[IWEF]\d{4} \d\d:|\[[IWEF] 
                       r"(?:INFO|WARNING|ERROR|DEBUG):[\w.]+:|srun: |slurmstepd: )")
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)")
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?')
+#: exceptions that only carry another process's traceback: torch.multiprocessing.spawn's ProcessRaisedException
+#: (`-- Process N terminated with the following error:` then the child's traceback), submitit's FailedJobError /
+#: UncompletedJobError (`Job (task=N) failed during processing with trace:`, a rule, the child's traceback)
+_WRAPPER = re.compile(r"^(?:[\w.]+\.)?(?P<type>ProcessRaisedException|FailedJobError|UncompletedJobError)\b")
+_WRAPPED_PROCESS = re.compile(r"(?:-- Process (?P<proc>\d+) terminated|\(task=(?P<task>\d+)\))")
+#: lines between a wrapper's message and the nested traceback it carries
+_WRAPPER_GAP = 8
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,8 @@ class Exc:
     start_line: int
     where: str | None = None
     chained: bool = False
+    wrapped_by: str | None = None  # the wrapper exception type that carried this traceback from another process
+    process: str | None = None  # that process's index (spawn) or task id (submitit), as the wrapper says
 
 
 @dataclass
@@ -39,6 +48,14 @@ class _Open:
     chained: bool = False
     awaiting_chain: bool = False
     idle: int = 0
+    wrapper: str | None = None
+    wrapper_gap: int = 0
+    process: str | None = None
+
+    def note_process(self, text: str) -> None:
+        m = _WRAPPED_PROCESS.search(text) if self.process is None else None
+        if m:
+            self.process = m["proc"] or m["task"]
 
 
 @dataclass
@@ -65,6 +82,7 @@ class TracebackAssembler:
             state = self.open.get(stream)
             if state and state.awaiting_chain:
                 state.awaiting_chain, state.exc, state.chained = False, None, True
+                state.wrapper_gap = 0
             else:
                 finished.extend(self._close(stream))
                 self.open[stream] = _Open(start_line=lineno)
@@ -92,16 +110,37 @@ class TracebackAssembler:
             return True, finished  # source line / caret markers / message continuation
         if state.exc is None and _EXC_LINE.match(stripped):
             state.exc, state.exc_line = stripped, lineno
+            self._note_wrapper(state, stripped)
             return True, finished
+        if state.wrapper_gap > 0:
+            return self._inside_wrapper(state, stripped), finished
         finished.extend(self._close(stream))
         return False, finished
+
+    @staticmethod
+    def _note_wrapper(state: _Open, exc: str) -> None:
+        """A wrapper's message: the traceback it carries follows, and its final line is the one to report."""
+        m = _WRAPPER.match(exc)
+        if m:
+            state.wrapper, state.awaiting_chain, state.wrapper_gap = m["type"], True, _WRAPPER_GAP
+            state.note_process(exc)
+
+    def _inside_wrapper(self, state: _Open, stripped: str) -> bool:
+        """A line between a wrapper's message and its nested traceback (`-- Process 1 terminated ...`, a rule)."""
+        state.wrapper_gap -= 1
+        state.note_process(stripped)
+        if state.wrapper_gap == 0:
+            state.awaiting_chain = False
+        return True
 
     def _close(self, stream: object) -> list[Exc]:
         state = self.open.pop(stream, None)
         if state is None or state.exc is None:
             return []
+        nested = state.wrapper is not None and state.chained
         return [Exc(text=state.exc, line=state.exc_line, start_line=state.start_line, where=state.where,
-                    chained=state.chained)]
+                    chained=state.chained, wrapped_by=state.wrapper if nested else None,
+                    process=state.process if nested else None)]
 
     def close_all(self) -> list[tuple[object, Exc]]:
         """End of input: finish every open traceback."""

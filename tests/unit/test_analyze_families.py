@@ -1,0 +1,385 @@
+"""Message families mined from the libraries' sources (analyzer/signatures/README.md has the table): each line in
+each upstream wording, behind the prefixes logs put in front, becomes the expected event; benign lines none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddpslurm.analyze.attribution import body_rank, interface_scope, strip_prefixes
+from ddpslurm.analyze.events import SourceFile
+from ddpslurm.analyze.scan import scan_file
+from ddpslurm.analyze.signatures import load_signatures
+
+
+@pytest.fixture(scope="module")
+def sigs():
+    return load_signatures(use_env=False)
+
+
+def scan_text(tmp_path: Path, sigs, text: str, name: str = "job.log"):
+    path = tmp_path / name
+    path.write_text(text)
+    return scan_file(SourceFile(path=str(path), display=name, size=path.stat().st_size), sigs)[0]
+
+
+#: what logs put in front of a library's line (none, torch >= 2.2, CI timestamp, srun --label, Ray, an unknown tag)
+PREFIXES = ("", "[rank3]:", "2024-05-08T08:47:31.1234567Z ", "  3: ", "(RayTrainWorker pid=77, ip=10.0.0.7) ",
+            "[job-7f2] INFO [rank3]: ")
+H = "gpu-a07:31337:31400 [2] "  # NCCL's host:pid:tid [dev] head
+
+# (line, signature, kind, cause, role, accuses, fields that must be there)
+FAMILIES = [
+    # NCCL IB completion: 2.7 (no peer), 2.12-2.2x (peer, 'error N'), 2.27 (status=NAME(N)), IPv6 peer with a zone id
+    (H + "transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129",
+     "nccl-ib-completion-error", "nccl_warn", "infiniband_error", "culprit", "self",
+     {"status": "12", "vendor_err": "129"}),
+    (H + "transport/net_ib.cc:1198 NCCL WARN NET/IB : Got completion from peer 10.3.1.2<59422> with error 12, "
+     "opcode 0, len 0, vendor err 129", "nccl-ib-completion-error", "nccl_warn", "infiniband_error", "culprit", "self",
+     {"peer_ip": "10.3.1.2", "peer_port": "59422", "status": "12"}),
+    (H + "transport/net_ib/p2p.cc:688 NCCL WARN NET/IB: Got completion from peer fe80::1e34:da03:5c:7a80%ib0<40231> "
+     "with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_RDMA_WRITE(0) vendor_err=129  hca mlx5_0",
+     "nccl-ib-completion-error", "nccl_warn", "infiniband_error", "culprit", "self",
+     {"peer_ip": "fe80::1e34:da03:5c:7a80%ib0", "status": "12", "vendor_err": "129"}),
+    (H + "NCCL WARN NET/IB : Got completion from peer fe80::2%ib1<4431> with error 5, opcode 0, len 0, vendor err 249",
+     "nccl-ib-flush", "nccl_warn", "infiniband_error", "victim", "none", {"peer_ip": "fe80::2%ib1", "status": "5"}),
+    # NCCL shared memory: 2.4-2.11 SYSCHECK lines, 2.12+ shmutils lines
+    (H + "include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device", "nccl-shm-segment",
+     "nccl_warn", "shm_error", "culprit", "self", {"syscall": "posix_fallocate", "reason": "No space left on device"}),
+    (H + "include/shm.h:25 NCCL WARN Call to shm_open failed : Permission denied", "nccl-shm-segment", "nccl_warn",
+     "shm_error", "culprit", "self", {"syscall": "shm_open"}),
+    (H + "misc/shmutils.cc:38 NCCL WARN Error: failed to extend /dev/shm/nccl-Fj2kq1 to 9637892 bytes",
+     "nccl-shm-segment", "nccl_warn", "shm_error", "culprit", "self",
+     {"shm_path": "/dev/shm/nccl-Fj2kq1", "bytes": "9637892"}),
+    (H + "misc/shmutils.cc:83 NCCL WARN Could not map /dev/shm/nccl-Fj2kq1 size 9637892, error: Cannot allocate memory",
+     "nccl-shm-segment", "nccl_warn", "shm_error", "culprit", "self", {"shm_path": "/dev/shm/nccl-Fj2kq1"}),
+    # NCCL sockets: connect errnos (2.4-2.11 'Net : ', 2.12+ 'socketStartConnect: ', retries), recv failures
+    (H + "misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.3.1.2<43521> failed : No route to host",
+     "nccl-connect-refused", "nccl_warn", "network_unreachable", "either", "self",
+     {"peer_ip": "10.3.1.2", "reason": "No route to host"}),
+    (H + "include/socket.h:403 NCCL WARN Net : Connect to 10.3.1.2<43521> failed : Cannot assign requested address",
+     "nccl-connect-refused", "nccl_warn", "network_unreachable", "either", "self",
+     {"reason": "Cannot assign requested address"}),
+    (H + "misc/socket.cc:467 NCCL WARN socketStartConnect: exceeded retries (20)", "nccl-connect-refused", "nccl_warn",
+     "network_unreachable", "either", "self", {"exceeded": "retries", "tries": "20"}),
+    (H + "misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.3.1.2<43521> failed : Software caused "
+     "connection abort", "nccl-socket-peer-lost", "peer_lost", "unknown", "victim", "peer",
+     {"peer_ip": "10.3.1.2", "reason": "Software caused connection abort"}),
+    (H + "misc/socket.cc:30 NCCL WARN socketProgressOpt: Call to recv from fe80::9%eth0<5001> failed : Connection "
+     "reset by peer", "nccl-socket-peer-lost", "peer_lost", "unknown", "victim", "peer",
+     {"peer_ip": "fe80::9%eth0", "reason": "Connection reset by peer"}),
+    (H + "include/socket.h:429 NCCL WARN Net : Call to recv from 10.3.1.2<5001> failed : Connection timed out",
+     "nccl-socket-peer-lost", "peer_lost", "unknown", "victim", "peer", {"peer_ip": "10.3.1.2"}),
+    # c10d store barrier progress (torch 1.8: worker_count; 2.x: num_workers_joined, error=; a concatenated variant)
+    ("INFO:torch.distributed.distributed_c10d:Waiting in store based barrier to initialize process group for rank: 0, "
+     "key: store_based_barrier_key:1 (world_size=16, worker_count=12, timeout=0:30:00)", "store-barrier-waiting",
+     "store_barrier", "rendezvous_timeout", "victim", "none", {"world_size": "16", "worker_count": "12", "rank": "0"}),
+    ("Waiting in store based barrier to initialize process group for rank: 5, key: store_based_barrier_key:2 "
+     "(world_size=8, num_workers_joined=7, timeout=0:10:00 error=Wait timeout)", "store-barrier-waiting",
+     "store_barrier", "rendezvous_timeout", "victim", "none", {"world_size": "8", "worker_count": "7", "rank": "5"}),
+    ("Waiting in store based barrier to initialize process group for 20.03 secondsrank: 2, key: "
+     "store_based_barrier_key:1 (world_size=4, num_workers_joined=3, timeout=0:30:00 error=x)",
+     "store-barrier-waiting", "store_barrier", "rendezvous_timeout", "victim", "none",
+     {"waited_s": "20.03", "worker_count": "3"}),
+    # torchelastic agent wording variants
+    ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4242 closing signal SIGTERM",
+     "elastic-sigterm", "agent_sigterm", "unknown", "victim", "none", {"pid": "4242", "signal": "SIGTERM"}),
+    ("[2025-01-02 10:00:00,123] torch.distributed.elastic.multiprocessing.api: [WARNING] Sending the closing signal "
+     "SIGTERM to process 4243", "elastic-sigterm", "agent_sigterm", "unknown", "victim", "none", {"pid": "4243"}),
+    ("E0102 10:00:00.123000 140 torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: 1) "
+     "local_rank: 2 (pid: 4244) of binary: /usr/bin/python3", "elastic-worker-failed", "agent_failed",
+     "user_code_exception", "culprit", "self", {"local_rank": "2", "pid": "4244", "exitcode": "1"}),
+    ("failed (exitcode: -11) local_rank: 0 (pid: 4245) of fn: main (start_method: spawn)", "elastic-worker-failed",
+     "agent_failed", "user_code_exception", "culprit", "self", {"exitcode": "-11", "pid": "4245"}),
+    ("failed (exitcode: 1) for binary located at /usr/bin/python3 with local_rank: 3 (process ID: 4246)",
+     "elastic-worker-failed", "agent_failed", "user_code_exception", "culprit", "self",
+     {"local_rank": "3", "pid": "4246"}),
+    # launchers' wrappers: torch.distributed.launch's CalledProcessError is the launcher's report, not user code
+    ("subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=1']' returned "
+     "non-zero exit status 1.", "launcher-child-failed", "agent_failed", "user_code_exception", "culprit", "self",
+     {"local_rank": "1", "exitcode": "1"}),
+    # distributed machinery failing in a way no specific signature reads: never the user's code
+    ("torch.distributed.DistBackendError: [3] is setting up something new", "distributed-library-exception",
+     "exception", "unknown", "victim", "none", {}),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] odd state", "distributed-library-"
+     "exception", "exception", "unknown", "victim", "none", {}),
+    # Ray's dead-worker report: its list of possible causes names SIGKILL and SIGSEGV without either happening here
+    ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task. Worker exit type: "
+     "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file. There "
+     "are some potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage. "
+     "(2) ray stop --force is called. (3) The worker is crashed unexpectedly due to SIGSEGV or other unexpected "
+     "errors.",
+     "ray-worker-died", "peer_lost", "unknown", "victim", "peer", {"code": "2", "reason": "End of file"}),
+]
+
+
+def _accuses(sigs, signature: str | None) -> str | None:
+    sig = sigs.by_id(signature or "")
+    return sig.accuses if sig else None
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+@pytest.mark.parametrize(("line", "sig_id", "kind", "cause", "role", "accuses", "fields"), FAMILIES,
+                         ids=[f[1] + f"-{i}" for i, f in enumerate(FAMILIES)])
+def test_family_line_is_the_expected_event(tmp_path: Path, sigs, prefix: str, line: str, sig_id: str, kind: str,
+                                           cause: str, role: str, accuses: str, fields: dict) -> None:
+    events = scan_text(tmp_path, sigs, "step 1 | loss 2.3\n" + prefix + line + "\nstep 2 | loss 2.2\n")
+    assert len(events) == 1, [(e.signature, e.text) for e in events]
+    e = events[0]
+    assert (e.signature, e.kind, e.cause, e.role, _accuses(sigs, e.signature)) == (sig_id, kind, cause, role, accuses)
+    assert e.line == 2
+    for key, value in fields.items():
+        assert e.get(key) == value, (key, dict(e.fields))
+
+
+# (line, signature, kind, fields): facts, never failures (no role, no cause)
+FACTS = [
+    (H + "NCCL INFO Bootstrap : Using lo:127.0.0.1<0>", "nccl-interface-pick", "interface",
+     {"via": "Bootstrap", "ifname": "lo", "ip": "127.0.0.1", "scope": "loopback"}),
+    (H + "NCCL INFO Bootstrap: Using eth0:1:10.3.1.7<0>", "nccl-interface-pick", "interface",
+     {"ifname": "eth0:1", "ip": "10.3.1.7", "scope": "global"}),
+    (H + "NCCL INFO NET : Using interface docker0:172.17.0.1<0>", "nccl-interface-pick", "interface",
+     {"via": "NET", "ifname": "docker0", "scope": "bridge"}),
+    (H + "NCCL INFO NET/Socket : Using [0]ib0:fe80::1e34:da03:5c:7a80%ib0<0> [1]eth0:10.3.1.7<0>",
+     "nccl-interface-pick", "interface",
+     {"via": "NET/Socket", "ifname": "ib0", "scope": "link_local", "ifnames": "ib0,eth0",
+      "scopes": "link_local,global"}),
+    (H + "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.40.0.1<0>", "nccl-interface-pick",
+     "interface", {"via": "NET/IB", "ifname": "ib0", "ip": "10.40.0.1"}),
+    (H + "NCCL INFO NET/Socket : 3 interfaces found", "nccl-interface-count", "interface", {"ifcount": "3"}),
+    (H + "NCCL INFO NCCL_SOCKET_IFNAME set by environment to ^docker,lo", "nccl-interface-requested", "interface",
+     {"requested": "^docker,lo"}),
+    (H + "NCCL INFO comm 0x5581c0 rank 5 nranks 16 cudaDev 2 busId 41000 - Destroy COMPLETE", "nccl-rank-map-comm",
+     "nccl_rank_map", {"nccl_rank": "5", "nranks": "16"}),
+    (H + "NCCL INFO comm 0x5581c0 rank 5 nRanks 16 nNodes 2 localRanks 8 localRank 5 MNNVL 0", "nccl-rank-map-comm",
+     "nccl_rank_map", {"nccl_rank": "5", "nranks": "16"}),
+    (H + "NCCL INFO Ring 03 : 4 -> 5 -> 6", "nccl-rank-map-ring", "nccl_rank_map", {"nccl_rank": "5"}),
+    (H + "NCCL INFO Trees [0] 6/-1/-1->5->4 [1] 6/-1/-1->5->4", "nccl-rank-map-tree", "nccl_rank_map",
+     {"nccl_rank": "5"}),
+    (H + "NCCL INFO Channel 00/1 : 5[2] -> 13[2] [send] via NET/IB/2(1)/GDRDMA", "nccl-rank-map-channel",
+     "nccl_rank_map", {"nccl_rank": "5", "channel_peer": "13"}),
+    (H + "NCCL INFO Channel 00/0 : 13[2] -> 5[2] [receive] via NET/IB/2", "nccl-rank-map-channel", "nccl_rank_map",
+     {"nccl_rank": "5", "channel_peer": "13"}),
+    ("  Rank 9 has launched up to operation 1199 -- GPU 1 managed by process 5120 on node gpu-b03", "nccl-ras-rank",
+     "ras_report", {"ras_rank": "9", "op_count": "1199", "pid": "5120", "node": "gpu-b03"}),
+    ("  Rank 9 has not launched any operations -- GPU 1 managed by process 5120 on node gpu-b03", "nccl-ras-rank",
+     "ras_report", {"no_ops": "not", "node": "gpu-b03"}),
+    ("  Rank 10 -- GPU 2 managed by process 5121 on node gpu-b03", "nccl-ras-rank", "ras_report",
+     {"ras_rank": "10", "pid": "5121"}),
+    ("  15 ranks have launched up to operation 1200", "nccl-ras-group", "ras_report",
+     {"count": "15", "op_count": "1200"}),
+    ("#0-0 (9a1f2b3c4d5e6f70) INCOMPLETE", "nccl-ras-group", "ras_report", {"section": "INCOMPLETE"}),
+]
+
+
+@pytest.mark.parametrize(("line", "sig_id", "kind", "fields"), FACTS, ids=[f[1] + f"-{i}" for i, f in enumerate(FACTS)])
+def test_fact_line_is_an_event_without_role(tmp_path: Path, sigs, line: str, sig_id: str, kind: str,
+                                            fields: dict) -> None:
+    events = scan_text(tmp_path, sigs, line + "\n")
+    assert [(e.signature, e.kind, e.role, e.cause) for e in events] == [(sig_id, kind, None, None)]
+    for key, value in fields.items():
+        assert events[0].get(key) == value, (key, dict(events[0].fields))
+
+
+def test_rank_map_lines_give_the_nccl_process_its_pid(tmp_path: Path, sigs) -> None:
+    events = scan_text(tmp_path, sigs, "".join(H + f"NCCL INFO Channel {c:02d}/0 : 5[2] -> 6[3] [send] via NET/IB/0\n"
+                                               for c in range(32)))
+    assert [(e.host, e.pid, e.get("nccl_rank")) for e in events] == [("gpu-a07", 31337, "5")]  # once, not 32 times
+
+
+BENIGN = [
+    H + "NCCL WARN Failed to open libibverbs.so[.1]",
+    H + "NCCL INFO Failed to open libibverbs.so[.1]",
+    H + "misc/utils.cc:60 NCCL WARN Could not find real path of /sys/class/net/eth0/device",
+    H + "NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or directory No "
+    "plugin found (libnccl-net.so), using internal implementation",
+    H + "NCCL INFO NET/Plugin : Plugin load returned 2 : libnccl-net.so: cannot open shared object file: No such file "
+    "or directory.",
+    H + "NCCL INFO NET/Plugin: Failed to find ncclNetPlugin_v7 symbol.",
+    H + "transport/net_socket.cc:353 NCCL WARN NET/Socket : NCCL_SOCKET_NTHREADS is greater than the maximum allowed, "
+    "setting to 16",
+    H + "NCCL WARN Ignoring SHM locality, must be 1 (sender side) or 2 (receiver side, default)",
+    H + "NCCL WARN NCCL_DEVICE_UNPACK plugin has incompatible version 1, this NCCL build is compatible with 2, not "
+    "using it",
+    H + "NCCL INFO HINT: In many cases this error occurs when the NCCL_IB_TIMEOUT is set too short.",
+    H + "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+    H + "NCCL INFO Channel 00/02 :    0   1   2   3   4   5   6   7",
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
+    "incorrect.",
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+    "Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:609 (most recent call "
+    "first):",
+    "ValueError: Default process group has not been initialized, please make sure to call init_process_group.",
+]
+
+
+@pytest.mark.parametrize("line", BENIGN)
+def test_benign_line_is_never_a_failure(tmp_path: Path, sigs, line: str) -> None:
+    events = scan_text(tmp_path, sigs, line + "\n")
+    failures = [(e.signature, e.cause) for e in events if e.role is not None]
+    if line.startswith("ValueError"):  # the user's own bug: still user code, never a distributed victim
+        assert failures == [("python-exception", "user_code_exception")]
+    else:
+        assert failures == []
+
+
+LAST_ERROR = """\
+Traceback (most recent call last):
+  File "train.py", line 20, in main
+    dist.all_reduce(t)
+torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, \
+unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3
+ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. {tail}
+Last error:
+{reason}
+"""
+
+
+@pytest.mark.parametrize(("reason", "signature", "cause", "role"), [
+    ("socketStartConnect: Connect to 10.3.1.2<43521> failed : Connection refused", "nccl-connect-refused",
+     "network_unreachable", "either"),
+    ("socketProgress: Connection closed by remote peer gpu-a08<38211>", "nccl-remote-closed", "unknown", "victim"),
+    ("Error: failed to extend /dev/shm/nccl-Fj2kq1 to 9637892 bytes", "nccl-shm-segment", "shm_error", "culprit"),
+    ("NET/IB : Got completion from peer 10.3.1.2<59422> with error 12, opcode 0, len 0, vendor err 129",
+     "nccl-ib-completion-error", "infiniband_error", "culprit"),
+])
+@pytest.mark.parametrize("prefix", ["", "[rank2]:"])
+def test_last_error_line_decides_what_the_nccl_error_was(tmp_path: Path, sigs, prefix: str, reason: str,
+                                                         signature: str, cause: str, role: str) -> None:
+    text = LAST_ERROR.format(reason=reason, tail="It can be also caused by unexpected exit of a remote peer.")
+    events = scan_text(tmp_path, sigs, "".join(prefix + line + "\n" for line in text.splitlines()))
+    assert events and all((e.signature, e.cause, e.role) == (signature, cause, role) for e in events), \
+        [(e.line, e.signature, e.cause) for e in events]
+    assert all(e.get("last_error") == reason for e in events)
+
+
+def test_last_error_without_a_known_reason_keeps_the_generic_cause_and_the_reason(tmp_path: Path, sigs) -> None:
+    events = scan_text(tmp_path, sigs, LAST_ERROR.format(reason="ncclFoo: something new", tail=""))
+    assert {(e.cause, e.get("last_error")) for e in events} == {("nccl_internal_error", "ncclFoo: something new")}
+
+
+def test_last_error_reason_of_one_rank_is_not_taken_from_another(tmp_path: Path, sigs) -> None:
+    text = ("[rank2]:RuntimeError: NCCL error: unhandled system error, NCCL version 2.18.1\n[rank2]:Last error:\n"
+            "[rank5]:socketProgress: Connection closed by remote peer gpu-a08<38211>\n"
+            "[rank2]:Call to posix_fallocate failed : No space left on device\n")
+    events = scan_text(tmp_path, sigs, text)
+    by_rank = {e.rank: (e.cause, e.get("last_error")) for e in events}
+    assert by_rank[2] == ("shm_error", "Call to posix_fallocate failed : No space left on device")
+    assert by_rank[5][0] == "unknown"
+
+
+WRAPPED = "[rank3]:[E1120 10:00:00.1 ProcessGroupNCCL.cpp:1] [PG 0 Rank 3] Exception (either an error or timeout) \
+detected by watchdog at work: 15, last enqueued NCCL work: 15, last\ncompleted NCCL work: 14.\n"
+
+
+def test_watchdog_head_wrapped_over_two_lines_is_read_whole(tmp_path: Path, sigs) -> None:
+    events = scan_text(tmp_path, sigs, "noise\n" + WRAPPED + "more noise\n")
+    assert [(e.line, e.kind, e.rank, e.get("seq"), e.get("last_completed")) for e in events] == \
+        [(2, "watchdog_timeout", 3, "15", "14")]
+
+
+SPAWN = """\
+Traceback (most recent call last):
+  File "train.py", line 30, in <module>
+    mp.spawn(main, nprocs=4)
+  File "/opt/conda/lib/python3.10/site-packages/torch/multiprocessing/spawn.py", line 158, in join
+    raise ProcessRaisedException(msg, error_index, failed_process.pid)
+torch.multiprocessing.spawn.ProcessRaisedException: {blank}
+
+-- Process 2 terminated with the following error:
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/torch/multiprocessing/spawn.py", line 69, in _wrap
+    fn(i, *args)
+  File "train.py", line 21, in main
+    loss = model(batch)
+{inner}
+"""
+SUBMITIT = """\
+Traceback (most recent call last):
+  File "launch.py", line 12, in <module>
+    job.result()
+  File "/opt/conda/lib/python3.10/site-packages/submitit/core/core.py", line 266, in result
+    raise job_exception  # pylint: disable=raising-bad-type
+submitit.core.utils.FailedJobError: Job (task=3) failed during processing with trace:
+----------------------
+Traceback (most recent call last):
+  File "/opt/conda/lib/python3.10/site-packages/submitit/core/submission.py", line 55, in process_job
+    result = delayed.result()
+  File "train.py", line 21, in main
+    loss = model(batch)
+{inner}
+
+----------------------
+You can check full logs with 'job.stderr(3)' and 'job.stdout(3)'or at paths:
+"""
+
+
+@pytest.mark.parametrize(("template", "wrapper", "process"), [(SPAWN, "ProcessRaisedException", "2"),
+                                                              (SUBMITIT, "FailedJobError", "3")])
+@pytest.mark.parametrize(("inner", "cause"), [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"),
+    ("KeyError: 'label'", "user_code_exception"),
+    ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, invalid usage, NCCL version "
+     "2.14.3", "nccl_internal_error"),
+])
+def test_wrapper_exception_reports_the_nested_one(tmp_path: Path, sigs, template: str, wrapper: str, process: str,
+                                                  inner: str, cause: str) -> None:
+    events = scan_text(tmp_path, sigs, template.format(inner=inner, blank=""))
+    assert [(e.text, e.cause, e.get("wrapped_by"), e.get("wrapped_process")) for e in events] == \
+        [(inner, cause, wrapper, process)]
+
+
+def test_wrapper_alone_is_not_user_code(tmp_path: Path, sigs) -> None:
+    events = scan_text(tmp_path, sigs, "torch.multiprocessing.spawn.ProcessRaisedException: \n\nstep 10\n")
+    assert [(e.signature, e.cause) for e in events] == [("launcher-wrapper-exception", "unknown")]
+
+
+@pytest.mark.parametrize(("body", "rank"), [
+    ("[E1120 10:00:00.1 ProcessGroupNCCL.cpp:1] [Rank 4] Some NCCL operations have failed or timed out.", 4),
+    ("[PG 0 (default_pg) Rank 12] ProcessGroupNCCL's watchdog got stuck for 480 seconds", 12),
+    ("[PG ID 0 PG GUID 0(default_pg) Rank 7] Process group watchdog thread terminated with exception: x", 7),
+    ("no tag here [Rankings 3]", None),
+])
+def test_rank_tag_inside_a_glog_body(body: str, rank: int | None) -> None:
+    assert body_rank(body) == rank
+
+
+def test_glog_rank_tag_names_the_rank_of_an_unranked_line(tmp_path: Path, sigs) -> None:
+    events = scan_text(tmp_path, sigs, "[E1120 10:00:00.1 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) "
+                                       "Rank 7] ProcessGroupNCCL's watchdog got stuck for 480 seconds\n")
+    assert [(e.kind, e.rank) for e in events] == [("hang", 7)]
+
+
+@pytest.mark.parametrize(("line", "rank", "host", "text"), [
+    ("(RayTrainWorker pid=77, ip=10.0.0.7) [rank3]: boom", 3, "10.0.0.7", "boom"),
+    ("(pid=77) boom", None, None, "boom"),
+    ("[job-7f2] INFO [rank5]: boom", 5, "job-7f2", "boom"),
+    ("2024-05-08 10:00:01 | trainer | [rank12]: boom", 12, None, "boom"),
+    ("[rank" + "9" * 40 + "]: boom", None, None, "[rank" + "9" * 40 + "]: boom"),
+])
+def test_unknown_tags_before_a_rank_prefix(line: str, rank: int | None, host: str | None, text: str) -> None:
+    p = strip_prefixes(line)
+    assert (p.rank, p.host, p.text) == (rank, host, text)
+
+
+@pytest.mark.parametrize(("ifname", "ip", "scope"), [
+    ("lo", "127.0.0.1", "loopback"), ("eth0", "::1", "loopback"), ("ib0", "fe80::1%ib0", "link_local"),
+    ("eth1", "169.254.3.1", "link_local"), ("docker0", "172.17.0.1", "bridge"), ("virbr0", "192.168.122.1", "bridge"),
+    ("cni0", "10.244.0.1", "bridge"), ("eth0", "10.3.1.7", "global"), ("ib0", "2001:db8::7", "global"),
+])
+def test_interface_scope(ifname: str, ip: str, scope: str) -> None:
+    assert interface_scope(ifname, ip) == scope
+
+
+def test_elastic_block_with_huge_numbers_does_not_raise(tmp_path: Path, sigs) -> None:
+    big = "9" * 5000
+    text = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n" + "=" * 40 + "\ntrain.py FAILED\n"
+            + "-" * 40 + f"\nRoot Cause (first observed failure):\n[0]:\n  time      : 2024-01-01_10:00:00\n"
+            f"  host      : node1\n  rank      : {big} (local_rank: {big})\n  exitcode  : 1 (pid: {big})\n"
+            "  error_file: <N/A>\n  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+            + "=" * 40 + "\n")
+    events = scan_text(tmp_path, sigs, text)
+    root = [e for e in events if e.kind == "elastic_failure"]
+    assert [(e.rank, e.local_rank, e.pid) for e in root] == [(None, None, None)]
