@@ -153,8 +153,8 @@ def requeue_if_running(job_id: str, attempt_dir: Path, reason: str) -> bool:
 
 
 def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s: float, max_requeues: int,
-              environ: Mapping[str, str]) -> int:
-    """Run srun; requeue when `decide` says so; srun's exit status."""
+              environ: Mapping[str, str], hang_timeout_s: float = 0) -> int:
+    """Run srun; requeue when `decide` says so; watch for hangs with --hang-timeout; srun's exit status."""
     from ddpslurm.scheduler.run import start
 
     job_id = environ.get("SLURM_JOB_ID", "")
@@ -163,8 +163,11 @@ def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s
     process = start(srun_argv)
     reader = AttemptReader(attempt_dir)
     acted = False
+    monitor = _hang_monitor(attempt_dir, job_id, hang_timeout_s)
     while True:
         code = process.poll()
+        if monitor is not None and code is None:
+            monitor.poll()
         exits, signal_unix = reader.poll()
         decision = decide(exits=exits, signal_unix=signal_unix, world_size=world_size,
                           srun_running=code is None, now=time.time(), grace_s=grace_s, attempt=attempt,
@@ -177,19 +180,28 @@ def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s
         time.sleep(POLL_S)
 
 
+def _hang_monitor(attempt_dir: Path, job_id: str, hang_timeout_s: float) -> Any:
+    if hang_timeout_s <= 0 or not job_id:
+        return None
+    from ddpslurm.launch.hang_monitor import HangMonitor
+
+    return HangMonitor(attempt_dir, job_id, hang_timeout_s)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddpslurm.launch.batch", description=__doc__.split("\n")[0])
     parser.add_argument("--folder", required=True, help="the jobs root (the job folder is FOLDER/job_<id>)")
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--grace", type=float, required=True, help="seconds after the first signal")
     parser.add_argument("--max-requeues", type=int, required=True)
+    parser.add_argument("--hang-timeout", type=float, default=0, help="seconds without progress (0: no monitor)")
     parser.add_argument("srun", nargs=argparse.REMAINDER, help="-- srun ARGS...")
     args = parser.parse_args(argv)
     srun_argv = args.srun[1:] if args.srun[:1] == ["--"] else args.srun
     if not srun_argv:
         parser.error("give the srun command after --")
     return supervise(srun_argv, folder=args.folder, world_size=args.world_size, grace_s=args.grace,
-                     max_requeues=args.max_requeues, environ=os.environ)
+                     max_requeues=args.max_requeues, environ=os.environ, hang_timeout_s=args.hang_timeout)
 
 
 if __name__ == "__main__":

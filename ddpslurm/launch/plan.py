@@ -126,16 +126,21 @@ def batch_grace_s(signal_delay_s: int) -> int:
     return max(1, signal_delay_s - REQUEUE_MARGIN_S)
 
 
+#: Variables every rank gets with --hang-timeout (unless set): the heartbeat (ddpslurm.launch.heartbeat).
+HANG_ENV_DEFAULTS: tuple[tuple[str, str], ...] = (("DDPSLURM_HEARTBEAT_S", "1"),)
+
+
 def batch_setup(spec: JobSpec, python: str) -> list[str]:
     """sbatch lines before submitit's srun line: no inherited rendezvous variables, and srun run by the
     batch-step supervisor (`ddpslurm.launch.batch`), which requeues the job after a signal."""
     lines = [f"unset {' '.join(INHERITED_DIST_VARS)}"]
     if spec.master_port:
         lines.append(f"export MASTER_PORT={int(spec.master_port)}")
-    if spec.max_requeues > 0:
+    if spec.max_requeues > 0 or spec.hang_timeout_s:
+        hang = ["--hang-timeout", str(spec.hang_timeout_s)] if spec.hang_timeout_s else []
         supervisor = [python, "-m", "ddpslurm.launch.batch", "--folder", str(spec.folder),
                       "--world-size", str(spec.world_size), "--grace", str(batch_grace_s(spec.signal_delay_s)),
-                      "--max-requeues", str(spec.max_requeues), "--"]
+                      "--max-requeues", str(spec.max_requeues), *hang, "--"]
         lines += ["# srun runs under ddpslurm's batch-step supervisor: it requeues the job after a preemption or",
                   "# time-limit signal, once every rank has left its exit record or the grace time ran out.",
                   f'srun() {{ {shlex.join(supervisor)} srun "$@"; }}']
@@ -220,7 +225,8 @@ def plan(spec: JobSpec) -> LaunchPlan:
         nodes=spec.nodes, tasks_per_node=spec.tasks_per_node, max_requeues=spec.max_requeues,
         time_limit_s=spec.time_min * 60, signal_delay_s=spec.signal_delay_s,
         grace_s=_grace_s(spec.signal_delay_s), interface=spec.interface,
-        env_defaults=tuple((name, value) for name, value, _ in ENV_DEFAULTS),
+        env_defaults=tuple((name, value) for name, value, _ in ENV_DEFAULTS)
+        + (HANG_ENV_DEFAULTS if spec.hang_timeout_s else ()),
     )
     return LaunchPlan(
         executor="local" if spec.local else "slurm",

@@ -2,7 +2,8 @@
 
 Layout (a contract with `ddpslurm analyze`):
 `<folder>/job_<jobid>/attempt_<N>/rank_<R>.{log,start.json,exit.json,signal.json}`, `attempt_<N>/requeue.json`
-(the batch step's requeue), `ddpslurm.json`, `checkpoints/`.
+(the batch step's requeue), with --hang-timeout `rank_<R>.{heartbeat.json,stacks.txt}` and `hang.json`,
+`ddpslurm.json`, `checkpoints/`.
 The builders are pure; `write_json` writes atomically (temporary file + rename).
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = 1
-STATUSES = ("ok", "exception", "exit", "signal", "preempted")
+STATUSES = ("ok", "exception", "exit", "signal", "preempted", "hang")
 #: Variables copied into the start record (prefixes), so a post-mortem sees the transport settings.
 RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "GLOO_")
 #: Single variables copied too: which GPUs Slurm gave the rank and bound it to.

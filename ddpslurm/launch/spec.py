@@ -22,6 +22,8 @@ DEFAULT_MAX_REQUEUES = 3
 DEFAULT_TIME = "60"
 #: sbatch(1): "the signal may be sent up to 60 seconds earlier than specified".
 SIGNAL_RESOLUTION_S = 60
+#: --hang-timeout below this is refused: progress is sampled once a second and the stacks take seconds.
+MIN_HANG_TIMEOUT_S = 10
 
 #: sbatch options ddpslurm sets itself: `--sbatch-arg` may not override them (flag to use instead).
 RESERVED_SBATCH_KEYS: dict[str, str] = {
@@ -116,6 +118,7 @@ class JobSpec:
     local: bool = False
     job_name: str = "ddpslurm"
     master_port: int | None = None  # None: derived from the job id on every node
+    hang_timeout_s: int = 0  # 0: no hang monitor (see ddpslurm.launch.hang_monitor)
 
     @property
     def world_size(self) -> int:
@@ -133,6 +136,18 @@ def _positive(name: str, value: int | None, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero):
         least = 0 if allow_zero else 1
         raise UsageError(f"{name} {value} is invalid", f"Give an integer >= {least}")
+
+
+def _check_hang_timeout(hang_timeout_s: int, local: bool) -> None:
+    if hang_timeout_s == 0:
+        return
+    if hang_timeout_s < MIN_HANG_TIMEOUT_S:
+        raise UsageError(f"--hang-timeout {hang_timeout_s} is too short",
+                         f"Give {MIN_HANG_TIMEOUT_S} seconds or more (longer than any stretch without a collective), "
+                         "or 0 for no hang monitor")
+    if local:
+        raise UsageError("--hang-timeout needs Slurm: the batch step watches the ranks",
+                         "Drop --local, or drop --hang-timeout")
 
 
 def check_script(script: str | os.PathLike[str]) -> Path:
@@ -171,6 +186,7 @@ def make_spec(
     local: bool = False,
     job_name: str = "ddpslurm",
     master_port: int | None = None,
+    hang_timeout_s: int = 0,
 ) -> JobSpec:
     """Validate raw flag values into a `JobSpec`. `tasks_per_node` defaults to `gpus_per_node`, else 1."""
     _positive("--nodes", nodes)
@@ -200,6 +216,7 @@ def make_spec(
     if local and launcher != "srun":
         raise UsageError("--local runs ranks as local processes and cannot use --launcher torchrun",
                          "Drop --launcher torchrun, or submit to Slurm without --local")
+    _check_hang_timeout(hang_timeout_s, local)
     if tasks_per_node is None:
         tasks_per_node = gpus_per_node if gpus_per_node else 1
     folder_path = Path(folder).expanduser().absolute()
@@ -210,5 +227,5 @@ def make_spec(
         qos=qos, time_s=time_s, constraint=constraint, exclude=exclude, sbatch_args=parse_sbatch_args(sbatch_args),
         launcher=launcher, folder=folder_path, max_requeues=max_requeues,
         interface=interface, signal_delay_s=signal_delay_s, local=local, job_name=job_name,
-        master_port=master_port,
+        master_port=master_port, hang_timeout_s=hang_timeout_s,
     )

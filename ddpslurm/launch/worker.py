@@ -413,6 +413,9 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
             job_id=dist.job_id, step_id=environ.get("SLURM_STEP_ID"), attempt=attempt, launcher=launcher,
             master_addr=dist.master_addr, master_port=dist.master_port, unix=now, versions=versions,
             env=records.selected_env(environ)))
+        from ddpslurm.launch import heartbeat
+
+        heartbeat.start(environ, state)  # only with --hang-timeout (DDPSLURM_HEARTBEAT_S)
         outcome = run_script(cfg.script, cfg.script_args)
         state.script_ended = True  # a SIGTERM from here on has nothing left to stop
         signalled_while_running = state.signal_unix is not None

@@ -1,0 +1,176 @@
+"""Per-rank heartbeat and hang dumps: the rank side of `ddpslurm submit --hang-timeout`.
+
+Progress is observed without changing the script. torch 2.13 offers no completion hook for gloo
+(`ProcessGroup._register_on_completion_hook` raises "Only ProcessGroupNCCL supports onCompletion hook"),
+and wrapping `torch.distributed.all_reduce` & co. would miss DDP's gradient all-reduces, which the C++
+reducer issues directly. What every backend keeps is the process group's collective sequence number
+(`ProcessGroup._get_sequence_number_for_group()`, bumped each time a collective is issued, DDP's included):
+a rank blocked in a collective issues no next one, so a sequence number that stops moving is a rank that
+stopped progressing. A daemon thread reads it (summed over the process groups) once per
+`DDPSLURM_HEARTBEAT_S` seconds, and `ddpslurm.heartbeat()` lets a script report steps as well (a counter:
+nanoseconds per call). The thread rewrites `attempt_N/rank_R.heartbeat.json` (atomically, ~100 bytes)
+only when something moved, so the cost per training step is nothing on the step's own thread.
+
+On a hang the batch step's monitor (`hang_monitor.py`) first sends `STACK_SIGNAL`: faulthandler, registered
+here, writes every thread's Python stack into `attempt_N/rank_R.stacks.txt` from the signal handler (it
+works while the main thread is stuck in C++ with or without the GIL). Then it writes `attempt_N/hang.json`;
+the thread sees it, writes the rank's `hang` exit record and ends the rank with `HANG_EXIT_CODE`, which
+ends the step through srun's --kill-on-bad-exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+#: Seconds between the thread's looks at the counters; set by `submit --hang-timeout` (absent: no heartbeat).
+HEARTBEAT_ENV = "DDPSLURM_HEARTBEAT_S"
+#: Default-ignored by every process that did not register it, and used by neither NCCL (USR1) nor the
+#: preemption path (USR2, SIGTERM): a stray one harms nothing.
+STACK_SIGNAL = signal.SIGWINCH
+#: The monitor's request to end the attempt (in the attempt folder).
+HANG_REQUEST = "hang.json"
+#: Exit status of a rank ended by the hang monitor (as timeout(1) uses it).
+HANG_EXIT_CODE = 124
+
+_step = 0
+_keep_open: list[TextIO] = []  # faulthandler writes into these from a signal handler: never closed
+
+
+def heartbeat(step: int | None = None) -> None:
+    """Tell ddpslurm's hang monitor this rank made progress (call it once per step; costs nanoseconds).
+
+    Collectives are seen without it; a script with long stretches between collectives (evaluation on
+    one rank, a slow save) calls it there so `--hang-timeout` does not take the stretch for a hang.
+    """
+    global _step
+    _step = _step + 1 if step is None else int(step)
+
+
+def heartbeat_path(attempt_dir: Path, rank: int) -> Path:
+    return attempt_dir / f"rank_{rank}.heartbeat.json"
+
+
+def stacks_path(attempt_dir: Path, rank: int) -> Path:
+    return attempt_dir / f"rank_{rank}.stacks.txt"
+
+
+def collective_count() -> int | None:
+    """Collectives issued by this process over all its process groups; None before init_process_group.
+
+    Never imports torch: a script that has not imported it has issued no collective.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if not dist.is_initialized():
+            return None
+        groups = list(dist.distributed_c10d._world.pg_map)
+        return sum(int(group._get_sequence_number_for_group()) for group in groups)
+    except Exception:  # a torch without these private calls: steps only
+        return None
+
+
+def progress_record(rank: int, collectives: int | None, step: int, unix: float) -> dict[str, Any]:
+    """What `rank_R.heartbeat.json` holds. Pure."""
+    return {"kind": "heartbeat", "rank": rank, "collectives": collectives, "step": step, "unix": unix}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def register_stack_dump(path: Path, rank: int) -> TextIO:
+    """Open the rank's stack file (a header line names it) and let `STACK_SIGNAL` dump every thread into it."""
+    handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for faulthandler
+    handle.write(f"# ddpslurm stack dump file: rank {rank} host {socket.gethostname()} pid {os.getpid()}\n")
+    handle.flush()
+    faulthandler.register(STACK_SIGNAL, file=handle, all_threads=True, chain=False)
+    _keep_open.append(handle)
+    return handle
+
+
+class HeartbeatThread(threading.Thread):
+    """Writes the rank's progress when it moves; ends the rank when the monitor asks."""
+
+    def __init__(self, state: Any, interval_s: float, stacks: TextIO) -> None:
+        super().__init__(name="ddpslurm-heartbeat", daemon=True)
+        self.state, self.interval_s, self.stacks = state, interval_s, stacks
+        attempt_dir = state.paths["exit"].parent
+        self.path = heartbeat_path(attempt_dir, state.dist.rank)
+        self.request = attempt_dir / HANG_REQUEST
+        self.exit = os._exit  # tests replace it
+
+    def run(self) -> None:
+        last: tuple[int | None, int] | None = None
+        while not self.request.exists():
+            now = (collective_count(), _step)
+            if now != last:
+                with contextlib.suppress(OSError):
+                    _write_atomic(self.path, json.dumps(progress_record(self.state.dist.rank, *now, time.time())))
+                last = now
+            time.sleep(self.interval_s)
+        self.end_for_hang()
+
+    def end_for_hang(self) -> None:
+        """The monitor declared a hang: make sure the stacks are on disk, record `hang`, leave."""
+        if self.state.final_code is not None:
+            return  # the script ended by itself meanwhile
+        if _only_header(self.stacks):  # the signal did not come: dump from here
+            faulthandler.dump_traceback(file=self.stacks, all_threads=True)
+        request = _read_request(self.request)
+        with contextlib.suppress(OSError):
+            self.state.exit_record("hang", HANG_EXIT_CODE, reason="hang_monitor",
+                                   hang_timeout_s=request.get("timeout_s"), stalled=request.get("stalled"))
+        print(f"ddpslurm: rank {self.state.dist.rank}: the hang monitor saw no progress for "
+              f"{request.get('timeout_s', '?')}s; stacks in {self.stacks.name}; ending the job",
+              file=sys.stderr, flush=True)
+        self.state.tee.stop(timeout=0.5)
+        self.exit(HANG_EXIT_CODE)
+
+
+def _only_header(handle: TextIO) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(handle.name).read_text(encoding="utf-8", errors="replace").count("\n") <= 1
+    return False
+
+
+def _read_request(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def start(environ: Mapping[str, str], state: Any) -> HeartbeatThread | None:
+    """Start the rank's heartbeat when `DDPSLURM_HEARTBEAT_S` asks for it (the worker's one hook).
+
+    `state` is the worker's per-rank state: `dist.rank`, `paths`, `exit_record(status, code, **fields)`,
+    `final_code`, `tee`.
+    """
+    text = environ.get(HEARTBEAT_ENV, "").strip()
+    try:
+        interval = float(text)
+    except ValueError:
+        return None
+    if not 0 < interval <= 3600:
+        return None
+    attempt_dir = state.paths["exit"].parent
+    stacks = register_stack_dump(stacks_path(attempt_dir, state.dist.rank), state.dist.rank)
+    thread = HeartbeatThread(state, interval, stacks)
+    thread.start()
+    return thread

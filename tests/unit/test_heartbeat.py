@@ -1,0 +1,189 @@
+"""The heartbeat (rank side) and the hang monitor (batch step) of `submit --hang-timeout`, without Slurm."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ddpslurm.errors import UsageError
+from ddpslurm.launch import hang_monitor, heartbeat
+from ddpslurm.launch.hang_monitor import HangMonitor, Progress, scan_attempt, stalled_ranks
+from ddpslurm.launch.plan import batch_setup, plan
+from ddpslurm.launch.spec import make_spec
+
+
+@pytest.mark.parametrize("changes, now, timeout, finished, expected", [
+    ({0: 0.0, 1: 0.0}, 29.0, 30, (), []),
+    ({0: 0.0, 1: 0.0}, 30.0, 30, (), [0, 1]),
+    ({0: 10.0, 1: 0.0, 2: 5.0}, 39.0, 30, (), [1, 2]),  # most stalled first
+    ({0: 10.0, 1: 0.0}, 39.0, 30, (1,), []),  # an ended rank is not watched
+])
+def test_stalled_ranks(changes, now, timeout, finished, expected):
+    progress = Progress(changed=dict(changes))
+    assert stalled_ranks(progress, finished, now, timeout) == expected
+
+
+def test_progress_is_a_changed_file_key_timed_by_the_monitor_clock():
+    progress = Progress()
+    progress.observe({0: (1, 100, 50), 1: (2, 100, 50)}, now=1.0)
+    progress.observe({0: (1, 100, 50), 1: (3, 200, 50)}, now=5.0)  # rank 1 rewrote its file
+    assert progress.changed == {0: 1.0, 1: 5.0}
+
+
+def test_scan_attempt_reads_names_not_contents(tmp_path: Path):
+    (tmp_path / "rank_0.heartbeat.json").write_text("{}")
+    (tmp_path / "rank_12.heartbeat.json").write_text("not json at all")
+    (tmp_path / "rank_3.exit.json").write_text("{}")
+    (tmp_path / "rank_4.heartbeat.json.tmp").write_text("{}")
+    beats, exited = scan_attempt(tmp_path)
+    assert sorted(beats) == [0, 12] and exited == {3}
+    assert scan_attempt(tmp_path / "missing") == ({}, set())
+
+
+def _beat(folder: Path, rank: int, step: int) -> None:
+    path = folder / f"rank_{rank}.heartbeat.json"
+    path.write_text(json.dumps({"step": step}))
+    os.utime(path, ns=(step * 10**9, step * 10**9))
+
+
+def test_monitor_signals_then_requests_then_kills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    sent: list[tuple[str, str]] = []
+    monitor = HangMonitor(tmp_path, "77", 30, signal_job=lambda job, sig: sent.append((job, sig)))
+    for t in range(0, 20):  # both ranks progress for 20 s
+        _beat(tmp_path, 0, t)
+        _beat(tmp_path, 1, t)
+        monitor.poll(float(t))
+    for t in range(20, 45):  # rank 0 goes on; rank 1 stops after t=19
+        _beat(tmp_path, 0, t)
+        monitor.poll(float(t))
+    assert sent == [] and not (tmp_path / "hang.json").exists()
+    _beat(tmp_path, 0, 49)
+    monitor.poll(49.0)  # rank 1 silent since 19: 30 s
+    assert sent == [("77", "WINCH")] and monitor.stalled == [1]
+    monitor.poll(50.0)
+    assert not (tmp_path / "hang.json").exists()  # the stacks get STACK_WAIT_S first
+    monitor.poll(49.0 + hang_monitor.STACK_WAIT_S)
+    request = json.loads((tmp_path / "hang.json").read_text())
+    assert request["stalled"] == [1] and request["timeout_s"] == 30
+    assert request["seconds_since_progress"]["1"] == pytest.approx(49.0 + hang_monitor.STACK_WAIT_S - 19, abs=0.2)
+    monitor.poll(60.0)
+    assert sent == [("77", "WINCH")]
+    monitor.poll(49.0 + hang_monitor.STACK_WAIT_S + hang_monitor.KILL_AFTER_S)
+    assert sent == [("77", "WINCH"), ("77", "KILL")]
+
+
+def test_hang_timeout_option(tmp_path: Path):
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    spec = make_spec(script, nodes=2, hang_timeout_s=30, max_requeues=0, folder=tmp_path)
+    setup = "\n".join(batch_setup(spec, "/usr/bin/python3"))
+    assert "--hang-timeout 30" in setup and "ddpslurm.launch.batch" in setup
+    assert ("DDPSLURM_HEARTBEAT_S", "1") in plan(spec).worker.env_defaults
+    off = make_spec(script, nodes=2, folder=tmp_path)
+    assert "--hang-timeout" not in "\n".join(batch_setup(off, "python3"))
+    assert all(name != "DDPSLURM_HEARTBEAT_S" for name, _ in plan(off).worker.env_defaults)
+    with pytest.raises(UsageError, match="too short"):
+        make_spec(script, hang_timeout_s=3, folder=tmp_path)
+    with pytest.raises(UsageError, match="needs Slurm"):
+        make_spec(script, hang_timeout_s=30, local=True, folder=tmp_path)
+
+
+def test_heartbeat_counts_steps():
+    heartbeat.heartbeat(step=41)
+    heartbeat.heartbeat()
+    assert heartbeat._step == 42
+
+
+def _state(attempt_dir: Path, rank: int = 3):
+    written: list[tuple[str, int, dict]] = []
+    state = SimpleNamespace(dist=SimpleNamespace(rank=rank), paths={"exit": attempt_dir / f"rank_{rank}.exit.json"},
+                            final_code=None, tee=SimpleNamespace(stop=lambda timeout: None),
+                            exit_record=lambda status, code, **fields: written.append((status, code, fields)))
+    return state, written
+
+
+def test_thread_writes_progress_and_ends_on_request(tmp_path: Path):
+    state, written = _state(tmp_path)
+    assert heartbeat.start({}, state) is None  # no DDPSLURM_HEARTBEAT_S: nothing runs
+    stacks = open(tmp_path / "rank_3.stacks.txt", "a+", encoding="utf-8")  # noqa: SIM115 - the thread keeps it
+    stacks.write("# header\n")
+    stacks.flush()
+    thread = heartbeat.HeartbeatThread(state, 0.05, stacks)
+    exits: list[int] = []
+    thread.exit = exits.append
+    thread.start()
+    heartbeat.heartbeat(step=7)
+    deadline = time.time() + 5
+    while time.time() < deadline and '"step": 7' not in _read(tmp_path / "rank_3.heartbeat.json"):
+        time.sleep(0.05)
+    assert json.loads(_read(tmp_path / "rank_3.heartbeat.json"))["step"] == 7
+    (tmp_path / "hang.json").write_text(json.dumps({"timeout_s": 30, "stalled": [3]}))
+    thread.join(5)
+    assert exits == [heartbeat.HANG_EXIT_CODE]
+    assert written == [("hang", 124, {"reason": "hang_monitor", "hang_timeout_s": 30, "stalled": [3]})]
+    dump = _read(tmp_path / "rank_3.stacks.txt")  # no signal came: the thread dumped the stacks itself
+    assert "test_thread_writes_progress_and_ends_on_request" in dump and "most recent call first" in dump
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+
+
+STUCK_RANK = """
+import os, signal, sys, time
+from pathlib import Path
+from ddpslurm.launch import heartbeat
+heartbeat.register_stack_dump(Path(sys.argv[1]), 5)
+def stuck_in_a_function():
+    print("ready", flush=True)
+    time.sleep(60)
+stuck_in_a_function()
+"""
+
+
+def test_stack_signal_dumps_every_thread_of_a_stuck_process(tmp_path: Path):
+    path = tmp_path / "rank_5.stacks.txt"
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_RANK, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(heartbeat.STACK_SIGNAL)
+        deadline = time.time() + 10
+        while time.time() < deadline and "stuck_in_a_function" not in _read(path):
+            time.sleep(0.05)
+        assert proc.poll() is None  # the signal dumps; it does not end the process
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    text = _read(path)
+    assert text.startswith("# ddpslurm stack dump file: rank 5 host ")
+    assert 'line 8 in stuck_in_a_function' in text
+
+
+def test_collective_count_follows_real_gloo_collectives(tmp_path: Path):
+    code = """
+import os, sys
+from ddpslurm.launch.heartbeat import collective_count
+assert collective_count() is None
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+before = collective_count()
+for _ in range(3):
+    dist.all_reduce(torch.ones(2))
+print(before, collective_count())
+"""
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = map(int, out.stdout.split())
+    assert after == before + 3
