@@ -160,6 +160,8 @@ def path_info(relative: PurePath) -> PathInfo:
         return PathInfo(rank=int(m["rank"]), attempt=attempt, kind=kind)
     if name == "ddpslurm.json":
         return PathInfo(kind="job_record")
+    if parts[-2:-1] == ("doctor",) and name.startswith("node_") and name.endswith(".json"):
+        return PathInfo(kind="doctor_record", host=name[5:-5])  # ddpslurm doctor's per-node record
     if name == "error.json":
         return PathInfo(attempt=attempt, kind="elastic_error", host=_host_from(parts[:-1]))
     return PathInfo(attempt=attempt, host=_host_from(parts[:-1]))

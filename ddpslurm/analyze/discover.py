@@ -27,7 +27,7 @@ MAX_DEPTH = 64
 SKIP_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".npy", ".npz", ".so", ".gz",
                  ".zip", ".tar", ".png", ".jpg", ".core", ".h5", ".sqlite", ".db")
 SKIP_NAMES = ("label.json",)
-_RECORD_KINDS = ("start_record", "exit_record", "job_record", "elastic_error")
+_RECORD_KINDS = ("start_record", "exit_record", "job_record", "elastic_error", "doctor_record")
 
 if TYPE_CHECKING:
     from ddpslurm.analyze.diagnosis import Diagnosis

@@ -164,6 +164,10 @@ def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], 
     A record that is not a JSON object is skipped; a field that fails its rule is left out; both add a
     line to `facts["notes"]`. Nothing in a record aborts the analysis.
     """
+    if source.kind == "doctor_record":  # judged with its sibling records: ddpslurm/doctor/analysis.py
+        from ddpslurm.doctor.analysis import doctor_events
+
+        return doctor_events(source.path, source.display), {}
     data = read_json(source.path)
     if not isinstance(data, dict):
         return [], _bad_note(source, "skipped, not a readable JSON object")

@@ -37,6 +37,8 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
     advice += [a for a in (fill(x, values) for x in (info.advice if info else ())) if a not in advice]
     retry = (sig.retry if sig and sig.retry else None) or (info.retry if info else "unknown")
     exclude = sig.exclude_node if sig and sig.exclude_node is not None else (info.exclude_node if info else False)
+    if chosen is not None and chosen.kind == "preflight":  # ddpslurm doctor named the node before training
+        retry, exclude = "requeue", True
     exclude_nodes = [verdict.host] if exclude and verdict.host else []
     if exclude_nodes:
         advice.append(f"Resubmit avoiding the node: sbatch --exclude={','.join(exclude_nodes)} "

@@ -26,7 +26,7 @@ DEFAULT_TIME = "5"
 EXIT_CHECK_FAILED = 1
 MAX_RECORD_BYTES = 1 << 20
 _IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
-_NODE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,255}")
+NODE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,255}")
 
 
 class DoctorError(DdpSlurmError):
@@ -102,7 +102,7 @@ def parse_probe_lines(stdout: str) -> tuple[str | None, list[str]]:
             job_id, nodes = str(seen["job_id"]), [str(node) for node in seen["nodes"]]
         except (ValueError, KeyError, TypeError):
             continue
-        if job_id.isdigit() and nodes and all(_NODE_NAME.fullmatch(node) for node in nodes):
+        if job_id.isdigit() and nodes and all(NODE_NAME.fullmatch(node) for node in nodes):
             return job_id, nodes
     return None, []
 

@@ -1,4 +1,5 @@
-"""Unit tests of the doctor: the judgement (pure), argv and spec building, the probe's sockets on loopback."""
+"""Unit tests of the doctor: the judgement (pure), argv and spec building, the probe's sockets on loopback, and
+`ddpslurm analyze` on a doctor folder (a failed pre-flight is the diagnosis, the node is excluded)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from ddpslurm.analyze.api import analyze_paths
 from ddpslurm.doctor import command, judge, probe
+from ddpslurm.doctor.analysis import doctor_events
 from ddpslurm.errors import UsageError
 
 NAME_SETS = [["n01", "n02", "n03"], ["gpu-a17", "gpu-b03", "gpu-a02"], ["x", "y", "z", "w"]]
@@ -209,3 +212,51 @@ def test_cli_usage_error_is_one_line_and_exit_2() -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "--nodes 0" in done.stderr and "Traceback" not in done.stderr
+
+def write(job_dir: Path, records: dict[str, dict[str, Any]]) -> None:
+    folder = job_dir / "doctor"
+    folder.mkdir(parents=True)
+    for node, record in records.items():
+        (folder / f"node_{node}.json").write_text(json.dumps({**record, "finished": 1.8e9}))
+
+
+@pytest.mark.parametrize("nodes", [["n01", "n02", "n03"], ["gpu-b7", "gpu-a1", "gpu-c3", "gpu-d9"]])
+def test_a_node_cut_off_is_the_failing_host_and_excluded(tmp_path: Path, nodes: list[str]) -> None:
+    records = healthy(nodes)
+    cut_off(records, nodes[1])
+    write(tmp_path / "job_9", records)
+    result = analyze_paths([tmp_path / "job_9"]).to_dict()
+    assert (result["cause"], result["first_failing_host"], result["first_failing_rank"]) == \
+        ("network_unreachable", nodes[1], None)
+    assert result["exclude_nodes"] == [nodes[1]] and result["retry"] == "requeue"
+    assert "pre-flight check" in result["evidence"][0]["text"]
+
+
+def test_a_missing_interface_is_wrong_interface(tmp_path: Path) -> None:
+    nodes = ["n01", "n02", "n03"]
+    write(tmp_path / "job_9", healthy(nodes, n03={"interface": {"name": "ib0", "address": None, "requested": True}}))
+    result = analyze_paths([tmp_path / "job_9"]).to_dict()
+    assert (result["cause"], result["first_failing_host"], result["exclude_nodes"]) == \
+        ("wrong_interface", "n03", ["n03"])
+
+
+def test_a_node_without_a_record_is_reported_by_the_first_record(tmp_path: Path) -> None:
+    nodes = ["n01", "n02", "n03"]
+    records = healthy(nodes)
+    cut_off(records, "n03")
+    del records["n03"]
+    write(tmp_path / "job_9", records)
+    first = doctor_events(str(tmp_path / "job_9/doctor/node_n01.json"), "node_n01.json")
+    second = doctor_events(str(tmp_path / "job_9/doctor/node_n02.json"), "node_n02.json")
+    assert {e.host for e in first} == {"n03"} and second == []
+    assert {e.cause for e in first} >= {"node_failure"}
+
+
+def test_a_healthy_doctor_folder_yields_no_failure_and_odd_names_are_refused(tmp_path: Path) -> None:
+    nodes = ["n01", "n02"]
+    write(tmp_path / "job_9", healthy(nodes))
+    assert doctor_events(str(tmp_path / "job_9/doctor/node_n01.json"), "x") == []
+    bad = healthy(["../x", "n02"])
+    cut_off(bad, "n02")
+    write(tmp_path / "job_8", {"n02": bad["n02"]})
+    assert doctor_events(str(tmp_path / "job_8/doctor/node_n02.json"), "x") == []
