@@ -11,6 +11,7 @@ skipped here, counted per folder and suffix, and by content in the scanner; noth
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections import Counter
 from collections.abc import Sequence
@@ -27,7 +28,11 @@ MAX_DEPTH = 64
 SKIP_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".npy", ".npz", ".so", ".gz",
                  ".zip", ".tar", ".png", ".jpg", ".core", ".h5", ".sqlite", ".db")
 SKIP_NAMES = ("label.json",)
-_RECORD_KINDS = ("start_record", "exit_record", "job_record", "elastic_error", "doctor_record")
+_RECORD_KINDS = ("start_record", "exit_record", "job_record", "elastic_error", "doctor_record", "stack_dump",
+                 "hang_record")
+#: the hang monitor's files (ddpslurm.launch.heartbeat): stack dumps parsed by analyze/stacks.py; its bookkeeping
+_HANG_FILES = ((re.compile(r"rank_\d{1,7}\.stacks\.txt"), "stack_dump"),
+               (re.compile(r"rank_\d{1,7}\.heartbeat\.json|hang\.json"), "hang_record"))
 
 if TYPE_CHECKING:
     from ddpslurm.analyze.diagnosis import Diagnosis
@@ -205,7 +210,10 @@ def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
 def _source(path: Path, relative: PurePath, size: int) -> SourceFile:
     info = path_info(relative)
     kind = info.kind
-    if path.suffix == ".json" and kind == "log":
+    hang_kind = next((k for pattern, k in _HANG_FILES if pattern.fullmatch(path.name)), None)
+    if hang_kind and kind == "log":
+        kind = hang_kind
+    elif path.suffix == ".json" and kind == "log":
         kind = "json"
     return SourceFile(path=str(path), display=str(path), rank=info.rank, host=info.host, local_rank=info.local_rank,
                       attempt=info.attempt, kind=kind, size=size, task_file=info.task_file)

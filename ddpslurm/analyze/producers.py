@@ -429,10 +429,49 @@ def job_events(tl: JobTimeline) -> list[Vote]:
 
 
 #: every producer the combiner runs, in the order their reasons are reported
+#: A stack dumped by the hang monitor shows the rank's state at the hang itself, not an inference from its peers'
+#: words: weighed like a rank's own decisive failure (50-100), above srun's first death (40; under a hang every
+#: rank exits 124 at once, so srun's order says nothing) and the pointers of victims (8-30).
+HANG_STACK_WEIGHT = 70.0
+MISMATCH_STACK_WEIGHT = 50.0
+
+
+def hang_stacks(tl: JobTimeline) -> list[Vote]:
+    """The hang monitor's stack dumps (analyze/stacks.py): ranks whose main thread is outside any collective while
+    others wait in one are the stuck ones (collective_timeout); with every rank in a collective but not the same
+    one, the minority's ranks (collective_mismatch), or no single rank on a tie; all in one collective, no single
+    rank (collective_timeout)."""
+    stacks = {e.rank: e for e in tl.events if e.kind == "stack" and e.rank is not None}
+    if len(stacks) < 2:
+        return []
+    outside = sorted(r for r, e in stacks.items() if e.get("in_collective") == "no")  # type: ignore[type-var]
+    if outside and len(outside) < len(stacks):
+        return [Vote("hang stacks", HANG_STACK_WEIGHT / len(outside), f"its stack is outside any collective "
+                     f"({stacks[r].get('stuck_frame')}) while {len(stacks) - len(outside)} other rank(s) wait in one",
+                     rank=r, host=stacks[r].host or tl.facts.rank_host.get(r), cause="collective_timeout",
+                     evidence=(stacks[r],), own=True) for r in outside]
+    counts = Counter(e.get("collective") for e in stacks.values() if e.get("in_collective") == "yes")
+    if outside:
+        return []
+    if len(counts) == 1:
+        return [Vote("hang stacks", MISMATCH_STACK_WEIGHT / 2, f"every rank dumped waits in {next(iter(counts))}: a "
+                     "collective that never completes, no rank outside it", cause="collective_timeout",
+                     evidence=tuple(list(stacks.values())[:2]))]
+    (_, most), (_, second) = counts.most_common(2)
+    if most == second:
+        return [Vote("hang stacks", MISMATCH_STACK_WEIGHT, "the ranks wait in different collectives: "
+                     + ", ".join(sorted(str(c) for c in counts)), cause="collective_mismatch",
+                     evidence=tuple(list(stacks.values())[:3]))]
+    minority = sorted(r for r, e in stacks.items() if counts[e.get("collective")] < most)  # type: ignore[type-var]
+    return [Vote("hang stacks", MISMATCH_STACK_WEIGHT / len(minority), f"it waits in {stacks[r].get('collective')} "
+                 f"while most ranks wait in {counts.most_common(1)[0][0]}", rank=r, host=stacks[r].host,
+                 cause="collective_mismatch", evidence=(stacks[r],), own=True) for r in minority]
+
+
 PRODUCERS: tuple[Callable[[JobTimeline], list[Vote]], ...] = (
     job_events, own_failures, detectors_and_hosts, srun_task_deaths, vanished_ranks, agent_teardown,
     barrier_counts, timeout_reporters, named_peers, odd_versions, interface_picks, ranks_beyond_world,
-    logs_that_stop_early,
+    logs_that_stop_early, hang_stacks,
 )
 
 

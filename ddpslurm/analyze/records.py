@@ -168,6 +168,12 @@ def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], 
         from ddpslurm.doctor.analysis import doctor_events
 
         return doctor_events(source.path, source.display), {}
+    if source.kind == "stack_dump":  # the hang monitor's stack dumps (ddpslurm/analyze/stacks.py)
+        from ddpslurm.analyze.stacks import stack_events
+
+        return stack_events(source), {}
+    if source.kind == "hang_record":  # the heartbeat's and the monitor's bookkeeping: no evidence of its own
+        return [], {}
     data = read_json(source.path)
     if not isinstance(data, dict):
         return [], _bad_note(source, "skipped, not a readable JSON object")
@@ -224,6 +230,10 @@ def _exit_events(data: dict[str, Any], rank: int | None, base: dict[str, Any], s
         marker = Event(kind="exit", text=first_line, fields=fields, **base)
         kind = sig.kind if sig is not None and sig.kind not in ("signature", "exit") else "exception"
         return [marker, _sig_event(base, kind, first_line, sig, fields + groups)]
+    if status == "hang":  # ended by ddpslurm's hang monitor: every rank gets one, the stack dumps tell who hung
+        return [Event(kind="exit", text=f"rank {rank} was ended by ddpslurm's hang monitor (no progress)",
+                      fields=fields, role="victim", cause="collective_timeout", priority=5,
+                      signature="exit-record-hang", **base)]
     if status == "preempted":
         time_limit = data.get("reason") in ("time_limit", "TIME_LIMIT")
         what = "the time limit" if time_limit else "preemption"
