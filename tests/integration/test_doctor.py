@@ -1,0 +1,111 @@
+"""`ddpslurm doctor` on the real local cluster: a healthy allocation passes; a node whose namespace drops TCP
+to its peers, or lacks the interface asked for, is the one node named, in seconds; `analyze` reads it too."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+#: TCP between compute nodes on the DDP ports (MASTER_PORT 10000-29999 and the ephemeral range gloo/NCCL
+#: listen on); new connections only, so Slurm's own ports (6817-6819) and its replies stay open.
+DDP_PORTS = "10000-65535"
+
+
+def nodes_of(cluster) -> list[str]:
+    out = cluster.run(["sinfo", "--noheader", "--Node", "--format=%N"]).stdout.split()
+    return sorted(set(out))
+
+
+def address(node: str) -> str:
+    return subprocess.run(["getent", "hosts", node], capture_output=True, text=True, check=True).stdout.split()[0]
+
+
+def doctor(cluster, folder: Path, *args: str) -> tuple[int, dict]:
+    done = cluster.run([sys.executable, "-m", "ddpslurm.cli", "doctor", "--nodes", "3", "--folder", str(folder),
+                        "--json", *args], check=False, timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def run_seconds(result: dict) -> float:
+    """How long the checks ran on the nodes, first start to last record (a queue wait excluded)."""
+    records = [json.loads(p.read_text()) for p in Path(result["folder"], "doctor").glob("node_*.json")]
+    return max(r["finished"] for r in records) - min(r["started"] for r in records)
+
+
+def analyze(cluster, folder: str) -> dict:
+    done = cluster.run([sys.executable, "-m", "ddpslurm.cli", "analyze", folder, "--json"], check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_healthy_nodes_pass(slurm_cluster, tmp_path: Path) -> None:
+    code, result = doctor(slurm_cluster, tmp_path)
+    assert (code, result["ok"], result["failing_nodes"]) == (0, True, []), result
+    names = {c["name"] for c in result["checks"]}
+    assert names >= {"probe", "interface", "hostname", "port_free", "master_port", "peers", "versions", "clock"}
+    assert {c["node"] for c in result["checks"]} == set(nodes_of(slurm_cluster))
+    assert run_seconds(result) <= 30
+
+
+@pytest.fixture
+def firewalled(slurm_cluster) -> Iterator[str]:
+    """nftables in the second node's namespace drops new TCP connections to and from the other nodes."""
+    nodes = nodes_of(slurm_cluster)
+    bad, others = nodes[1], ", ".join(address(n) for n in nodes if n != nodes[1])
+    table = "ddpslurm_doctor_test"
+    rules = (f"table inet {table} {{\n"
+             f" chain input {{ type filter hook input priority 0; policy accept; ip saddr {{ {others} }} "
+             f"tcp dport {DDP_PORTS} ct state new drop; }}\n"
+             f" chain output {{ type filter hook output priority 0; policy accept; ip daddr {{ {others} }} "
+             f"tcp dport {DDP_PORTS} ct state new drop; }}\n}}\n")
+    netns = ["nsenter", f"--net=/run/netns/dds-{bad}", "nft"]
+    subprocess.run([*netns, "-f", "-"], input=rules, text=True, check=True, timeout=30)
+    try:
+        yield bad
+    finally:
+        subprocess.run([*netns, "delete", "table", "inet", table], check=False, timeout=30)
+
+
+def test_a_firewalled_node_is_named_within_60_s(slurm_cluster, firewalled: str, tmp_path: Path) -> None:
+    code, result = doctor(slurm_cluster, tmp_path)
+    assert (code, result["ok"], result["failing_nodes"]) == (1, False, [firewalled]), result
+    failed = {c["name"] for c in result["checks"] if not c["ok"]}
+    assert failed <= {"master_port", "peers"} and failed
+    assert run_seconds(result) <= 60
+    diagnosis = analyze(slurm_cluster, result["folder"])
+    assert (diagnosis["cause"], diagnosis["first_failing_host"], diagnosis["exclude_nodes"]) == \
+        ("network_unreachable", firewalled, [firewalled])
+
+
+@pytest.fixture
+def renamed_interface(slurm_cluster) -> Iterator[str]:
+    """The third node's eth0 is called ddalt0 for the test (slurmd listens on every address: it keeps working)."""
+    node = nodes_of(slurm_cluster)[2]
+    ip = ["ip", "-n", f"dds-{node}", "link", "set"]
+
+    def rename(old: str, new: str) -> None:
+        for argv in ([*ip, old, "down"], [*ip, old, "name", new], [*ip, new, "up"]):
+            subprocess.run(argv, check=True, timeout=30)
+
+    rename("eth0", "ddalt0")
+    try:
+        yield node
+    finally:
+        rename("ddalt0", "eth0")
+
+
+def test_a_missing_interface_names_its_node(slurm_cluster, renamed_interface: str, tmp_path: Path) -> None:
+    code, result = doctor(slurm_cluster, tmp_path, "--interface", "eth0")
+    assert (code, result["failing_nodes"]) == (1, [renamed_interface]), result
+    assert [c["name"] for c in result["checks"] if not c["ok"]] == ["interface"]
+    assert "eth0 does not exist" in next(c["detail"] for c in result["checks"] if not c["ok"])
+    diagnosis = analyze(slurm_cluster, result["folder"])
+    assert (diagnosis["cause"], diagnosis["first_failing_host"]) == ("wrong_interface", renamed_interface)
