@@ -152,6 +152,15 @@ def requeue_if_running(job_id: str, attempt_dir: Path, reason: str) -> bool:
     return bool(outcome["requeued"])
 
 
+def record_no_requeue(job_id: str, attempt_dir: Path, reason: str) -> None:
+    """A signal reached the ranks but the job is not requeued: say why in `requeue.json` and the batch log."""
+    now = time.time()
+    records.write_json(attempt_dir / "requeue.json", {"job_id": job_id, "reason": reason, "job_state": None,
+                                                      "unix": now, "time": records.timestamp(now),
+                                                      "requeued": False, "why_not": reason})
+    print(f"ddpslurm batch: not requeuing job {job_id}: {reason}", file=sys.stderr, flush=True)
+
+
 def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s: float, max_requeues: int,
               environ: Mapping[str, str], hang_timeout_s: float = 0) -> int:
     """Run srun; requeue when `decide` says so; watch for hangs with --hang-timeout; srun's exit status."""
@@ -176,6 +185,8 @@ def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s
             acted = True
             requeue_if_running(job_id, attempt_dir, decision.reason)
         if code is not None:
+            if decision.action == NONE and signal_unix is not None and not acted:
+                record_no_requeue(job_id, attempt_dir, decision.reason)
             return code
         time.sleep(POLL_S)
 

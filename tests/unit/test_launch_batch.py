@@ -88,3 +88,23 @@ def test_a_rank_killed_without_a_signal_is_no_preemption() -> None:
     got = decide(**args, signalled=frozenset({0}))
     assert got.action == NONE and "[1]" in got.reason and "killed" in got.reason
     assert decide(**args, signalled=frozenset({0, 1})).action == REQUEUE  # killed after its signal
+
+
+def test_supervise_returns_srun_status_and_records_why_it_did_not_requeue(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in for srun: rank 0 took a SIGTERM and left its record, rank 1 vanished (SIGKILLed)."""
+    from ddpslurm.launch.batch import supervise
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("# stand-in\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    attempt = tmp_path / "job_77" / "attempt_0"
+    attempt.mkdir(parents=True)
+    fake_srun = ("printf '%s' '{\"rank\": 0, \"unix\": 10.0}' > rank_0.signal.json && "
+                 "printf '%s' '{\"rank\": 0, \"status\": \"preempted\", \"unix\": 11.0}' > rank_0.exit.json && exit 9")
+    monkeypatch.chdir(attempt)
+    code = supervise(["sh", "-c", fake_srun], folder=str(tmp_path), world_size=2, grace_s=20, max_requeues=3,
+                     environ={"SLURM_JOB_ID": "77"})
+    assert code == 9
+    record = json.loads((attempt / "requeue.json").read_text())
+    assert record["requeued"] is False and "[1]" in record["why_not"]
