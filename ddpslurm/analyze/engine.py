@@ -6,6 +6,7 @@ The three stages each test on their own (DESIGN.md, Analyze): `timeline.build_ti
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -26,6 +27,7 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
     events, facts = resolve(events, sources, summaries, facts_in or {})
     accuses = {s.id: s.accuses for s in sigs.signatures}
     events = teardown_kills([with_accuses(refine_exit(e), accuses) for e in events])
+    events = weaken_cut_lines(events, cut_last_lines(events, sources, summaries))
     timeline = build_timeline(events, facts, sources, summaries)
     verdict = combine(timeline, frozenset(c for c, info in sigs.causes.items() if info.node_level))
     return render(verdict, timeline, summaries, sigs)
@@ -37,6 +39,36 @@ def with_accuses(e: Event, accuses: dict[str, str]) -> Event:
         return e
     who = accuses.get(e.signature or "") or default_accuses(e.role, "", e.kind, e.cause or "unknown")
     return evolve(e, fields=(*e.fields, ("accuses", who)))
+
+
+def cut_last_lines(events: list[Event], sources: Sequence[SourceFile],
+                   summaries: Sequence[FileSummary]) -> set[tuple[str, int]]:
+    """(file, line) of failure lines that end their file without a newline: a log cut mid-line (a node that
+    died, a paste cut short). Only files with a failure on their last line are looked at (one byte each)."""
+    last = {s.file: s.lines for s in summaries if s.lines}
+    on_last = {e.file for e in events if e.role is not None and last.get(e.file) == e.line}
+    out = set()
+    for source in sources:
+        if source.display in on_last and not _ends_with_newline(source.path):
+            out.add((source.display, last[source.display]))
+    return out
+
+
+def _ends_with_newline(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) == b"\n"
+    except OSError:
+        return True  # unreadable now: say nothing about it
+
+
+def weaken_cut_lines(events: list[Event], cut: set[tuple[str, int]]) -> list[Event]:
+    """A failure line cut mid-way may have lost what named it: it counts as an `either` line (weak evidence)."""
+    if not cut:
+        return events
+    return [evolve(e, role="either", priority=0) if (e.file, e.line) in cut and e.role == "culprit" else e
+            for e in events]
 
 
 #: signals a job's teardown sends (srun, the agent, Slurm's cancel): a process they kill did not fail on its own

@@ -127,15 +127,15 @@ def vanished_ranks(tl: JobTimeline) -> list[Vote]:
     """Ranks that started (a start record) and left no exit record and no word, while the others did."""
     started = [rt for rt in tl.ranks.values() if rt.started]
     gone = [rt for rt in started if rt.exit is None and not _speaks(rt)]
-    if not gone or len(gone) * 2 > len(started) or not any(rt.exit is not None or rt.failures for rt in started):
+    if not gone or len(gone) * 2 > len(started) or not any(rt.exit is not None or _speaks(rt) for rt in started):
         return []
     return [Vote("vanished", 25.0 / len(gone), f"rank {rt.rank} started but left no exit record and no error "
                  "(killed without a chance to write one)", rank=rt.rank, host=rt.host, own=True) for rt in gone]
 
 
 def _speaks(rt: RankTimeline) -> bool:
-    """The rank logged an error of its own or as a victim (not only being terminated)."""
-    return any(e.kind not in QUIET_KINDS for e in rt.failures)
+    """The rank logged an error of its own or as a victim (not only being terminated, not one it got past)."""
+    return any(e.kind not in QUIET_KINDS and e not in rt.recovered for e in rt.failures)
 
 
 def named_peers(tl: JobTimeline) -> list[Vote]:

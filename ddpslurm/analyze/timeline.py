@@ -180,10 +180,19 @@ def recovered_failures(tl: RankTimeline, own_events: list[Event], job_initialize
     for f in tl.failures:
         if f.cause not in RETRIED_CAUSES or (f.role == "culprit" and f.kind != "socket"):
             continue
-        if any(_later(f, e) for e in own_events if e.kind in ALIVE_KINDS) or tl.exit_status == "ok" or \
+        if any(_later(f, e) for e in own_events if _got_past(f, e)) or tl.exit_status == "ok" or \
                 (job_initialized and f.kind == "socket"):
             out.append(f)
     return out
+
+
+def _got_past(failure: Event, e: Event) -> bool:
+    """`e` shows the rank got past `failure`: init done, a collective, or (after a connect failure) a store
+    barrier or a failure of another phenomenon than not reaching its peers."""
+    if e.kind in ALIVE_KINDS:
+        return True
+    return failure.kind == "socket" and (e.kind == "store_barrier" or (
+        e.role is not None and e.kind != "socket" and e.cause not in RETRIED_CAUSES))
 
 
 def _later(a: Event, b: Event) -> bool:

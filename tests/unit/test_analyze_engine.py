@@ -7,6 +7,7 @@ names the phenomenon it checks, not a log file.
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 
 import pytest
 
@@ -78,6 +79,16 @@ def test_a_startup_connect_error_followed_by_init_is_recovered() -> None:
     assert tl.rank(2).recovered == [refused] and tl.rank(2).own_failures == []
 
 
+def test_a_connect_refusal_followed_by_the_store_barrier_or_another_error_was_retried_through() -> None:
+    refused = ev("socket", "either", 2, cause="network_unreachable", priority=55, line=3)
+    barrier = ev("store_barrier", "victim", 2, cause="rendezvous_timeout", line=9)
+    nccl = ev("exception", "either", 2, cause="nccl_internal_error", line=9)
+    same = ev("exception", "either", 2, cause="network_unreachable", line=9)
+    assert timeline([refused, barrier]).rank(2).recovered == [refused]
+    assert timeline([refused, nccl]).rank(2).recovered == [refused]
+    assert timeline([refused, same]).rank(2).recovered == []  # its final error is the same failure
+
+
 def test_a_log_that_goes_on_past_the_others_did_not_stop_early() -> None:
     last = {0: "step N loss N", 1: "RuntimeError: timeout", 2: "RuntimeError: timeout", 3: "RuntimeError: timeout"}
     assert stopped_early(last, {0: 500, 1: 100, 2: 100, 3: 100}) == set()
@@ -102,6 +113,22 @@ def test_a_world_size_read_in_a_log_never_enumerates_ranks() -> None:
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert tl.world_size == 1 and verdict.rank is None and peak < 20 << 20
+
+
+def test_a_failure_on_a_line_cut_mid_way_is_weak(tmp_path: Path) -> None:
+    from ddpslurm.analyze.engine import cut_last_lines, weaken_cut_lines
+    from ddpslurm.analyze.events import FileSummary, SourceFile
+
+    cut, whole = tmp_path / "r1.log", tmp_path / "r2.log"
+    cut.write_text("step 1\ntorch.distributed.DistBackendError: [Rank 1] Watch")
+    whole.write_text("step 1\nValueError: bad batch\n")
+    events = [ev("exception", "culprit", 1, cause="user_code_exception", file="r1.log", line=2),
+              ev("exception", "culprit", 2, cause="user_code_exception", file="r2.log", line=2)]
+    sources = [SourceFile(path=str(cut), display="r1.log"), SourceFile(path=str(whole), display="r2.log")]
+    summaries = [FileSummary(file="r1.log", lines=2), FileSummary(file="r2.log", lines=2)]
+    found = cut_last_lines(events, sources, summaries)
+    assert found == {("r1.log", 2)}
+    assert [e.role for e in weaken_cut_lines(events, found)] == ["either", "culprit"]
 
 
 def test_huge_numbers_anywhere_stay_bounded() -> None:
