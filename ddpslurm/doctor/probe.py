@@ -32,6 +32,7 @@ CONNECT_TIMEOUT_S = 2.0  #: one connection attempt; a dropped SYN costs this muc
 RETRY_S = 0.2  #: pause after a refused connection (the peer's listener may not be up yet)
 LOOKUP_TIMEOUT_S = 2.0  #: one name lookup
 DEFAULT_WINDOW_S = 10.0  #: how long a node keeps trying to reach its peers
+SOFTWARE_TIMEOUT_S = 60  #: importing torch (a cold shared file system can be slow)
 RECORD_PREFIX = "ddpslurm-doctor "  #: the line each probe prints for the CLI (one JSON object follows)
 
 
@@ -197,10 +198,15 @@ def probe(folder: Path, port: int | None, requested: str | None, window: float,
     job_id, nodes, rank, node = allocation(environ)
     port = port or master_port_for(job_id)
     listener = Listener(node, port)
+    found: list[tuple[dict[str, str | None], int | None]] = []
+    importing = threading.Thread(target=lambda: found.append(software()), daemon=True)
+    importing.start()  # importing torch takes seconds: do it while the links are tested
     iface = pick_interface(requested, nodes, rank)
     peers = [peer for peer in nodes if peer != node]
     links = reach_all(node, peers, port, iface["address"], started + window)
-    versions, gpus = software()
+    importing.join(SOFTWARE_TIMEOUT_S)
+    versions, gpus = found[0] if found else ({"torch": f"import took over {SOFTWARE_TIMEOUT_S} s", "cuda": None,
+                                              "nccl": None}, None)
     job_dir = job_folder(folder, job_id)
     while not set(peers) <= listener.heard and time.time() < started + window + CONNECT_TIMEOUT_S:
         time.sleep(0.05)  # stay reachable until every peer has tested us
