@@ -1,0 +1,88 @@
+"""Wall time of `ddpslurm doctor` on the local cluster: healthy at 2 and 3 nodes, and the time until a node
+whose namespace drops TCP to its peers is named (the README's figures).
+
+    sudo python benchmarks/doctor_time.py [--cluster NAME] [--runs N] [--window S ...]
+
+The cluster (`slurm/cluster --name NAME up --nodes 3`, default `doc`) must be up and idle. The fault is an
+nftables table in the second node's namespace that drops new TCP connections to and from the other compute
+nodes on ports 10000-65535 (Slurm's own ports stay open); it is removed at the end. Times are the whole
+command (srun included) and, in brackets, first probe start to last record on the nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TABLE = "ddpslurm_doctor_bench"
+
+
+def cluster_env(name: str) -> dict[str, str]:
+    out = subprocess.run([str(REPO / "slurm" / "cluster"), "--name", name, "env"], capture_output=True, text=True,
+                         check=True).stdout
+    env = dict(os.environ)
+    for line in out.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = value.strip("'\"")
+    return env
+
+
+def doctor(env: dict[str, str], folder: str, nodes: int, *args: str) -> tuple[float, float, list[str]]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "doctor", "--nodes", str(nodes), "--folder", folder,
+                           "--json", *args], capture_output=True, text=True, env=env, timeout=600)
+    wall = time.monotonic() - started
+    result = json.loads(done.stdout)
+    recs = [json.loads(p.read_text()) for p in Path(result["folder"], "doctor").glob("node_*.json")]
+    on_nodes = max(r["finished"] for r in recs) - min(r["started"] for r in recs)
+    return wall, on_nodes, result["failing_nodes"]
+
+
+def firewall(env: dict[str, str], node: str, others: list[str], on: bool) -> None:
+    nft = ["nsenter", f"--net=/run/netns/dds-{node}", "nft"]
+    if not on:
+        subprocess.run([*nft, "delete", "table", "inet", TABLE], check=False)
+        return
+    addrs = ", ".join(subprocess.run(["getent", "hosts", n], capture_output=True, text=True, env=env,
+                                     check=True).stdout.split()[0] for n in others)
+    drop = "tcp dport 10000-65535 ct state new drop;"
+    rules = (f"table inet {TABLE} {{\n"
+             f" chain input {{ type filter hook input priority 0; policy accept; ip saddr {{ {addrs} }} {drop} }}\n"
+             f" chain output {{ type filter hook output priority 0; policy accept; ip daddr {{ {addrs} }} {drop} }}\n"
+             "}\n")
+    subprocess.run([*nft, "-f", "-"], input=rules, text=True, check=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cluster", default="doc")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--window", type=float, nargs="*", default=[10.0, 3.0])
+    args = parser.parse_args()
+    env = cluster_env(args.cluster)
+    nodes = sorted(set(subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, env=env,
+                                      check=True).stdout.split()))
+    with tempfile.TemporaryDirectory() as folder:
+        for count in (2, 3):
+            runs = [doctor(env, folder, count) for _ in range(args.runs)]
+            print(f"healthy, {count} nodes: " + ", ".join(f"{w:.1f} s ({n:.1f} s)" for w, n, _ in runs))
+        firewall(env, nodes[1], [n for n in nodes if n != nodes[1]], on=True)
+        try:
+            for window in args.window:
+                runs = [doctor(env, folder, 3, "--window", f"{window:g}") for _ in range(args.runs)]
+                print(f"{nodes[1]} firewalled, 3 nodes, --window {window:g}: "
+                      + ", ".join(f"{w:.1f} s ({n:.1f} s) -> {f}" for w, n, f in runs))
+        finally:
+            firewall(env, nodes[1], [], on=False)
+    print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+if __name__ == "__main__":
+    main()
