@@ -42,7 +42,7 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
         for key, value in found.items():
             facts[key] = max(facts.get(key, 0), value) if isinstance(value, int) else value
     year = _year(events, logs)
-    with _progress(progress, sum(s.size for s in logs)) as advance:
+    with _progress(progress, sum(s.size for s in logs), len(logs)) as advance:
         results = scan_files(logs, sigs, years=[year] * len(logs), workers=workers, progress=advance)
     summaries: list[FileSummary] = []
     for file_events, summary in results:
@@ -114,24 +114,29 @@ def _year(events: list[Event], logs: Sequence[SourceFile]) -> int | None:
 
 
 class _progress:
-    """A rich progress bar on stderr when asked for and stderr is a terminal; else a no-op."""
+    """A rich progress bar on stderr (files and bytes) for long runs, when asked for and stderr is a terminal;
+    else a no-op (never with --json: the command asks only for the text report)."""
 
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled = enabled and total > (32 << 20) and os.isatty(2)
-        self.total = total
+    def __init__(self, enabled: bool, total: int, files: int = 0) -> None:
+        self.enabled = enabled and (total > (32 << 20) or files > 2000) and os.isatty(2)
+        self.total, self.files, self.done_files = total, files, 0
         self.bar: Any = None
 
-    def __enter__(self) -> Callable[[int], None] | None:
+    def __enter__(self) -> Callable[..., None] | None:
         if not self.enabled:
             return None
         from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.bar = Progress("scanning logs", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                            console=Console(stderr=True), transient=True)
+        self.bar = Progress("scanning logs", BarColumn(), TextColumn("{task.fields[files]} files"), DownloadColumn(),
+                            TimeRemainingColumn(), console=Console(stderr=True), transient=True)
         self.bar.start()
-        task = self.bar.add_task("scan", total=self.total)
-        return lambda n: self.bar.advance(task, n)
+        task = self.bar.add_task("scan", total=self.total, files=f"0/{self.files:,}")
+
+        def advance(nbytes: int, files: int = 0) -> None:
+            self.done_files += files
+            self.bar.update(task, advance=nbytes, files=f"{self.done_files:,}/{self.files:,}")
+        return advance
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:

@@ -462,7 +462,23 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     state.finish()
     summary.lines = lineno
     summary.tail = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
-    return state.events, summary
+    return without_repeats(state.events), summary
+
+
+def without_repeats(events: list[Event]) -> list[Event]:
+    """A file's events less the victim facts it repeats: the same signature saying the same about the same rank
+    again (torch logs a watchdog timeout up to four times per rank: 16k ranks, 64k events). The first is kept;
+    facts of no known rank are all kept (a merged log may hold several ranks' identical lines)."""
+    seen: set[tuple] = set()
+    out: list[Event] = []
+    for e in events:
+        if e.role == "victim" and e.rank is not None:
+            key = (e.signature, e.rank, e.host, e.pid, e.fields)
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(e)
+    return out
 
 
 def _scan_block(block: bytes, lineno: int, state: _FileState, anchors: Sequence[bytes], every_line: bool,
@@ -510,6 +526,31 @@ def _scan_job(args: tuple[SourceFile, int | None, int, int | None]) -> tuple[lis
     return scan_file(source, _WORKER_SIGS, year, start=start, end=end)
 
 
+def _scan_batch(batch: list[tuple[SourceFile, int | None, int, int | None]]) -> list[tuple[list[Event], FileSummary]]:
+    """Many small files in one worker task: the per-task cost (pickling, scheduling) is paid once per batch."""
+    return [_scan_job(args) for args in batch]
+
+
+#: a worker task holds files up to this many bytes, or this many files (a 16k-rank job: 32k files of ~40 KB)
+BATCH_BYTES = 8 << 20
+BATCH_FILES = 256
+
+
+def batches(jobs: list[tuple[int, tuple[SourceFile, int | None, int, int | None]]]) -> list[list[tuple]]:
+    """Consecutive jobs grouped into tasks of at most BATCH_BYTES and BATCH_FILES (a big range is a task alone)."""
+    out: list[list[tuple]] = []
+    size = 0
+    for job in jobs:
+        source, _, start, end = job[1]
+        nbytes = (end if end is not None else source.size) - start
+        if not out or size + nbytes > BATCH_BYTES or len(out[-1]) >= BATCH_FILES:
+            out.append([])
+            size = 0
+        out[-1].append(job)
+        size += nbytes
+    return out
+
+
 def split_points(path: str, size: int, parts: int) -> list[int]:
     """Byte offsets cutting a file into `parts` ranges at line starts: [0, b1, ..., size]."""
     cuts = [0]
@@ -548,7 +589,7 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         merged.error = merged.error or summary.error
         merged.tail = summary.tail or merged.tail
     merged.lines = offset
-    return events, merged
+    return without_repeats(events), merged
 
 
 def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequence[int | None] | None = None,
@@ -559,7 +600,12 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     total = sum(s.size for s in sources)
     count = workers if workers is not None else min(os.cpu_count() or 1, 8)
     if count <= 1 or total < PARALLEL_MIN_BYTES:
-        return [scan_file(s, sigs, y, progress) for s, y in zip(sources, years, strict=False)]
+        results = []
+        for s, y in zip(sources, years, strict=False):
+            results.append(scan_file(s, sigs, y, progress))
+            if progress:
+                progress(0, 1)
+        return results
     import multiprocessing
 
     # big files are cut into ranges at line starts so that one huge log also uses every core
@@ -572,9 +618,11 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     jobs.sort(key=lambda job: -((job[1][3] or job[1][0].size) - job[1][2]))
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
     pieces: dict[int, list[tuple[int, tuple[list[Event], FileSummary]]]] = defaultdict(list)
-    with ctx.Pool(min(count, len(jobs)), initializer=_init_worker, initargs=(sigs,)) as pool:
-        for (i, args), result in zip(jobs, pool.imap(_scan_job, [a for _, a in jobs], chunksize=2), strict=False):
-            pieces[i].append((args[2], result))
+    tasks = batches(jobs)
+    with ctx.Pool(min(count, len(tasks)), initializer=_init_worker, initargs=(sigs,)) as pool:
+        for task, results in zip(tasks, pool.imap(_scan_batch, [[a for _, a in t] for t in tasks]), strict=False):
+            for (i, args), result in zip(task, results, strict=True):
+                pieces[i].append((args[2], result))
             if progress:
-                progress((args[3] or args[0].size) - args[2])
+                progress(sum((a[3] or a[0].size) - a[2] for _, a in task), sum(1 for _, a in task if a[2] == 0))
     return [merge_parts([r for _, r in sorted(pieces[i], key=lambda p: p[0])]) for i in range(len(sources))]

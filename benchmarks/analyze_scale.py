@@ -1,0 +1,109 @@
+"""`ddpslurm analyze` from 512 to 65,536 ranks against `grep -E` over the same files, one table row per job.
+
+    python benchmarks/analyze_scale.py [--root .bench/scale] [--runs 3] [--jobs N]
+                                       [--job RANKS:GB:LAYOUT:SCENARIO:CULPRIT ...]
+
+Each job is generated with make_big_job.py under --root unless it is there already (PLANTED.json), the page cache is
+warmed with `cat`, then analyze and grep each run --runs times, alternately (a shared machine's load hits both).
+Printed per job: files, bytes, analyze wall (median) and CPU (user+sys of the process tree, median), grep wall and
+CPU (median), wall and CPU ratios, peak RSS of the largest process and of the process tree (max over runs), and
+whether every run named the planted cause, rank and host. The default jobs are the issue's: 512 ranks / 1 GB,
+4,096 and 16,384 ranks with the culprit past the 20,000th file where there is one, 65,536 ranks, and 256 ranks in
+torchrun per-node logs with a silent straggler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+throughput = _load("analyze_throughput")
+
+#: ranks, GB, layout, scenario, culprit (-1: the generator's default, ranks/2 + 3)
+DEFAULT_JOBS = ("512:1.0:submitit:oom:-1", "4096:0.4:submitit:oom:4000", "16384:0.5:submitit:oom:11000",
+                "65536:1.0:submitit:oom:60001", "256:0.5:torchrun:straggler:77")
+
+
+def job_folder(root: Path, spec: str) -> Path:
+    ranks, gb, layout, scenario, culprit = spec.split(":")
+    folder = root / f"r{ranks}_{layout}_{scenario}_c{culprit}_gb{gb}"
+    if not (folder / "PLANTED.json").is_file():
+        argv = [sys.executable, str(HERE / "make_big_job.py"), "--ranks", ranks, "--gb", gb, "--out", str(folder),
+                "--layout", layout, "--scenario", scenario]
+        if int(culprit) >= 0:
+            argv += ["--culprit", culprit]
+        subprocess.run(argv, check=True)
+    return folder
+
+
+def log_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.endswith(("_log.out", "_log.err")))
+
+
+def measure_job(folder: Path, runs: int, jobs: int | None) -> dict:
+    files = log_files(folder)
+    planted = json.loads((folder / "PLANTED.json").read_text())
+    wanted = {k: planted[k] for k in ("cause", "first_failing_rank", "first_failing_host")}
+    subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
+    grep_argv = ["grep", "-E", "-n", "-H", "-r", throughput.GREP_PATTERN, str(folder)]
+    analyze_argv = [sys.executable, "-m", "ddpslurm.cli", "analyze", str(folder), "--json"]
+    analyze_argv += ["--jobs", str(jobs)] if jobs else []
+    analyze_runs, grep_runs, right = [], [], True
+    for _ in range(runs):
+        run = throughput.measure(analyze_argv)
+        got = json.loads(run.stdout) if run.returncode == 0 else {}
+        right = right and {k: got.get(k) for k in wanted} == wanted
+        analyze_runs.append(run)
+        grep_runs.append(throughput.measure(grep_argv))
+    wall = statistics.median(r.seconds for r in analyze_runs)
+    cpu = statistics.median(r.cpu_seconds for r in analyze_runs)
+    gwall = statistics.median(r.seconds for r in grep_runs)
+    gcpu = statistics.median(r.cpu_seconds for r in grep_runs)
+    return {"ranks": planted["ranks"], "layout": planted.get("layout", "submitit"),
+            "culprit": planted["first_failing_rank"], "files": len(files),
+            "bytes": sum(p.stat().st_size for p in files), "wall": wall, "cpu": cpu, "grep_wall": gwall,
+            "grep_cpu": gcpu, "rss_max": max(r.max_rss_mb for r in analyze_runs),
+            "rss_tree": max(r.tree_rss_mb for r in analyze_runs), "right": right,
+            "walls": [round(r.seconds, 2) for r in analyze_runs]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path(".bench/scale"))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=None, help="passed to `ddpslurm analyze --jobs`")
+    parser.add_argument("--job", action="append", help="RANKS:GB:LAYOUT:SCENARIO:CULPRIT (repeatable)")
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, python "
+          f"{sys.version.split()[0]}, medians of {args.runs} alternating runs, warm page cache")
+    print("| ranks | layout | culprit | files | GB | analyze wall s | analyze CPU s | grep wall s | grep CPU s | "
+          "ratio wall | ratio CPU | RSS MB max proc / tree | diagnosis |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for spec in args.job or DEFAULT_JOBS:
+        r = measure_job(job_folder(args.root, spec), args.runs, args.jobs)
+        print(f"| {r['ranks']:,} | {r['layout']} | {r['culprit']} | {r['files']:,} | {r['bytes'] / 1e9:.2f} | "
+              f"{r['wall']:.2f} | {r['cpu']:.2f} | {r['grep_wall']:.2f} | {r['grep_cpu']:.2f} | "
+              f"{r['wall'] / r['grep_wall']:.1f}x | {r['cpu'] / max(r['grep_cpu'], 1e-3):.1f}x | "
+              f"{r['rss_max']:.0f} / {r['rss_tree']:.0f} | {'RIGHT' if r['right'] else 'WRONG'} |", flush=True)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""The scan side at scale: small files batched per worker task, repeated victim facts kept once, the progress bar."""
+
+from __future__ import annotations
+
+import os
+import pty
+import sys
+from pathlib import Path
+
+from ddpslurm.analyze import scan
+from ddpslurm.analyze.events import Event, SourceFile
+from ddpslurm.analyze.signatures import load_signatures
+
+WATCHDOG = ("[rank{r}]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank {r}] failure "
+            "detected by watchdog at work sequence id: 9 PG status: last enqueued work: 9, last completed work: 8\n")
+
+
+def test_small_files_are_batched_and_a_big_range_is_alone(monkeypatch) -> None:
+    monkeypatch.setattr(scan, "BATCH_BYTES", 100)
+    monkeypatch.setattr(scan, "BATCH_FILES", 3)
+    jobs = [(i, (SourceFile(path=f"f{i}", display=f"f{i}", size=size), None, 0, None))
+            for i, size in enumerate([500, 30, 30, 30, 30, 90, 5])]
+    got = [[i for i, _ in task] for task in scan.batches(jobs)]
+    assert got == [[0], [1, 2, 3], [4], [5, 6]]
+
+
+def test_parallel_batches_give_the_events_of_a_sequential_scan(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(scan, "BATCH_FILES", 7)
+    sigs = load_signatures()
+    sources = []
+    for r in range(40):
+        path = tmp_path / f"5_{r}_log.err"
+        path.write_text("step 1\n" + WATCHDOG.format(r=r) * 2)
+        sources.append(SourceFile(path=str(path), display=str(path), rank=r, size=path.stat().st_size))
+    seen: list[tuple[int, int]] = []
+    parallel = scan.scan_files(sources, sigs, workers=2, progress=lambda n, files=0: seen.append((n, files)))
+    sequential = scan.scan_files(sources, sigs, workers=1)
+    key = lambda results: [[(e.line, e.kind, e.rank, e.text) for e in evs] for evs, _ in results]  # noqa: E731
+    assert key(parallel) == key(sequential)
+    assert [len(evs) for evs, _ in parallel] == [1] * 40  # the repeated line is one fact
+    assert sum(f for _, f in seen) == 40 and sum(n for n, _ in seen) == sum(s.size for s in sources)
+
+
+def test_only_repeated_victim_facts_are_dropped() -> None:
+    def ev(line: int, role: str, sig: str, rank: int = 1, fields: tuple = ()) -> Event:
+        return Event(file="f", line=line, kind="k", text="t", rank=rank, role=role, signature=sig, fields=fields)
+    events = [ev(1, "victim", "a"), ev(2, "victim", "a"), ev(3, "victim", "a", rank=2),
+              ev(4, "victim", "a", fields=(("seq", "9"),)), ev(5, "culprit", "c"), ev(6, "culprit", "c")]
+    assert [e.line for e in scan.without_repeats(events)] == [1, 3, 4, 5, 6]
+
+
+def _run_in_pty(code) -> bytes:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child's fds 0-2 are the terminal; pytest's capture objects are not
+        sys.stderr = os.fdopen(2, "w")
+        code()
+        sys.stderr.flush()
+        os._exit(0)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_progress_bar_counts_files_and_bytes_on_a_terminal() -> None:
+    def drive() -> None:
+        from ddpslurm.analyze.api import _progress
+
+        with _progress(True, 100 << 20, 3000) as advance:
+            advance(50 << 20, 1500)
+            advance(50 << 20, 1500)
+    out = _run_in_pty(drive)
+    assert b"3,000/3,000 files" in out and b"104.9/104.9 MB" in out
+
+
+def test_no_progress_bar_when_not_asked_or_not_a_terminal() -> None:
+    from ddpslurm.analyze.api import _progress
+
+    with _progress(False, 1 << 40, 10**6) as advance:
+        assert advance is None
+    with _progress(True, 1 << 40, 10**6) as advance:  # pytest's stderr is not a terminal
+        assert advance is None or os.isatty(2)
