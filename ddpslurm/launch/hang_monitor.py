@@ -132,5 +132,5 @@ class HangMonitor:
         print(f"ddpslurm batch: no progress from rank(s) {self.stalled[:8]} for {self.timeout_s:g}s "
               f"(--hang-timeout): dumping every rank's stacks into {self.attempt_dir} and ending the job",
               file=sys.stderr, flush=True)
-        self.signal_job(self.job_id, STACK_SIGNAL.name.removeprefix("SIG"))
+        self.signal_job(self.job_id, str(int(STACK_SIGNAL)))  # by number: scancel knows no WINCH by name
         self.signalled_at = now

@@ -42,6 +42,9 @@ STACK_SIGNAL = signal.SIGWINCH
 HANG_REQUEST = "hang.json"
 #: Exit status of a rank ended by the hang monitor (as timeout(1) uses it).
 HANG_EXIT_CODE = 124
+#: Seconds between a rank's `hang` record and its exit: more than the heartbeat interval, so every rank has
+#: recorded `hang` before the first one leaves (a peer's exit fails the others' collectives at once).
+HANG_EXIT_DELAY_S = 2.0
 
 _step = 0
 _keep_open: list[TextIO] = []  # faulthandler writes into these from a signal handler: never closed
@@ -135,9 +138,12 @@ class HeartbeatThread(threading.Thread):
         with contextlib.suppress(OSError):
             self.state.exit_record("hang", HANG_EXIT_CODE, reason="hang_monitor",
                                    hang_timeout_s=request.get("timeout_s"), stalled=request.get("stalled"))
+        # the main thread may yet fail when a peer leaves: its record must not replace this one
+        self.state.exit_record = lambda *args, **fields: None
         print(f"ddpslurm: rank {self.state.dist.rank}: the hang monitor saw no progress for "
               f"{request.get('timeout_s', '?')}s; stacks in {self.stacks.name}; ending the job",
               file=sys.stderr, flush=True)
+        time.sleep(HANG_EXIT_DELAY_S)
         self.state.tee.stop(timeout=0.5)
         self.exit(HANG_EXIT_CODE)
 

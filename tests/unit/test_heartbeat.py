@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def test_monitor_signals_then_requests_then_kills(tmp_path: Path, monkeypatch: p
     assert sent == [] and not (tmp_path / "hang.json").exists()
     _beat(tmp_path, 0, 49)
     monitor.poll(49.0)  # rank 1 silent since 19: 30 s
-    assert sent == [("77", "WINCH")] and monitor.stalled == [1]
+    assert sent == [("77", str(int(signal.SIGWINCH)))] and monitor.stalled == [1]
     monitor.poll(50.0)
     assert not (tmp_path / "hang.json").exists()  # the stacks get STACK_WAIT_S first
     monitor.poll(49.0 + hang_monitor.STACK_WAIT_S)
@@ -75,9 +76,9 @@ def test_monitor_signals_then_requests_then_kills(tmp_path: Path, monkeypatch: p
     assert request["stalled"] == [1] and request["timeout_s"] == 30
     assert request["seconds_since_progress"]["1"] == pytest.approx(49.0 + hang_monitor.STACK_WAIT_S - 19, abs=0.2)
     monitor.poll(60.0)
-    assert sent == [("77", "WINCH")]
+    assert sent == [("77", str(int(signal.SIGWINCH)))]
     monitor.poll(49.0 + hang_monitor.STACK_WAIT_S + hang_monitor.KILL_AFTER_S)
-    assert sent == [("77", "WINCH"), ("77", "KILL")]
+    assert sent == [("77", str(int(signal.SIGWINCH))), ("77", "KILL")]
 
 
 def test_hang_timeout_option(tmp_path: Path):
@@ -129,6 +130,8 @@ def test_thread_writes_progress_and_ends_on_request(tmp_path: Path):
     thread.join(5)
     assert exits == [heartbeat.HANG_EXIT_CODE]
     assert written == [("hang", 124, {"reason": "hang_monitor", "hang_timeout_s": 30, "stalled": [3]})]
+    state.exit_record("exception", 1)  # the main thread failing afterwards (a peer left) changes nothing
+    assert len(written) == 1
     dump = _read(tmp_path / "rank_3.stacks.txt")  # no signal came: the thread dumped the stacks itself
     assert "test_thread_writes_progress_and_ends_on_request" in dump and "most recent call first" in dump
 
@@ -167,7 +170,7 @@ def test_stack_signal_dumps_every_thread_of_a_stuck_process(tmp_path: Path):
         proc.wait()
     text = _read(path)
     assert text.startswith("# ddpslurm stack dump file: rank 5 host ")
-    assert 'line 8 in stuck_in_a_function' in text
+    assert re.search(r'File "<string>", line [78] in stuck_in_a_function\n  File "<string>", line 9 in <module>', text)
 
 
 def test_collective_count_follows_real_gloo_collectives(tmp_path: Path):
