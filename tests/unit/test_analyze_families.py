@@ -154,7 +154,6 @@ FACTS = [
      "nccl_rank_map", {"nccl_rank": "5", "nranks": "16"}),
     (H + "NCCL INFO comm 0x5581c0 rank 5 nRanks 16 nNodes 2 localRanks 8 localRank 5 MNNVL 0", "nccl-rank-map-comm",
      "nccl_rank_map", {"nccl_rank": "5", "nranks": "16"}),
-    (H + "NCCL INFO Ring 03 : 4 -> 5 -> 6", "nccl-rank-map-ring", "nccl_rank_map", {"nccl_rank": "5"}),
     (H + "NCCL INFO Trees [0] 6/-1/-1->5->4 [1] 6/-1/-1->5->4", "nccl-rank-map-tree", "nccl_rank_map",
      {"nccl_rank": "5"}),
     (H + "NCCL INFO Channel 00/1 : 5[2] -> 13[2] [send] via NET/IB/2(1)/GDRDMA", "nccl-rank-map-channel",
@@ -169,7 +168,9 @@ FACTS = [
      {"ras_rank": "10", "pid": "5121"}),
     ("  15 ranks have launched up to operation 1200", "nccl-ras-group", "ras_report",
      {"count": "15", "op_count": "1200"}),
-    ("#0-0 (9a1f2b3c4d5e6f70) INCOMPLETE", "nccl-ras-group", "ras_report", {"section": "INCOMPLETE"}),
+    ("#0-0 (9a1f2b3c4d5e6f70) ERROR", "nccl-ras-group", "ras_report", {"section": "ERROR"}),
+    ("  Process 5120 on node gpu-b03 managing GPU 1", "nccl-ras-group", "ras_report",
+     {"pid": "5120", "node": "gpu-b03"}),
 ]
 
 
@@ -205,6 +206,7 @@ BENIGN = [
     H + "NCCL INFO HINT: In many cases this error occurs when the NCCL_IB_TIMEOUT is set too short.",
     H + "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
     H + "NCCL INFO Channel 00/02 :    0   1   2   3   4   5   6   7",
+    H + "NCCL INFO Ring 03 : 4 -> 5 -> 6",  # NCCL_DEBUG_SUBSYS=GRAPH only: not worth an anchor
     "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
     "incorrect.",
