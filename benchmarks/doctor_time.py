@@ -5,7 +5,7 @@ whose namespace drops TCP to its peers is named (the README's figures).
 
 The cluster (`slurm/cluster --name NAME up --nodes 3`, default `doc`) must be up and idle. The fault is an
 nftables table in the second node's namespace that drops new TCP connections to and from the other compute
-nodes on ports 10000-65535 (Slurm's own ports stay open); it is removed at the end. Times are the whole
+nodes on ports 10000-29999 (Slurm's own ports stay open); it is removed at the end. Times are the whole
 command (srun included) and, in brackets, first probe start to last record on the nodes.
 """
 
@@ -52,7 +52,7 @@ def firewall(env: dict[str, str], node: str, others: list[str], on: bool) -> Non
         return
     addrs = ", ".join(subprocess.run(["getent", "hosts", n], capture_output=True, text=True, env=env,
                                      check=True).stdout.split()[0] for n in others)
-    drop = "tcp dport 10000-65535 ct state new drop;"
+    drop = "tcp dport 10000-29999 ct state new drop;"
     rules = (f"table inet {TABLE} {{\n"
              f" chain input {{ type filter hook input priority 0; policy accept; ip saddr {{ {addrs} }} {drop} }}\n"
              f" chain output {{ type filter hook output priority 0; policy accept; ip daddr {{ {addrs} }} {drop} }}\n"

@@ -71,6 +71,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--hang-timeout", type=int, default=0, show_default=True, metavar="S",
               help="End the job when a rank makes no progress (collectives, ddpslurm.heartbeat()) for S seconds, "
                    "after dumping every rank's stacks into the job folder; 0: off.")
+@click.option("--preflight", is_flag=True,
+              help="Run `ddpslurm doctor`'s checks before the training step of every attempt.")
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script and the rank environment; submit nothing.")
 @click.option("--wait", is_flag=True, help="Wait for the end; exit non-zero if the job failed.")
 @click.option("--local", is_flag=True, help="No Slurm: run nodes x tasks-per-node ranks on this machine.")
@@ -79,8 +81,8 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
            gpus_per_node: int | None, cpus_per_task: int | None, mem: str | None, partition: str | None,
            account: str | None, qos: str | None, time_limit: str, constraint: str | None, exclude: str | None,
            sbatch_args: tuple[str, ...], launcher: str, folder: str, max_requeues: int, signal_delay: int,
-           interface: str | None, job_name: str, master_port: int | None, hang_timeout: int, dry_run: bool,
-           wait: bool, local: bool, as_json: bool) -> None:
+           interface: str | None, job_name: str, master_port: int | None, hang_timeout: int, preflight: bool,
+           dry_run: bool, wait: bool, local: bool, as_json: bool) -> None:
     """Submit a plain PyTorch DDP SCRIPT as a multi-node Slurm job (script arguments after `--`).
 
     \b
@@ -97,7 +99,7 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
              account=account, qos=qos, time=time_limit, constraint=constraint, exclude=exclude,
              sbatch_args=sbatch_args, launcher=launcher, folder=folder, max_requeues=max_requeues,
              signal_delay_s=signal_delay, interface=interface, local=local, job_name=job_name,
-             master_port=master_port, hang_timeout_s=hang_timeout),
+             master_port=master_port, hang_timeout_s=hang_timeout, preflight=preflight),
         dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo)
     if code:
         sys.exit(code)  # click.exceptions.Exit would be swallowed by standalone_mode=False

@@ -206,11 +206,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--grace", type=float, required=True, help="seconds after the first signal")
     parser.add_argument("--max-requeues", type=int, required=True)
     parser.add_argument("--hang-timeout", type=float, default=0, help="seconds without progress (0: no monitor)")
+    parser.add_argument("--preflight", action="store_true", help="run ddpslurm doctor's checks first")
     parser.add_argument("srun", nargs=argparse.REMAINDER, help="-- srun ARGS...")
     args = parser.parse_args(argv)
     srun_argv = args.srun[1:] if args.srun[:1] == ["--"] else args.srun
     if not srun_argv:
         parser.error("give the srun command after --")
+    if args.preflight:
+        from ddpslurm.doctor.preflight import PREFLIGHT_FAILED_EXIT, preflight_passes
+
+        if not preflight_passes(args.folder, os.environ):
+            return PREFLIGHT_FAILED_EXIT
     return supervise(srun_argv, folder=args.folder, world_size=args.world_size, grace_s=args.grace,
                      max_requeues=args.max_requeues, environ=os.environ, hang_timeout_s=args.hang_timeout)
 

@@ -136,11 +136,12 @@ def batch_setup(spec: JobSpec, python: str) -> list[str]:
     lines = [f"unset {' '.join(INHERITED_DIST_VARS)}"]
     if spec.master_port:
         lines.append(f"export MASTER_PORT={int(spec.master_port)}")
-    if spec.max_requeues > 0 or spec.hang_timeout_s:
+    if spec.max_requeues > 0 or spec.hang_timeout_s or spec.preflight:
         hang = ["--hang-timeout", str(spec.hang_timeout_s)] if spec.hang_timeout_s else []
+        preflight = ["--preflight"] if spec.preflight else []  # ddpslurm doctor's checks before training
         supervisor = [python, "-m", "ddpslurm.launch.batch", "--folder", str(spec.folder),
                       "--world-size", str(spec.world_size), "--grace", str(batch_grace_s(spec.signal_delay_s)),
-                      "--max-requeues", str(spec.max_requeues), *hang, "--"]
+                      "--max-requeues", str(spec.max_requeues), *hang, *preflight, "--"]
         lines += ["# srun runs under ddpslurm's batch-step supervisor: it requeues the job after a preemption or",
                   "# time-limit signal, once every rank has left its exit record or the grace time ran out.",
                   f'srun() {{ {shlex.join(supervisor)} srun "$@"; }}']

@@ -119,6 +119,7 @@ class JobSpec:
     job_name: str = "ddpslurm"
     master_port: int | None = None  # None: derived from the job id on every node
     hang_timeout_s: int = 0  # 0: no hang monitor (see ddpslurm.launch.hang_monitor)
+    preflight: bool = False  # the doctor's checks before the training step (ddpslurm.doctor.preflight)
 
     @property
     def world_size(self) -> int:
@@ -187,6 +188,7 @@ def make_spec(
     job_name: str = "ddpslurm",
     master_port: int | None = None,
     hang_timeout_s: int = 0,
+    preflight: bool = False,
 ) -> JobSpec:
     """Validate raw flag values into a `JobSpec`. `tasks_per_node` defaults to `gpus_per_node`, else 1."""
     _positive("--nodes", nodes)
@@ -213,6 +215,8 @@ def make_spec(
             f"--signal-delay {signal_delay_s}s leaves no time in a --time {time} ({time_s}s) job: Slurm may send "
             f"the signal up to {SIGNAL_RESOLUTION_S}s earlier than asked, i.e. before the script starts",
             _signal_delay_fix(signal_delay_s, time_s))
+    if preflight and local:
+        raise UsageError("--preflight checks Slurm nodes and cannot run with --local", "Drop --preflight or --local")
     if local and launcher != "srun":
         raise UsageError("--local runs ranks as local processes and cannot use --launcher torchrun",
                          "Drop --launcher torchrun, or submit to Slurm without --local")
@@ -227,5 +231,5 @@ def make_spec(
         qos=qos, time_s=time_s, constraint=constraint, exclude=exclude, sbatch_args=parse_sbatch_args(sbatch_args),
         launcher=launcher, folder=folder_path, max_requeues=max_requeues,
         interface=interface, signal_delay_s=signal_delay_s, local=local, job_name=job_name,
-        master_port=master_port, hang_timeout_s=hang_timeout_s,
+        master_port=master_port, hang_timeout_s=hang_timeout_s, preflight=preflight,
     )

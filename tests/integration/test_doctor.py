@@ -13,9 +13,9 @@ import pytest
 
 pytestmark = pytest.mark.slurm
 
-#: TCP between compute nodes on the DDP ports (MASTER_PORT 10000-29999 and the ephemeral range gloo/NCCL
-#: listen on); new connections only, so Slurm's own ports (6817-6819) and its replies stay open.
-DDP_PORTS = "10000-65535"
+#: TCP between compute nodes on ddpslurm's MASTER_PORT range (10000-29999); new connections only, so Slurm's
+#: own ports (6817-6819, srun's ephemeral I/O ports: no SrunPortRange here) and its replies stay open.
+DDP_PORTS = "10000-29999"
 
 
 def nodes_of(cluster) -> list[str]:
@@ -109,3 +109,17 @@ def test_a_missing_interface_names_its_node(slurm_cluster, renamed_interface: st
     assert "eth0 does not exist" in next(c["detail"] for c in result["checks"] if not c["ok"])
     diagnosis = analyze(slurm_cluster, result["folder"])
     assert (diagnosis["cause"], diagnosis["first_failing_host"]) == ("wrong_interface", renamed_interface)
+
+
+def test_submit_preflight_stops_the_attempt_and_analyze_names_the_node(slurm_cluster, firewalled: str,
+                                                                      tmp_path: Path) -> None:
+    script = Path(__file__).resolve().parents[2] / "examples" / "train.py"
+    done = slurm_cluster.run([sys.executable, "-m", "ddpslurm.cli", "submit", str(script), "--nodes", "3",
+                              "--preflight", "--time", "5", "--folder", str(tmp_path), "--wait", "--json"],
+                             check=False, timeout=300)
+    assert done.returncode == 3, done.stderr
+    folder = json.loads(done.stdout.splitlines()[-1])["folder"]
+    assert not Path(folder, "attempt_0").exists()  # the training step never started
+    diagnosis = analyze(slurm_cluster, folder)
+    assert (diagnosis["cause"], diagnosis["first_failing_host"], diagnosis["exclude_nodes"], diagnosis["retry"]) == \
+        ("network_unreachable", firewalled, [firewalled], "requeue")

@@ -260,3 +260,35 @@ def test_a_healthy_doctor_folder_yields_no_failure_and_odd_names_are_refused(tmp
     cut_off(bad, "n02")
     write(tmp_path / "job_8", {"n02": bad["n02"]})
     assert doctor_events(str(tmp_path / "job_8/doctor/node_n02.json"), "x") == []
+
+
+SLURM_JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "c[1-3]"}
+
+
+def test_preflight_probes_the_port_the_training_step_will_get() -> None:
+    from ddpslurm.doctor.preflight import preflight_argv, training_port
+    from ddpslurm.env import derive_dist_env
+
+    training_env = {**SLURM_JOB, "SLURM_STEP_ID": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+                    "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_TASKS_PER_NODE": "1(x3)", "SLURM_STEP_NODELIST": "c[1-3]",
+                    "SLURM_STEP_NUM_NODES": "3"}
+    assert training_port(SLURM_JOB) == derive_dist_env(training_env).master_port
+    assert training_port({**SLURM_JOB, "MASTER_PORT": "29500"}) == 29500
+    assert preflight_argv(SLURM_JOB, "/jobs", python="/py") == [
+        "srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
+        "--job-name=ddpslurm-preflight", "/py", "-m", "ddpslurm.doctor.probe", "--folder", "/jobs", "--window", "10",
+        "--port", str(training_port(SLURM_JOB))]
+
+
+def test_submit_preflight_runs_under_the_batch_supervisor(tmp_path: Path) -> None:
+    from ddpslurm.launch.plan import batch_setup
+    from ddpslurm.launch.spec import make_spec
+
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    with_check = batch_setup(make_spec(script, nodes=2, max_requeues=0, preflight=True), "/py")
+    without = batch_setup(make_spec(script, nodes=2, max_requeues=0), "/py")
+    assert any("ddpslurm.launch.batch" in line and "--preflight" in line for line in with_check)
+    assert not any("--preflight" in line for line in without)
+    with pytest.raises(UsageError, match="--preflight"):
+        make_spec(script, nodes=1, local=True, preflight=True)
