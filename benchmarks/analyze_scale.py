@@ -3,8 +3,9 @@
     python benchmarks/analyze_scale.py [--root .bench/scale] [--runs 3] [--jobs N]
                                        [--job RANKS:GB:LAYOUT:SCENARIO:CULPRIT ...]
 
-Each job is generated with make_big_job.py under --root unless it is there already (PLANTED.json), the page cache is
-warmed with `cat`, then analyze and grep each run --runs times, alternately (a shared machine's load hits both).
+Each job is generated with make_big_job.py under --root unless it is there already (PLANTED.json), the page cache
+is warmed by reading every file, then analyze and grep each run --runs times, alternately (a shared machine's load
+hits both).
 Printed per job: files, bytes, analyze wall (median) and CPU (user+sys of the process tree, median), grep wall and
 CPU (median), wall and CPU ratios, peak RSS of the largest process and of the process tree (max over runs), and
 whether every run named the planted cause, rank and host. The default jobs are the issue's: 512 ranks / 1 GB,
@@ -30,6 +31,7 @@ def _load(name: str):
     spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -61,7 +63,8 @@ def measure_job(folder: Path, runs: int, jobs: int | None) -> dict:
     files = log_files(folder)
     planted = json.loads((folder / "PLANTED.json").read_text())
     wanted = {k: planted[k] for k in ("cause", "first_failing_rank", "first_failing_host")}
-    subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
+    for path in files:  # warm the page cache (65k names are too many for one `cat` command line)
+        path.read_bytes()
     grep_argv = ["grep", "-E", "-n", "-H", "-r", throughput.GREP_PATTERN, str(folder)]
     analyze_argv = [sys.executable, "-m", "ddpslurm.cli", "analyze", str(folder), "--json"]
     analyze_argv += ["--jobs", str(jobs)] if jobs else []

@@ -36,6 +36,9 @@ ANCHORS: tuple[str, ...] = (
 HEAD_ANCHORS: tuple[str, ...] = ("JobEnvironment(",)
 #: seconds one signature's regex may run on one line before that line is skipped for that signature
 MATCH_TIMEOUT = 0.25
+#: shipped signatures run untimed on lines up to this long (tests/unit/test_analyze_inputs.py checks them on
+#: adversarial lines of this length); site signatures and longer lines always run with MATCH_TIMEOUT
+UNTIMED_CHARS = 512
 #: signature kinds the engine attaches to events it builds itself (never matched against a raw line)
 ENGINE_KINDS = ("elastic_failure",)
 #: a signature folder's cause table (advice, retry) beside its signature files
@@ -110,6 +113,8 @@ class SignatureSet:
     _no_literal: set[int] = field(default_factory=set, repr=False)
     #: signature id -> lines on which its regex ran past MATCH_TIMEOUT (this process)
     timeouts: dict[str, int] = field(default_factory=dict, repr=False)
+    _required: dict[int, str] = field(default_factory=dict, repr=False)
+    _shipped: set[int] = field(default_factory=set, repr=False)
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None.
@@ -120,10 +125,17 @@ class SignatureSet:
         if not self._by_literal:
             self._index()
         hits = {i for lit, idx in self._by_literal.items() if lit in text for i in idx}
+        timed = len(text) > UNTIMED_CHARS
         for i in sorted(hits | self._no_literal):
             sig = self.signatures[i]
+            required = self._required.get(i)
+            if required is not None and required not in text:
+                continue  # every match holds it (derive_literal): the regex cannot match
             try:
-                m = sig.pattern.search(text, timeout=MATCH_TIMEOUT)
+                if timed or i not in self._shipped:
+                    m = sig.pattern.search(text, timeout=MATCH_TIMEOUT)
+                else:  # shipped patterns on short lines: tested linear, and the timer costs half a search
+                    m = sig.pattern.search(text)
             except TimeoutError:
                 self.timeouts[sig.id] = self.timeouts.get(sig.id, 0) + 1
                 continue
@@ -132,10 +144,17 @@ class SignatureSet:
         return None
 
     def _index(self) -> None:
-        """literal -> indexes of the signatures it gates (signatures are ordered by priority)."""
+        """literal -> indexes of the signatures it gates (signatures are ordered by priority); the literal each
+        signature's every match must hold, where one can be told; which signatures are the shipped ones."""
+        shipped = str(default_dirs()[0])
         for i, sig in enumerate(self.signatures):
             if sig.kind in ENGINE_KINDS:
                 continue
+            required = derive_literal(sig.pattern_text)
+            if required and not any(required in lit for lit in sig.prefilter):
+                self._required[i] = required
+            if sig.source.startswith(shipped):
+                self._shipped.add(i)
             if not sig.prefilter:
                 self._no_literal.add(i)
             for lit in sig.prefilter:

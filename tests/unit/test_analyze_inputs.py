@@ -159,3 +159,18 @@ def test_read_deadline_stops_a_file_and_says_so(tmp_path: Path, monkeypatch: pyt
     folder = job(tmp_path, culprit=0)
     with pytest.raises(AnalyzeInputError, match="still reading after"):
         analyze_paths([folder])
+
+
+def test_shipped_signatures_are_fast_on_adversarial_short_lines() -> None:
+    """Shipped patterns run untimed on lines up to UNTIMED_CHARS: each must stay fast on lines made of its own
+    literals repeated (the shape that made two of them quadratic)."""
+    sigs = signatures.load_signatures()
+    slow = []
+    for sig in sigs.signatures:
+        for lit in (*sig.prefilter, "NCCL error", "error", " "):
+            line = ((lit + " ") * (signatures.UNTIMED_CHARS // (len(lit) + 1) + 1))[:signatures.UNTIMED_CHARS]
+            start = time.process_time()
+            sig.pattern.search(line, timeout=5)
+            if time.process_time() - start > 0.02:
+                slow.append((sig.id, lit))
+    assert not slow
