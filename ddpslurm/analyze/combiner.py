@@ -130,7 +130,8 @@ def _candidates(votes: list[Vote], tl: JobTimeline) -> list[Candidate]:
     for v in votes:
         if v.rank is not None or v.host is None or v.producer == "slurm":
             continue
-        on_host = on_host_index.get(v.host.split(".")[0], [])
+        # a node's report joins a rank of that node that failed decisively itself; weak ranks do not absorb it
+        on_host = [c for c in on_host_index.get(v.host.split(".")[0], []) if c.own_weight >= STRONG_OWN]
         ranks = tl.facts.ranks_of_host(v.host)
         if on_host:
             for c in on_host:

@@ -87,24 +87,33 @@ def teardown_kills(events: list[Event]) -> list[Event]:
             for e in events]
 
 
+#: a launcher (torchelastic, DeepSpeed, mpirun) reporting the worker that died first of this signal: SIGABRT is
+#: the worker's own abort (an assertion, a C++ enforce) as often as its NCCL watchdog's, so it is not a victim
+LAUNCHER_SIGNAL_ROLES = {"SIGABRT": "either"}
+
+
 def refine_exit(e: Event) -> Event:
     """A torchelastic agent's failure entry: its cause and role follow the worker's exit code or signal."""
     if e.kind not in ("agent_failed", "elastic_failure"):
         return e
     code = e.get("exitcode") or ""
     signal = e.get("signal")
+    signum = e.get("signum") or ""
+    if signum.isdigit() and len(signum) < 4:  # a launcher that prints the signal's number (mpirun)
+        signal = signal or SIGNAL_NAMES.get(int(signum), f"signal {signum}")
     if code.lstrip("-").isdigit() and len(code) < 6 and int(code) < 0:
         signal = signal or SIGNAL_NAMES.get(-int(code), f"signal {-int(code)}")
     root = e.kind != "elastic_failure" or e.get("section") == "root"
     if signal:
         cause, role = SIGNAL_CAUSES.get(signal, ("unknown", "either"))
+        role = LAUNCHER_SIGNAL_ROLES.get(signal, role) if root else role
         if not root:
             role = "victim" if role != "culprit" else "either"
         return replace(e, cause=cause, role=role)
     if not root:
         return replace(e, role="either", priority=min(e.priority, 8))
-    if code.isdigit() and not _recorded_exception(e):
-        return replace(e, cause="unknown")  # a positive exit code says the worker failed, not why
+    if code.isdigit() and not _recorded_exception(e):  # a positive exit code says the worker failed, not why
+        return replace(e, cause="unknown", role="either")
     return e
 
 

@@ -52,8 +52,8 @@ def own_failures(tl: JobTimeline) -> list[Vote]:
     votes = []
     for rt in tl.ranks.values():
         own = [e for e in rt.own_failures if _accuses(e) == "self"]
-        if not own:
-            continue
+        if not own or (died_as_victim(rt) and all(e.kind in DEATH_REPORT_KINDS for e in own)):
+            continue  # only the report of a death its own log explains as a victim's
         first = own[0]
         strongest = max(own, key=lambda e: (own_weight(e), -own.index(e)))
         cause = strongest.cause if strongest.cause not in (None, "unknown") else _first_known_cause(own)
@@ -95,10 +95,16 @@ def detectors_and_hosts(tl: JobTimeline) -> list[Vote]:
 VICTIM_DISCOUNT = 0.25  # a rank that died first, but whose own log says it died waiting for a peer
 
 
+#: lines that report a death (a launcher's or ddpslurm's exit report), not what caused it
+DEATH_REPORT_KINDS = ("agent_failed", "elastic_failure", "exit_signal", "exit")
+
+
 def died_as_victim(rt: RankTimeline) -> bool:
-    """Its log explains its death as a victim's (a timeout, a lost peer, a detected bad peer), nothing of its own."""
-    return bool(rt.failures) and all(e.role == "victim" or _accuses(e) == "none" or e.kind in QUIET_KINDS
-                                     for e in rt.failures)
+    """Its log explains its death as a victim's (a timeout, a lost peer, a detected bad peer); the reports of
+    that death (an agent's `exitcode: -6` after the watchdog's abort) add nothing of its own."""
+    victim = [e for e in rt.failures if e.role == "victim" or _accuses(e) == "none"]
+    return bool(victim) and all(e in victim or e.kind in QUIET_KINDS or
+                                (e.kind in DEATH_REPORT_KINDS and e.role == "either") for e in rt.failures)
 
 
 def srun_task_deaths(tl: JobTimeline) -> list[Vote]:

@@ -180,6 +180,8 @@ def _maps(events: Sequence[Event], sources: Sequence[SourceFile], facts: JobFact
     for (h, pid), r in facts.pid_rank.items():
         pid_hosts[pid].append((r, h))
     hosts = {e.host for e in events if e.host} | {s.host for s in sources if s.host}
+    peers = {e.get("peer_host", "") for e in events if e.get("peer_host")}  # hosts the ranks connect to
+    hosts |= {p.split(".")[0] for p in peers if is_host_name(p) and p.split(".")[0] != "localhost"}
     return _Maps(worker_dir=_worker_dirs(events, sources), local_rank=local_rank,
                  unique_pid={pid: pairs[0] for pid, pairs in pid_hosts.items() if len(pairs) == 1},
                  single_host=len(hosts) <= 1)
