@@ -4,8 +4,8 @@ whose namespace drops TCP to its peers is named (the README's figures).
     sudo python benchmarks/doctor_time.py [--cluster NAME] [--runs N] [--window S ...]
 
 The cluster (`slurm/cluster --name NAME up --nodes 3`, default `doc`) must be up and idle. The fault is an
-nftables table in the second node's namespace that drops new TCP connections to and from the other compute
-nodes on ports 10000-29999 (Slurm's own ports stay open); it is removed at the end. Times are the whole
+nftables table in the second node's namespace that drops new TCP connections on ports 10000-29999 (ddpslurm's
+MASTER_PORT range), in and out (Slurm's own ports stay open); it is removed at the end. Times are the whole
 command (srun included) and, in brackets, first probe start to last record on the nodes.
 """
 
@@ -45,17 +45,15 @@ def doctor(env: dict[str, str], folder: str, nodes: int, *args: str) -> tuple[fl
     return wall, on_nodes, result["failing_nodes"]
 
 
-def firewall(env: dict[str, str], node: str, others: list[str], on: bool) -> None:
+def firewall(node: str, on: bool) -> None:
     nft = ["nsenter", f"--net=/run/netns/dds-{node}", "nft"]
     if not on:
         subprocess.run([*nft, "delete", "table", "inet", TABLE], check=False)
         return
-    addrs = ", ".join(subprocess.run(["getent", "hosts", n], capture_output=True, text=True, env=env,
-                                     check=True).stdout.split()[0] for n in others)
     drop = "tcp dport 10000-29999 ct state new drop;"
     rules = (f"table inet {TABLE} {{\n"
-             f" chain input {{ type filter hook input priority 0; policy accept; ip saddr {{ {addrs} }} {drop} }}\n"
-             f" chain output {{ type filter hook output priority 0; policy accept; ip daddr {{ {addrs} }} {drop} }}\n"
+             f" chain input {{ type filter hook input priority 0; policy accept; {drop} }}\n"
+             f" chain output {{ type filter hook output priority 0; policy accept; {drop} }}\n"
              "}\n")
     subprocess.run([*nft, "-f", "-"], input=rules, text=True, check=True)
 
@@ -73,14 +71,14 @@ def main() -> None:
         for count in (2, 3):
             runs = [doctor(env, folder, count) for _ in range(args.runs)]
             print(f"healthy, {count} nodes: " + ", ".join(f"{w:.1f} s ({n:.1f} s)" for w, n, _ in runs))
-        firewall(env, nodes[1], [n for n in nodes if n != nodes[1]], on=True)
+        firewall(nodes[1], on=True)
         try:
             for window in args.window:
                 runs = [doctor(env, folder, 3, "--window", f"{window:g}") for _ in range(args.runs)]
                 print(f"{nodes[1]} firewalled, 3 nodes, --window {window:g}: "
                       + ", ".join(f"{w:.1f} s ({n:.1f} s) -> {f}" for w, n, f in runs))
         finally:
-            firewall(env, nodes[1], [], on=False)
+            firewall(nodes[1], on=False)
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 

@@ -87,17 +87,20 @@ def interface_problem(name: str | None, address: str | None) -> str | None:
     return None
 
 
-def blamed_nodes(nodes: Sequence[str], failed_pairs: set[frozenset[str]]) -> list[str]:
+def blamed_nodes(nodes: Sequence[str], failed_pairs: set[frozenset[str]],
+                 suspects: frozenset[str] = frozenset()) -> list[str]:
     """The nodes that explain the failed links: the node in most failed pairs first, until none is left.
 
-    One node cut off from every peer is the node to blame; when nodes tie (two nodes, one bad link), every
-    tied node is blamed: which side's firewall drops the packets cannot be told from connections alone.
+    One node cut off from every peer is the node to blame. When nodes tie (two nodes, one bad link), a
+    `suspect` among them (it could not even connect to itself: a local firewall) is blamed alone; else every
+    tied node is: which side drops the packets cannot be told from connections alone.
     """
     left, blamed = set(failed_pairs), []
     while left:
         counts = Counter(node for pair in left for node in pair)
         top = max(counts.values())
         worst = [node for node in nodes if counts.get(node) == top]
+        worst = [node for node in worst if node in suspects] or worst
         blamed += worst
         left = {pair for pair in left if not pair & set(worst)}
     return blamed
@@ -165,7 +168,8 @@ def check_port_free(nodes: Sequence[str], records: Mapping[str, Record], _: int 
 def check_links(nodes: Sequence[str], records: Mapping[str, Record], _: int | None) -> list[Check]:
     """master_port (every node -> the rank-0 host) and peers (every pair), each failure on the blamed node."""
     failed, directed = _failed_pairs(records), _failed_links(records)
-    blamed = blamed_nodes(nodes, set(failed))
+    suspects = frozenset(node for node, rec in records.items() if (rec.get("self") or {"ok": True}).get("ok") is False)
+    blamed = blamed_nodes(nodes, set(failed), suspects)
     out = []
     first = nodes[0] if nodes else None
     for node in nodes[1:]:
@@ -179,7 +183,11 @@ def check_links(nodes: Sequence[str], records: Mapping[str, Record], _: int | No
         mine = [why for pair, why in failed.items() if node in pair]
         ok = node not in blamed
         detail = "; ".join(mine) if mine else f"reached {len(nodes) - 1} peer(s)"
-        out.append(_check("peers", node, ok, detail if ok or len(nodes) > 2 else detail + " (cannot tell which side)"))
+        if node in suspects:
+            detail += f"; cannot connect to itself ({records[node]['self'].get('error')}): a local firewall"
+        elif not ok and len(nodes) == 2 and not suspects:
+            detail += " (cannot tell which side)"
+        out.append(_check("peers", node, ok, detail))
     return out
 
 

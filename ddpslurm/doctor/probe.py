@@ -32,6 +32,7 @@ CONNECT_TIMEOUT_S = 2.0  #: one connection attempt; a dropped SYN costs this muc
 RETRY_S = 0.2  #: pause after a refused connection (the peer's listener may not be up yet)
 LOOKUP_TIMEOUT_S = 2.0  #: one name lookup
 DEFAULT_WINDOW_S = 10.0  #: how long a node keeps trying to reach its peers
+SELF_TIMEOUT_S = 2.5  #: this node's connection to its own listener on its interface address
 SOFTWARE_TIMEOUT_S = 60  #: importing torch (a cold shared file system can be slow)
 RECORD_PREFIX = "ddpslurm-doctor "  #: the line each probe prints for the CLI (one JSON object follows)
 
@@ -203,7 +204,9 @@ def probe(folder: Path, port: int | None, requested: str | None, window: float,
     importing.start()  # importing torch takes seconds: do it while the links are tested
     iface = pick_interface(requested, nodes, rank)
     peers = [peer for peer in nodes if peer != node]
-    links = reach_all(node, peers, port, iface["address"], started + window)
+    own = iface["address"]  # a local firewall drops even this node's connection to itself (tells 2 nodes apart)
+    itself = reach(node, own, port, own, time.time() + SELF_TIMEOUT_S) if own and listener.error is None else None
+    links = reach_all(node, peers, port, own, started + window)
     importing.join(SOFTWARE_TIMEOUT_S)
     versions, gpus = found[0] if found else ({"torch": f"import took over {SOFTWARE_TIMEOUT_S} s", "cuda": None,
                                               "nccl": None}, None)
@@ -215,7 +218,7 @@ def probe(folder: Path, port: int | None, requested: str | None, window: float,
         "schema": 1, "kind": "doctor", "job_id": job_id, "node": node, "host": socket.gethostname(),
         "node_rank": rank, "nodes": nodes, "port": port, "interface": iface,
         "resolution": {host: resolve(host) for host in nodes},
-        "port_bind": {"ok": listener.error is None, "error": listener.error}, "peers": links,
+        "port_bind": {"ok": listener.error is None, "error": listener.error}, "peers": links, "self": itself,
         "heard_from": sorted(listener.heard & set(peers)), "versions": versions, "gpus": gpus,
         "shm_bytes": shm_size(), "free_bytes": space(folder), "started": started, "finished": time.time(),
     }

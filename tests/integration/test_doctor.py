@@ -13,8 +13,8 @@ import pytest
 
 pytestmark = pytest.mark.slurm
 
-#: TCP between compute nodes on ddpslurm's MASTER_PORT range (10000-29999); new connections only, so Slurm's
-#: own ports (6817-6819, srun's ephemeral I/O ports: no SrunPortRange here) and its replies stay open.
+#: TCP on ddpslurm's MASTER_PORT range (10000-29999), in and out; new connections only, so Slurm's own ports
+#: (6817-6819, srun's ephemeral I/O ports: no SrunPortRange here) and its replies stay open.
 DDP_PORTS = "10000-29999"
 
 
@@ -23,12 +23,8 @@ def nodes_of(cluster) -> list[str]:
     return sorted(set(out))
 
 
-def address(node: str) -> str:
-    return subprocess.run(["getent", "hosts", node], capture_output=True, text=True, check=True).stdout.split()[0]
-
-
-def doctor(cluster, folder: Path, *args: str) -> tuple[int, dict]:
-    done = cluster.run([sys.executable, "-m", "ddpslurm.cli", "doctor", "--nodes", "3", "--folder", str(folder),
+def doctor(cluster, folder: Path, *args: str, nodes: int = 3) -> tuple[int, dict]:
+    done = cluster.run([sys.executable, "-m", "ddpslurm.cli", "doctor", "--nodes", str(nodes), "--folder", str(folder),
                         "--json", *args], check=False, timeout=300)
     assert done.returncode in (0, 1), done.stderr
     return done.returncode, json.loads(done.stdout)
@@ -57,15 +53,13 @@ def test_healthy_nodes_pass(slurm_cluster, tmp_path: Path) -> None:
 
 @pytest.fixture
 def firewalled(slurm_cluster) -> Iterator[str]:
-    """nftables in the second node's namespace drops new TCP connections to and from the other nodes."""
-    nodes = nodes_of(slurm_cluster)
-    bad, others = nodes[1], ", ".join(address(n) for n in nodes if n != nodes[1])
+    """nftables in the second node's namespace drops new TCP connections on the DDP ports, in and out."""
+    bad = nodes_of(slurm_cluster)[1]
     table = "ddpslurm_doctor_test"
+    drop = f"tcp dport {DDP_PORTS} ct state new drop;"
     rules = (f"table inet {table} {{\n"
-             f" chain input {{ type filter hook input priority 0; policy accept; ip saddr {{ {others} }} "
-             f"tcp dport {DDP_PORTS} ct state new drop; }}\n"
-             f" chain output {{ type filter hook output priority 0; policy accept; ip daddr {{ {others} }} "
-             f"tcp dport {DDP_PORTS} ct state new drop; }}\n}}\n")
+             f" chain input {{ type filter hook input priority 0; policy accept; {drop} }}\n"
+             f" chain output {{ type filter hook output priority 0; policy accept; {drop} }}\n}}\n")
     netns = ["nsenter", f"--net=/run/netns/dds-{bad}", "nft"]
     subprocess.run([*netns, "-f", "-"], input=rules, text=True, check=True, timeout=30)
     try:
@@ -83,6 +77,13 @@ def test_a_firewalled_node_is_named_within_60_s(slurm_cluster, firewalled: str, 
     diagnosis = analyze(slurm_cluster, result["folder"])
     assert (diagnosis["cause"], diagnosis["first_failing_host"], diagnosis["exclude_nodes"]) == \
         ("network_unreachable", firewalled, [firewalled])
+
+
+def test_two_nodes_the_firewalled_one_is_named(slurm_cluster, firewalled: str, tmp_path: Path) -> None:
+    """Two nodes, one bad link: the node that cannot even connect to itself has the firewall."""
+    first = nodes_of(slurm_cluster)[0]
+    code, result = doctor(slurm_cluster, tmp_path, "--sbatch-arg", f"nodelist={first},{firewalled}", nodes=2)
+    assert (code, result["failing_nodes"]) == (1, [firewalled]), result
 
 
 @pytest.fixture

@@ -75,6 +75,15 @@ def test_two_nodes_with_one_bad_link_blame_both_sides() -> None:
     assert any("cannot tell which side" in c.detail for c in checks if not c.ok)
 
 
+def test_two_nodes_one_of_which_cannot_reach_itself_blame_that_one() -> None:
+    nodes = ["a", "b"]
+    records = healthy(nodes, b={"self": {"ok": False, "error": "no answer"}}, a={"self": {"ok": True}})
+    cut_off(records, "b")
+    checks = judge.judge(nodes, records)
+    assert judge.failing_nodes(checks) == ["b"]
+    assert any("local firewall" in c.detail for c in checks if not c.ok)
+
+
 @pytest.mark.parametrize(("pairs", "blamed"), [
     (set(), []),
     ({frozenset("ab"), frozenset("bc")}, ["b"]),
@@ -83,6 +92,11 @@ def test_two_nodes_with_one_bad_link_blame_both_sides() -> None:
 ])
 def test_blamed_nodes(pairs: set[frozenset[str]], blamed: list[str]) -> None:
     assert judge.blamed_nodes(["a", "b", "c", "d"], pairs) == blamed
+
+
+def test_a_suspect_breaks_a_tie_only() -> None:
+    assert judge.blamed_nodes(["a", "b"], {frozenset("ab")}, frozenset("a")) == ["a"]
+    assert judge.blamed_nodes(["a", "b", "c"], {frozenset("ab"), frozenset("bc")}, frozenset("a")) == ["b"]
 
 
 def test_a_missing_record_names_the_node() -> None:
