@@ -112,7 +112,7 @@ def refine_exit(e: Event) -> Event:
         return replace(e, cause=cause, role=role)
     if not root:
         return replace(e, role="either", priority=min(e.priority, 8))
-    if code.isdigit() and not _recorded_exception(e):  # a positive exit code says the worker failed, not why
+    if (code.isdigit() or not code) and not _recorded_exception(e):  # an exit code (or none) says it failed, not why
         return replace(e, cause="unknown", role="either")
     return e
 

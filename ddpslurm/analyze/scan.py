@@ -132,6 +132,7 @@ class _Pending:
     line: int
     text: str
     time_text: str | None = None
+    signature: str | None = None  #: a join's head matched this signature without its tail (the exit code)
 
 
 def small_int(text: str | None) -> int | None:
@@ -238,6 +239,9 @@ class _FileState:
             return
         sig, m = hit
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        if sig.kind == "agent_failed" and "exitcode" in m.re.groupindex and "exitcode" not in groups:
+            # a launcher's report hard-wrapped before its exit code (a terminal or a paste): the next line may end it
+            self.pending = _Pending("join", stream, lineno, body, time_text, signature=sig.id)
         ns = nccl_source(body)
         ev_host = host or (ns[0] if ns else None) or groups.get("host")
         pid = ns[1] if ns else small_int(groups.get("pid"))
@@ -266,7 +270,10 @@ class _FileState:
         if pending.what == "join":
             joined = f"{pending.text} {body.strip()}"
             hit = self.sigs.match(joined)
-            if hit is None or hit[0].kind != "watchdog_timeout" or lineno - pending.line > 1:
+            wanted = hit is not None and (hit[0].id == pending.signature if pending.signature
+                                          else hit[0].kind == "watchdog_timeout")
+            if not wanted or lineno - pending.line > 1 or (pending.signature and "exitcode" not in
+                                                           {k for k, v in hit[1].groupdict().items() if v}):
                 return False
             self.events[:] = [e for e in self.events if e.line != pending.line or e.file != self.source.display]
             rank, local, host = self.streams.get(pending.stream, (None, None, None))

@@ -86,7 +86,8 @@ class TracebackAssembler:
             else:
                 finished.extend(self._close(stream))
                 self.open[stream] = _Open(start_line=lineno)
-            return True, finished
+            # a header mid-line (a paste that lost its newlines): the text before it is still a line of its own
+            return not text[:text.index(_START)].strip(), finished
         state = self.open.get(stream)
         if state is None:
             return False, finished

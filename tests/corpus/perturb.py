@@ -258,8 +258,7 @@ _RANK_RULES = tuple(re.compile(p) for p in (
     r"--local[_-]rank=(?P<l>\d+)",  # deepspeed/torch.distributed.launch worker argv
 ))
 _SRUN_LABEL = re.compile(r"^(?P<t> *\d{1,6})(?=: )")
-_LOCAL_ONLY = re.compile(r"\[(?![Rr]ank)[A-Za-z_]+\d+\]:|local_rank:? \d+ \(pid|LOCAL_RANK=\d+|SLURM_LOCALID=\d+"
-                         r"|--local[_-]rank=\d+")
+_LOCAL_ONLY = re.compile(r"\[(?![Rr]ank)[A-Za-z_]+\d+\]:|local_rank:? \d+ \(pid|LOCAL_RANK=\d+|SLURM_LOCALID=\d+")
 _WORLD_CLAIMS = re.compile(r"nranks (\d+)|world_size[\"=:\s]+(\d+)|global_rank=\d+\((\d+)\)|(?<![\w-])rank \d+/(\d+)"
                            r"|WORLD_SIZE=(\d+)")
 _PER_NODE_CLAIMS = (re.compile(r'"local_world_size": (\d+)'), re.compile(r"local_rank=\d+\((\d+)\)"),

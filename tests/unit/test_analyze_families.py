@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpslurm.analyze.api import analyze_paths
 from ddpslurm.analyze.attribution import body_rank, interface_scope, strip_prefixes
 from ddpslurm.analyze.events import SourceFile
 from ddpslurm.analyze.scan import scan_file
@@ -385,3 +386,35 @@ def test_elastic_block_with_huge_numbers_does_not_raise(tmp_path: Path, sigs) ->
     events = scan_text(tmp_path, sigs, text)
     root = [e for e in events if e.kind == "elastic_failure"]
     assert [(e.rank, e.local_rank, e.pid) for e in root] == [(None, None, None)]
+
+
+DS_HEAD = "[2024-02-06 06:23:39,510] [ERROR] [launch.py:321:sigkill_handler] ['/env/bin/python', '-u', 'train.py', "
+
+
+@pytest.mark.parametrize("local", [0, 5, 13])
+@pytest.mark.parametrize("code", ["-9", "1", "-6"])
+def test_deepspeed_launcher_report_hard_wrapped_before_its_exit_code(tmp_path: Path, sigs, local: int,
+                                                                     code: str) -> None:
+    """A terminal or a paste wraps the launcher's long command line: the exit code on the next line is its own."""
+    text = f"noise\n{DS_HEAD}'--local_rank={local}', '--lr',\n '2e-3'] exits with return code = {code}\nafter\n"
+    events = [e for e in scan_text(tmp_path, sigs, text) if e.kind == "agent_failed"]
+    assert [(e.line, e.local_rank, e.get("exitcode")) for e in events] == [(2, local, code)]
+
+
+def test_deepspeed_launcher_report_cut_before_its_exit_code_names_the_worker_not_a_cause(tmp_path: Path,
+                                                                                         sigs) -> None:
+    (tmp_path / "train.log").write_text(f"{DS_HEAD}'--local_rank=3', '--deepspeed', 'ds.json', '--bf16\n")
+    d = analyze_paths([tmp_path])
+    assert (d.cause, d.first_failing_rank) == ("unknown", 3)
+
+
+def test_traceback_header_mid_line_leaves_the_text_before_it_a_line(tmp_path: Path, sigs) -> None:
+    """A paste that lost its newlines: the agent's report before a `Traceback` header is still read."""
+    line = ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 11 closing signal SIGTERM "
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 2 (pid: 12) of "
+            "binary: /env/bin/python Traceback (most recent call last): File \"/env/bin/torchrun\", line 8\n")
+    events = [e for e in scan_text(tmp_path, sigs, line) if e.kind == "agent_failed"]
+    assert [(e.local_rank, e.pid, e.get("exitcode")) for e in events] == [(2, 12, "-9")]
+    header_first = scan_text(
+        tmp_path, sigs, 'Traceback (most recent call last):\n  File "t.py", line 1\nValueError: a\n')
+    assert [(e.kind, e.line) for e in header_first] == [("exception", 3)]
