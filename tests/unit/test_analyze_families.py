@@ -32,6 +32,26 @@ H = "gpu-a07:31337:31400 [2] "  # NCCL's host:pid:tid [dev] head
 
 # (line, signature, kind, cause, role, accuses, fields that must be there)
 FAMILIES = [
+    # allocation failures that abort the process: Rust's handler (tokenizers), NCCL 2.4's mismatch check
+    ("memory allocation of 2097152 bytes failed", "allocation-failed-abort", "exception", "host_oom", "culprit",
+     "self", {"bytes": "2097152"}),
+    (H + "init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around "
+     "rank 12. You can use NCCL_DEBUG=INFO", "nccl-mismatched-collective", "mismatch_detected", "collective_mismatch",
+     "culprit", "none", {"around_rank": "12"}),
+    ("Duplicate GPU detected : rank 5 and rank 1 both on CUDA device 1a000", "nccl-duplicate-gpu", "nccl_warn",
+     "duplicate_gpu", "culprit", "self", {"rank": "5", "other_rank": "1", "busid": "1a000"}),
+    # c10d's client connect timeout: torch 1.x/2.0 '(host, port)', later 'host:port' and '[v6]:port'; the agent's error
+    ("[E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to (gpu-b3, 29400).",
+     "client-connect-timeout", "socket", "network_unreachable", "either", "self",
+     {"peer_host": "gpu-b3", "port": "29400", "timeout": "60s"}),
+    ("[E socket.cpp:860] [c10d] The client socket has timed out after 900s while trying to connect to 10.8.0.4:29511",
+     "client-connect-timeout", "socket", "network_unreachable", "either", "self",
+     {"peer_host": "10.8.0.4", "port": "29511"}),
+    ("[c10d] The client socket has timed out after 30s while trying to connect to [fd00::12]:1234",
+     "client-connect-timeout", "socket", "network_unreachable", "either", "self", {"peer_host": "[fd00::12]"}),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has "
+     "failed. See inner exception for details.", "rendezvous-connection-error", "exception", "network_unreachable",
+     "either", "self", {}),
     # NCCL IB completion: 2.7 (no peer), 2.12-2.2x (peer, 'error N'), 2.27 (status=NAME(N)), IPv6 peer with a zone id
     (H + "transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129",
      "nccl-ib-completion-error", "nccl_warn", "infiniband_error", "culprit", "self",
