@@ -11,6 +11,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,9 +150,18 @@ def test_rank_pid_reads_the_latest_attempts_start_record(tmp_path: Path) -> None
         lab.rank_pid(tmp_path, 4)
 
 
+def _settled(pid: int) -> None:
+    """Wait until `pid` has finished its exec: Popen returns when the close-on-exec pipe closes, which the kernel
+    does before it sets up the new program's arguments and environment (/proc/PID/environ is empty until then)."""
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{pid}/environ").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_process_job_id_reads_the_environment_of_a_live_process() -> None:
     proc = subprocess.Popen(["sleep", "30"], env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "4242"})
     try:
+        _settled(proc.pid)
         assert lab.process_job_id(proc.pid) == "4242"
     finally:
         proc.kill()
@@ -159,6 +169,7 @@ def test_process_job_id_reads_the_environment_of_a_live_process() -> None:
     assert lab.process_job_id(proc.pid) is None  # reaped: no /proc entry
     bare = subprocess.Popen(["sleep", "30"], env={"PATH": "/usr/bin:/bin"})
     try:
+        _settled(bare.pid)
         assert lab.process_job_id(bare.pid) is None
     finally:
         bare.kill()
