@@ -51,6 +51,8 @@ class _Open:
     wrapper: str | None = None
     wrapper_gap: int = 0
     process: str | None = None
+    #: the chain's last finished exception (text, line, where): what the traceback said if its tail is cut
+    earlier: tuple[str, int, str | None] | None = None
 
     def note_process(self, text: str) -> None:
         m = _WRAPPED_PROCESS.search(text) if self.process is None else None
@@ -81,6 +83,8 @@ class TracebackAssembler:
         if _START in text:
             state = self.open.get(stream)
             if state and state.awaiting_chain:
+                if state.exc is not None:
+                    state.earlier = (state.exc, state.exc_line, state.where)
                 state.awaiting_chain, state.exc, state.chained = False, None, True
                 state.wrapper_gap = 0
             else:
@@ -136,6 +140,9 @@ class TracebackAssembler:
 
     def _close(self, stream: object) -> list[Exc]:
         state = self.open.pop(stream, None)
+        if state is not None and state.exc is None and state.earlier is not None:
+            # the chain's next traceback was cut before its final line (a dead process, a paste cut short)
+            state.exc, state.exc_line, state.where = state.earlier
         if state is None or state.exc is None:
             return []
         nested = state.wrapper is not None and state.chained

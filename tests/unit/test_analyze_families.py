@@ -32,6 +32,11 @@ H = "gpu-a07:31337:31400 [2] "  # NCCL's host:pid:tid [dev] head
 
 # (line, signature, kind, cause, role, accuses, fields that must be there)
 FAMILIES = [
+    # DDP's reducer: the index list (default) and the names (DETAIL) of a rank's parameters without a gradient
+    ("Parameter indices which did not receive grad for rank 2: 362 363 364", "unused-parameters", "exception",
+     "unused_parameters", "culprit", "self", {"reporter_rank": "2"}),
+    ("Parameters which did not receive grad for rank 0: head.weight, head.bias", "unused-parameters", "exception",
+     "unused_parameters", "culprit", "self", {"reporter_rank": "0"}),
     # allocation failures that abort the process: Rust's handler (tokenizers), NCCL 2.4's mismatch check
     ("memory allocation of 2097152 bytes failed", "allocation-failed-abort", "exception", "host_oom", "culprit",
      "self", {"bytes": "2097152"}),
@@ -438,3 +443,19 @@ def test_traceback_header_mid_line_leaves_the_text_before_it_a_line(tmp_path: Pa
     header_first = scan_text(
         tmp_path, sigs, 'Traceback (most recent call last):\n  File "t.py", line 1\nValueError: a\n')
     assert [(e.kind, e.line) for e in header_first] == [("exception", 3)]
+
+
+@pytest.mark.parametrize("prefix", ["", "[rank6]: "])
+def test_chained_traceback_cut_before_its_final_line_reports_the_exception_before_the_cut(tmp_path: Path, sigs,
+                                                                                          prefix: str) -> None:
+    """A paste or a dead process's log ends inside the chain's next traceback: its earlier exception stands."""
+    chain = ["Traceback (most recent call last):", '  File "loader.py", line 9, in get',
+             "RuntimeError: DataLoader worker (pid 91) is killed by signal: Killed. ", "",
+             "The above exception was the direct cause of the following exception:", "",
+             "Traceback (most recent call last):", '  File "train.py", line 141, in <module>']
+    events = scan_text(tmp_path, sigs, "".join(f"{prefix}{line}\n" for line in chain))
+    assert [(e.signature, e.line, e.get("exc_type") or e.cause) for e in events] == \
+        [("dataloader-worker-killed", 3, "dataloader_worker_killed")]
+    finished = [*chain[:-1], '  File "train.py", line 141, in <module>', "ValueError: the final one"]
+    events = scan_text(tmp_path, sigs, "".join(f"{prefix}{line}\n" for line in finished))
+    assert [e.line for e in events] == [9]  # a complete chain reports its final exception, as before
