@@ -322,19 +322,24 @@ def test_time_limit_requeue_then_finish(slurm_cluster: SlurmCluster, tmp_path: P
     assert_identical_finish(attempts[-1], 2, steps)
 
 
-@pytest.mark.slow
-def test_script_ignoring_the_flag_is_still_requeued(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    folder = tmp_path / "jobs"
-    jid = start_async(slurm_cluster, folder, SCRIPTS / "ignore_flag.py", [],
+def requeued_and_restarted(cluster: SlurmCluster, folder: Path, script: str) -> Path:
+    """Submit a 2-node job of SCRIPTS/`script` that never ends by itself (2 min limit, USR2 40 s before it, one
+    requeue), release it when Slurm holds it, wait until attempt 1's rank 0 starts, cancel it; its job folder."""
+    jid = start_async(cluster, folder, SCRIPTS / script, [],
                       "--nodes", "2", "--time", "2", "--signal-delay", "40", "--max-requeues", "1")
     restarted = job_dir(folder) / "attempt_1" / "rank_0.start.json"
     deadline = time.time() + 300
     while time.time() < deadline and not restarted.exists():
-        release_when_held(slurm_cluster, jid)
+        release_when_held(cluster, jid)
         time.sleep(2)
-    slurm_cluster.run(["scancel", jid], check=False)  # it never ends by itself; the restart is what counts
+    cluster.run(["scancel", jid], check=False)  # it never ends by itself; the restart is what counts
     assert restarted.exists(), "the job was not requeued and restarted"
-    jdir = job_dir(folder)
+    return job_dir(folder)
+
+
+@pytest.mark.slow
+def test_script_ignoring_the_flag_is_still_requeued(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    jdir = requeued_and_restarted(slurm_cluster, tmp_path / "jobs", "ignore_flag.py")
     first = read_records(jdir / "attempt_0", "exit")
     assert sorted(first) == [0, 1]
     assert {(r["status"], r["requeue"]) for r in first.values()} == {("preempted", True)}
@@ -348,17 +353,7 @@ def test_time_limit_with_ranks_stuck_in_a_collective_is_still_requeued(slurm_clu
                                                                        tmp_path: Path) -> None:
     """Every rank reads the flag, then hangs in C++ (rank 0 in an all_reduce): the batch step requeues when
     the grace after the signal runs out, before the time limit."""
-    folder = tmp_path / "jobs"
-    jid = start_async(slurm_cluster, folder, SCRIPTS / "stuck_after_flag.py", [],
-                      "--nodes", "2", "--time", "2", "--signal-delay", "40", "--max-requeues", "1")
-    restarted = job_dir(folder) / "attempt_1" / "rank_0.start.json"
-    deadline = time.time() + 300
-    while time.time() < deadline and not restarted.exists():
-        release_when_held(slurm_cluster, jid)
-        time.sleep(2)
-    slurm_cluster.run(["scancel", jid], check=False)  # it never ends by itself; the restart is what counts
-    assert restarted.exists(), "the job was not requeued and restarted"
-    first = job_dir(folder) / "attempt_0"
+    first = requeued_and_restarted(slurm_cluster, tmp_path / "jobs", "stuck_after_flag.py") / "attempt_0"
     assert "flag read" in (first / "rank_0.log").read_text()
     requeue = json.loads((first / "requeue.json").read_text())
     assert requeue["requeued"] is True and "grace time" in requeue["reason"] and "[0, 1]" in requeue["reason"]
