@@ -37,6 +37,14 @@ FAMILIES = [
      "unused_parameters", "culprit", "self", {"reporter_rank": "2"}),
     ("Parameters which did not receive grad for rank 0: head.weight, head.bias", "unused-parameters", "exception",
      "unused_parameters", "culprit", "self", {"reporter_rank": "0"}),
+    # argparse's ArgumentParser.error (exit status 2, no traceback): a script, a console script with subcommands
+    ("train.py: error: unrecognized arguments: --json", "argparse-usage-error", "exception", "user_code_exception",
+     "culprit", "self", {"prog": "train.py", "message": "unrecognized arguments: --json"}),
+    ("finetune.py: error: argument --lr: invalid float value: '1e-4x'", "argparse-usage-error", "exception",
+     "user_code_exception", "culprit", "self", {"prog": "finetune.py"}),
+    ("accelerate <command> [<args>] launch: error: the following arguments are required: training_script",
+     "argparse-usage-error", "exception", "user_code_exception", "culprit", "self",
+     {"message": "the following arguments are required: training_script"}),
     # allocation failures that abort the process: Rust's handler (tokenizers), NCCL 2.4's mismatch check
     ("memory allocation of 2097152 bytes failed", "allocation-failed-abort", "exception", "host_oom", "culprit",
      "self", {"bytes": "2097152"}),
@@ -459,3 +467,21 @@ def test_chained_traceback_cut_before_its_final_line_reports_the_exception_befor
     finished = [*chain[:-1], '  File "train.py", line 141, in <module>', "ValueError: the final one"]
     events = scan_text(tmp_path, sigs, "".join(f"{prefix}{line}\n" for line in finished))
     assert [e.line for e in events] == [9]  # a complete chain reports its final exception, as before
+
+
+@pytest.mark.parametrize("line", [
+    "srun: error: gpu-a07: task 3: Exited with exit code 2",
+    "slurmstepd: error: *** STEP 12.0 ON gpu-a07 CANCELLED AT 2024-05-08T08:47:31 ***",
+    "train.py: error: loss is nan at step 12",  # the script's own wording, not argparse's
+    "ERROR: argument --lr: invalid float value",  # no program name before it
+])
+def test_error_lines_that_are_not_argparse_are_not_read_as_a_usage_error(tmp_path: Path, sigs, line: str) -> None:
+    assert "argparse-usage-error" not in {e.signature for e in scan_text(tmp_path, sigs, line + "\n")}
+
+
+def test_every_rank_refusing_its_arguments_is_the_scripts_fault_and_no_single_rank(tmp_path: Path) -> None:
+    usage = "usage: train.py [-h] [--lr LR]\ntrain.py: error: unrecognized arguments: --json\n"
+    for rank in (0, 1):
+        (tmp_path / f"77_{rank}_log.err").write_text(usage)
+    diagnosis = analyze_paths([tmp_path])
+    assert (diagnosis.cause, diagnosis.first_failing_rank, diagnosis.retry) == ("user_code_exception", None, "stop")
