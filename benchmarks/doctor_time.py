@@ -7,6 +7,10 @@ The cluster (`slurm/cluster --name NAME up --nodes 3`, default `doc`) must be up
 nftables table in the second node's namespace that drops new TCP connections on ports 10000-29999 (ddpslurm's
 MASTER_PORT range), in and out (Slurm's own ports stay open); it is removed at the end. Times are the whole
 command (srun included) and, in brackets, first probe start to last record on the nodes.
+
+With the fault on, it also times `submit --preflight --retries 2` of a 2-node examples/train.py run (it lands on
+the first two nodes, the second firewalled): the whole chain, and the time until the job that avoids the node
+was submitted.
 """
 
 from __future__ import annotations
@@ -45,6 +49,21 @@ def doctor(env: dict[str, str], folder: str, nodes: int, *args: str) -> tuple[fl
     return wall, on_nodes, result["failing_nodes"]
 
 
+def retry_chain(env: dict[str, str], folder: str) -> tuple[float, float, list[str]]:
+    """`submit --preflight --retries 2` end to end: wall time, time to the resubmission, each job's decision."""
+    started = time.time()
+    done = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "submit", str(REPO / "examples" / "train.py"),
+                           "--nodes", "2", "--preflight", "--retries", "2", "--time", "5", "--folder", folder, "--json",
+                           "--", "--epochs", "1", "--steps-per-epoch", "4", "--checkpoint-dir", f"{folder}/ckpt"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    wall = time.time() - started
+    chain = json.loads(done.stdout.splitlines()[-1])
+    attempts = chain["attempts"]
+    second = json.loads(Path(attempts[1]["folder"], "ddpslurm.json").read_text()) if len(attempts) > 1 else None
+    to_resubmit = second["submit_unix"] - started if second else float("nan")
+    return wall, to_resubmit, [f"{a['job_id']} on {','.join(a['nodes'])}: {a['decision']}" for a in attempts]
+
+
 def firewall(node: str, on: bool) -> None:
     nft = ["nsenter", f"--net=/run/netns/dds-{node}", "nft"]
     if not on:
@@ -77,6 +96,10 @@ def main() -> None:
                 runs = [doctor(env, folder, 3, "--window", f"{window:g}") for _ in range(args.runs)]
                 print(f"{nodes[1]} firewalled, 3 nodes, --window {window:g}: "
                       + ", ".join(f"{w:.1f} s ({n:.1f} s) -> {f}" for w, n, f in runs))
+            for _ in range(args.runs):
+                wall, to_resubmit, decisions = retry_chain(env, folder)
+                print(f"{nodes[1]} firewalled, submit --preflight --retries 2 (2 nodes): done in {wall:.1f} s, "
+                      f"resubmitted after {to_resubmit:.1f} s; " + "; ".join(decisions))
         finally:
             firewall(nodes[1], on=False)
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

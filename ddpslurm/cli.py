@@ -73,6 +73,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
                    "after dumping every rank's stacks into the job folder; 0: off.")
 @click.option("--preflight", is_flag=True,
               help="Run `ddpslurm doctor`'s checks before the training step of every attempt.")
+@click.option("--retries", type=int, default=0, show_default=True, metavar="N",
+              help="When the job fails because of the infrastructure (analyze's retry: requeue; a failed "
+                   "--preflight, a node, GPU or IB failure), submit it again excluding the blamed nodes, at most N "
+                   "times; a bug in the script is never retried. Waits, like --wait.")
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script and the rank environment; submit nothing.")
 @click.option("--wait", is_flag=True, help="Wait for the end; exit non-zero if the job failed.")
 @click.option("--local", is_flag=True, help="No Slurm: run nodes x tasks-per-node ranks on this machine.")
@@ -82,7 +86,7 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
            account: str | None, qos: str | None, time_limit: str, constraint: str | None, exclude: str | None,
            sbatch_args: tuple[str, ...], launcher: str, folder: str, max_requeues: int, signal_delay: int,
            interface: str | None, job_name: str, master_port: int | None, hang_timeout: int, preflight: bool,
-           dry_run: bool, wait: bool, local: bool, as_json: bool) -> None:
+           retries: int, dry_run: bool, wait: bool, local: bool, as_json: bool) -> None:
     """Submit a plain PyTorch DDP SCRIPT as a multi-node Slurm job (script arguments after `--`).
 
     \b
@@ -100,7 +104,7 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
              sbatch_args=sbatch_args, launcher=launcher, folder=folder, max_requeues=max_requeues,
              signal_delay_s=signal_delay, interface=interface, local=local, job_name=job_name,
              master_port=master_port, hang_timeout_s=hang_timeout, preflight=preflight),
-        dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo)
+        dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo, retries=retries)
     if code:
         sys.exit(code)  # click.exceptions.Exit would be swallowed by standalone_mode=False
 
@@ -147,7 +151,13 @@ def status(job: str, wait: bool, as_json: bool) -> None:
 
         with Live(Text("querying Slurm..."), refresh_per_second=4, transient=True) as live:
             result = wait_for_job(job, on_update=lambda s: live.update(Text(render_text(s))))
-    click.echo(json_dumps(result.to_dict()) if as_json else render_text(result))
+    from ddpslurm.launch.retries import chain_lines, chain_of_job
+
+    chain = chain_of_job(result.job_id, result.folder)  # `submit --retries`: the whole chain this job is part of
+    if as_json:
+        click.echo(json_dumps({**result.to_dict(), **({"retry_chain": chain} if chain else {})}))
+    else:
+        click.echo("\n".join([render_text(result), *(chain_lines(chain, terminal) if chain else [])]))
     code = exit_code_for(result, waited=wait)
     if code:
         sys.exit(code)

@@ -7,18 +7,26 @@ import shlex
 from collections.abc import Callable
 from typing import Any
 
+from ddpslurm.errors import UsageError
 from ddpslurm.launch.plan import plan as make_plan
-from ddpslurm.launch.spec import make_spec
+from ddpslurm.launch.spec import JobSpec, make_spec
 
 #: Exit status of `submit --wait` when the job ended in failure (the same as `ddpslurm status --wait`).
 EXIT_JOB_FAILED = 3
 
 
 def run_submit(options: dict[str, Any], *, dry_run: bool, wait: bool, as_json: bool,
-               echo: Callable[..., None]) -> int:
+               echo: Callable[..., None], retries: int = 0) -> int:
     """Validate, plan, and print (--dry-run) or submit; returns the exit status for the CLI
-    (0, or EXIT_JOB_FAILED when a waited-for job failed)."""
+    (0, or EXIT_JOB_FAILED when a waited-for job failed). `retries` > 0: the retry chain (it waits)."""
     spec = make_spec(**options)
+    if retries < 0:
+        raise UsageError(f"--retries {retries} is negative", "Give 0 (no retries) or more")
+    if retries and spec.local:
+        raise UsageError("--retries resubmits to Slurm away from bad nodes and cannot run with --local",
+                         "Drop --retries or --local")
+    if retries and not dry_run:
+        return run_retries(spec, options, retries, as_json=as_json, echo=echo)
     plan = make_plan(spec)
     from ddpslurm.launch import submit as submitting
 
@@ -64,3 +72,42 @@ def run_submit(options: dict[str, Any], *, dry_run: bool, wait: bool, as_json: b
         else:
             echo(f"Job {submitted.job_id} {state}{suffix}. See why: ddpslurm analyze {folder}", err=True)
     return 0 if ok else EXIT_JOB_FAILED
+
+
+def run_retries(spec: JobSpec, options: dict[str, Any], retries: int, *, as_json: bool,
+                echo: Callable[..., None]) -> int:
+    """`submit --retries N`: the job, and after an infrastructure fault the same job away from the blamed
+    nodes, at most N more times (ddpslurm.launch.retries). Prints the chain; 0 when its last job completed."""
+    from ddpslurm.launch import submit as submitting
+    from ddpslurm.launch.retries import ChainSteps, analyze_job, chain_lines, run_chain
+    from ddpslurm.sanitize import terminal
+
+    def submit_once(exclude: str | None) -> tuple[str, str]:
+        this = make_spec(**{**options, "exclude": exclude})
+        this_plan = make_plan(this)
+        for text in this_plan.warnings:
+            echo(f"ddpslurm: warning: {text}", err=True)
+        submitted = submitting.submit(this, this_plan)
+        if not as_json:
+            away = f" (excluding {exclude})" if exclude else ""
+            echo(f"Submitted job {submitted.job_id}{away}\n  folder:  {submitted.folder}")
+        return submitted.job_id, str(submitted.folder)
+
+    def wait_once(job_id: str) -> tuple[str, bool, tuple[str, ...]]:
+        outcome = submitting.wait_slurm(job_id)
+        return outcome.state, outcome.ok, outcome.nodes
+
+    steps = ChainSteps(submit=submit_once, wait=wait_once, analyze=analyze_job,
+                       say=lambda text: echo(terminal(text), err=True))
+    record = run_chain(steps, retries, spec.exclude)
+    if as_json:
+        echo(json.dumps(record))
+    else:
+        echo("\n".join(chain_lines(record, terminal)))
+        last = record["attempts"][-1]
+        if record["ok"]:
+            echo(f"Job {last['job_id']} completed.")
+        else:
+            echo(f"Job {last['job_id']} {last['state']}. See why: ddpslurm analyze {shlex.quote(last['folder'])}",
+                 err=True)
+    return 0 if record["ok"] else EXIT_JOB_FAILED

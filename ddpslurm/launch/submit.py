@@ -227,6 +227,7 @@ class Outcome:
     state: str
     ok: bool
     detail: str = ""
+    nodes: tuple[str, ...] = ()
 
 
 def wait_slurm(job_id: str) -> Outcome:
@@ -240,4 +241,6 @@ def wait_slurm(job_id: str) -> Outcome:
         details.append(f"exit code {status.exit_code}" + (f", signal {status.signal}" if status.signal else ""))
     if status.requeue_count:
         details.append(f"requeued {status.requeue_count} time(s)")
-    return Outcome(status.state.value, not status.failed, ", ".join(details))
+    from ddpslurm.launch.retries import expand_or_keep
+
+    return Outcome(status.state.value, not status.failed, ", ".join(details), tuple(expand_or_keep(status.nodelist)))

@@ -124,3 +124,48 @@ def test_submit_preflight_stops_the_attempt_and_analyze_names_the_node(slurm_clu
     diagnosis = analyze(slurm_cluster, folder)
     assert (diagnosis["cause"], diagnosis["first_failing_host"], diagnosis["exclude_nodes"], diagnosis["retry"]) == \
         ("network_unreachable", firewalled, [firewalled], "requeue")
+
+
+def submit_json(cluster, *args: str) -> tuple[int, dict, str]:
+    """`ddpslurm submit ... --json` (it waits): exit status, its one JSON object, stderr."""
+    cut = args.index("--") if "--" in args else len(args)  # --json is submit's, before the script's arguments
+    done = cluster.run([sys.executable, "-m", "ddpslurm.cli", "submit", *args[:cut], "--json", *args[cut:]],
+                       check=False, timeout=540)
+    assert done.stdout.strip(), done.stderr
+    return done.returncode, json.loads(done.stdout.splitlines()[-1]), done.stderr
+
+
+def test_retries_resubmit_away_from_the_node_the_preflight_named(slurm_cluster, firewalled: str,
+                                                                  tmp_path: Path) -> None:
+    """A 2-node job lands on the first two nodes (Slurm's default order on an idle cluster), the second of them
+    firewalled: its pre-flight fails in seconds, the chain resubmits excluding that node, and the job completes."""
+    script = Path(__file__).resolve().parents[2] / "examples" / "train.py"
+    code, chain, stderr = submit_json(slurm_cluster, str(script), "--nodes", "2", "--preflight", "--retries", "2",
+                                      "--time", "5", "--folder", str(tmp_path), "--", "--epochs", "1",
+                                      "--steps-per-epoch", "4", "--checkpoint-dir", str(tmp_path / "ckpt"))
+    assert (code, chain["ok"], len(chain["attempts"])) == (0, True, 2), (chain, stderr)
+    first, second = chain["attempts"]
+    assert firewalled in first["nodes"] and not Path(first["folder"], "attempt_0").exists()  # training never began
+    assert (first["cause"], first["exclude_nodes"], first["decision"]) == \
+        ("network_unreachable", [firewalled], "resubmitted")
+    assert second["excluded"] == [firewalled] and firewalled not in second["nodes"] and len(second["nodes"]) == 2
+    assert (second["state"], second["decision"]) == ("completed", "completed")
+    assert (chain["job_id"], chain["folder"]) == (second["job_id"], second["folder"])
+    assert f"resubmitting excluding {firewalled}" in stderr
+    # `ddpslurm status` shows the chain for either job id, and for a job folder
+    for ref in (first["job_id"], second["job_id"], first["folder"]):
+        done = slurm_cluster.run([sys.executable, "-m", "ddpslurm.cli", "status", ref, "--json"], check=False)
+        assert done.returncode == 0, done.stderr
+        shown = json.loads(done.stdout)["retry_chain"]
+        assert [a["job_id"] for a in shown["attempts"]] == [first["job_id"], second["job_id"]]
+
+
+def test_retries_never_resubmit_a_python_error(slurm_cluster, tmp_path: Path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text("raise ValueError('the learning rate schedule has no steps')\n")
+    code, chain, _ = submit_json(slurm_cluster, str(script), "--nodes", "2", "--retries", "2", "--time", "5",
+                                 "--folder", str(tmp_path / "jobs"))
+    assert (code, chain["ok"], len(chain["attempts"])) == (3, False, 1), chain
+    only = chain["attempts"][0]
+    assert (only["state"], only["cause"], only["retry"]) == ("failed", "user_code_exception", "stop"), only
+    assert "would fail again" in only["decision"]

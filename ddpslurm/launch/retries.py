@@ -1,0 +1,233 @@
+"""`ddpslurm submit --retries N`: after a failed job, read its post-mortem; when it blames the infrastructure
+(analyze's `retry` is "requeue": a failed pre-flight, a node failure, a GPU or IB fault...), submit the same job
+again with the blamed nodes added to `--exclude`, at most N times. A bug in the script (an exception, an OOM,
+unused parameters: `retry` "stop") or a cause analyze cannot judge (`retry` "unknown") is never retried.
+
+The chain of attempts is written as `retries.json` into the folder of every job of the chain, so that
+`ddpslurm status <any of its job ids>` shows the whole chain. Deciding and merging are pure functions; the
+loop that submits, waits and analyzes lives in `run_chain`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ddpslurm.errors import DdpSlurmError, EnvDerivationError
+from ddpslurm.scheduler.hostlist import compress_hostlist, expand_hostlist
+
+#: The chain file in every job folder of a chain.
+CHAIN_FILE = "retries.json"
+#: Causes the job survives by requeueing itself (USR2, preemption; `--max-requeues`): a new job would only
+#: double that budget, so the chain leaves them to it.
+REQUEUED_IN_PLACE = frozenset({"slurm_time_limit", "preempted"})
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One job of a retry chain: where it ran, how it ended, what analyze said, what the chain did next."""
+
+    job_id: str
+    folder: str
+    nodes: tuple[str, ...]
+    state: str
+    cause: str | None = None
+    retry: str | None = None
+    exclude_nodes: tuple[str, ...] = ()
+    summary: str = ""
+    decision: str = ""  # "completed", "resubmitted", or why the chain stopped here
+    excluded: tuple[str, ...] = field(default=())  # the --exclude this job was submitted with
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("nodes", "exclude_nodes", "excluded"):
+            out[key] = list(out[key])
+        return out
+
+
+def why_not_resubmit(cause: str | None, retry: str | None) -> str | None:
+    """None when a new submission may succeed, else why not (pure)."""
+    if cause is None:
+        return "no post-mortem: analyze could not read the job's logs"
+    if retry == "stop":
+        return f"{cause} is a fault of the job itself (analyze: retry stop); it would fail again"
+    if retry != "requeue":
+        return f"analyze cannot tell whether resubmitting helps after {cause} (retry {retry or 'unknown'})"
+    if cause in REQUEUED_IN_PLACE:
+        return f"the job requeues itself after {cause} (--max-requeues), a new job is not needed"
+    return None
+
+
+def merged_exclude(current: str | None, nodes: Iterable[str]) -> str | None:
+    """`current` (a Slurm hostlist or None) with `nodes` added; unchanged when nothing is new (pure)."""
+    try:
+        have = expand_hostlist(current) if current else []
+    except EnvDerivationError:  # an expression ddpslurm cannot expand: kept as it is, for Slurm to read
+        new = [node for node in nodes if node != current]
+        return ",".join([current, *new]) if new else current
+    new = [node for node in nodes if node not in have]
+    if not new:
+        return current
+    return compress_hostlist(sorted({*have, *new}))
+
+
+def chain_record(attempts: Sequence[Attempt], retries: int, ok: bool) -> dict[str, Any]:
+    """What `--wait --json` prints and `retries.json` holds (pure)."""
+    last = attempts[-1]
+    return {"ok": ok, "job_id": last.job_id, "folder": last.folder, "retries": retries,
+            "attempts": [a.to_dict() for a in attempts]}
+
+
+def write_chain(record: Mapping[str, Any]) -> None:
+    """`retries.json` into the folder of every job of the chain (best effort: a folder may be gone)."""
+    text = json.dumps({"schema": 1, "kind": "retry_chain", **record}, indent=1) + "\n"
+    for attempt in record["attempts"]:
+        path = Path(attempt["folder"]) / CHAIN_FILE
+        try:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+        except OSError:
+            continue
+
+
+def read_chain(folder: str | Path | None) -> dict[str, Any] | None:
+    """The chain a job folder belongs to, or None (no file, or not a chain ddpslurm wrote)."""
+    if not folder:
+        return None
+    try:
+        data = json.loads((Path(folder) / CHAIN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("kind") != "retry_chain" or not isinstance(data.get("attempts"), list):
+        return None
+    return data
+
+
+def chain_lines(chain: Mapping[str, Any], sanitize: Callable[[str], str] = str) -> list[str]:
+    """The chain as text lines for `submit` and `status` (pure); every value from a file goes through `sanitize`."""
+    lines = [f"retry chain ({len(chain['attempts'])} job(s), at most {chain.get('retries', '?')} retries):"]
+    for number, attempt in enumerate(chain["attempts"]):
+        if not isinstance(attempt, Mapping):
+            continue
+        nodes = ",".join(map(str, attempt.get("nodes") or [])) or "-"
+        cause = f", cause {attempt['cause']}" if attempt.get("cause") else ""
+        blamed = f", blamed {','.join(map(str, attempt['exclude_nodes']))}" if attempt.get("exclude_nodes") else ""
+        lines.append(sanitize(f"  {number}: job {attempt.get('job_id')} on {nodes}: {attempt.get('state')}"
+                              f"{cause}{blamed} -> {attempt.get('decision')}"))
+    return lines
+
+
+@dataclass
+class ChainSteps:
+    """What `run_chain` does with the world: submit a spec, wait for a job, analyze its folder, print."""
+
+    submit: Callable[[str | None], tuple[str, str]]  # exclude -> (job id, folder)
+    wait: Callable[[str], tuple[str, bool, tuple[str, ...]]]  # job id -> (state, ok, nodes)
+    analyze: Callable[[str, str], Mapping[str, Any] | None]  # (job id, folder) -> analyze --json dict or None
+    say: Callable[[str], None] = lambda text: None
+
+
+def run_chain(steps: ChainSteps, retries: int, exclude: str | None) -> dict[str, Any]:
+    """Submit, wait, and on an infrastructure fault resubmit away from the blamed nodes; the chain record.
+
+    The first submission's errors propagate; a refused resubmission (too few nodes left once the blamed ones
+    are excluded, say) ends the chain and is recorded as the last attempt's decision.
+    """
+    attempts: list[Attempt] = []
+    while True:
+        try:
+            job_id, folder = steps.submit(exclude)
+        except DdpSlurmError as error:
+            if not attempts:
+                raise
+            attempts[-1] = replace(attempts[-1], decision=f"resubmission refused: {error.one_line()}")
+            steps.say(f"Resubmission refused: {error.one_line()}")
+            break
+        state, ok, nodes = steps.wait(job_id)
+        excluded = tuple(expand_or_keep(exclude))
+        if ok:
+            attempts.append(Attempt(job_id, folder, nodes, state, decision="completed", excluded=excluded))
+            break
+        diagnosis = steps.analyze(job_id, folder) or {}
+        cause, retry = diagnosis.get("cause"), diagnosis.get("retry")
+        blamed = tuple(str(n) for n in diagnosis.get("exclude_nodes") or ())
+        why = why_not_resubmit(cause, retry)
+        if why is None and len(attempts) >= retries:
+            why = f"no retries left ({retries})"
+        attempts.append(Attempt(job_id, folder, nodes, state, cause, retry, blamed, str(diagnosis.get("summary", "")),
+                                decision=why or "resubmitted", excluded=excluded))
+        write_chain(chain_record(attempts, retries, ok=False))
+        if why is not None:  # the chain's last line says why
+            break
+        exclude = merged_exclude(exclude, blamed)
+        away = f" excluding {exclude}" if exclude else ""
+        steps.say(f"Job {job_id} {state} ({cause}): resubmitting{away} (retry {len(attempts)} of {retries}).")
+    record = chain_record(attempts, retries, ok=attempts[-1].decision == "completed")
+    write_chain(record)
+    return record
+
+
+def expand_or_keep(hostlist: str | None) -> list[str]:
+    """A hostlist's node names; an expression ddpslurm cannot expand stays one entry (pure)."""
+    if not hostlist:
+        return []
+    try:
+        return expand_hostlist(hostlist)
+    except EnvDerivationError:
+        return [hostlist]
+
+
+def analyze_job(job_id: str, folder: str) -> Mapping[str, Any] | None:
+    """`ddpslurm analyze <folder>` as a dict (with sacct's view), or None when the folder cannot be analyzed."""
+    from ddpslurm.analyze.api import analyze_paths, apply_accounting, job_accounting
+
+    try:
+        diagnosis = analyze_paths([folder])
+    except DdpSlurmError:
+        return None
+    accounting = job_accounting(job_id)
+    if accounting:
+        apply_accounting(diagnosis, accounting)
+    return diagnosis.to_dict()
+
+
+#: submitit's batch script, `<jobs root>/.submission_file_<hex>.sh`: the job folder is `<jobs root>/job_<id>`.
+_SUBMISSION_FILE = re.compile(r"\.submission_file_[0-9a-f]+\.sh")
+
+
+def job_folder_from_submit_line(submit_line: str, job_id: str) -> str | None:
+    """The ddpslurm job folder of a job from sacct's SubmitLine (`sbatch <root>/.submission_file_<hex>.sh`),
+    or None for a job ddpslurm did not submit (pure)."""
+    try:
+        words = shlex.split(submit_line)
+    except ValueError:
+        words = submit_line.split()
+    for word in words:
+        path = Path(word)
+        if _SUBMISSION_FILE.fullmatch(path.name):
+            return str(path.parent / f"job_{job_id.split('_')[0]}")
+    return None
+
+
+def chain_of_job(job_id: str, folder: str | None) -> dict[str, Any] | None:
+    """The retry chain of a job, from its folder, or for a bare job id from the folder sacct's SubmitLine names.
+    None when the job is not part of a chain or Slurm cannot say where its folder is."""
+    if folder is None:
+        from ddpslurm.errors import SlurmCommandError, SlurmNotFoundError
+        from ddpslurm.scheduler.commands import sacct_argv
+        from ddpslurm.scheduler.run import run
+
+        try:
+            out = run([*sacct_argv(job_id, fields=("SubmitLine",), duplicates=False), "--allocations"],
+                      timeout=30, check=False).stdout
+        except (SlurmCommandError, SlurmNotFoundError):
+            return None
+        lines = [line for line in out.splitlines() if line.strip()]
+        folder = job_folder_from_submit_line(lines[-1], job_id) if lines else None
+    return read_chain(folder)
