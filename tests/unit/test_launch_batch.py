@@ -100,8 +100,11 @@ def test_supervise_returns_srun_status_and_records_why_it_did_not_requeue(
     monkeypatch.setenv("SLURM_CONF", str(conf))
     attempt = tmp_path / "job_77" / "attempt_0"
     attempt.mkdir(parents=True)
-    fake_srun = ("printf '%s' '{\"rank\": 0, \"unix\": 10.0}' > rank_0.signal.json && "
-                 "printf '%s' '{\"rank\": 0, \"status\": \"preempted\", \"unix\": 11.0}' > rank_0.exit.json && exit 9")
+    # records stamped now, and the stand-in lives on 1.5 s: the supervisor's polls (every second) while it runs must
+    # find the 20 s grace time running, not over
+    fake_srun = ("now=$(date +%s) && printf '{\"rank\": 0, \"unix\": %s}' \"$now\" > rank_0.signal.json && "
+                 "printf '{\"rank\": 0, \"status\": \"preempted\", \"unix\": %s}' \"$now\" > rank_0.exit.json && "
+                 "sleep 1.5 && exit 9")
     monkeypatch.chdir(attempt)
     code = supervise(["sh", "-c", fake_srun], folder=str(tmp_path), world_size=2, grace_s=20, max_requeues=3,
                      environ={"SLURM_JOB_ID": "77"})
