@@ -29,9 +29,11 @@ SKIP_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".ckpt", ".bin", ".safetensor
                  ".zip", ".tar", ".png", ".jpg", ".core", ".h5", ".sqlite", ".db")
 SKIP_NAMES = ("label.json",)
 _RECORD_KINDS = ("start_record", "exit_record", "job_record", "elastic_error", "doctor_record", "stack_dump",
-                 "hang_record")
-#: the hang monitor's files (ddpslurm.launch.heartbeat): stack dumps parsed by analyze/stacks.py; its bookkeeping
+                 "hang_record", "fr_trace")
+#: the hang monitor's files (ddpslurm.launch.heartbeat): stack dumps parsed by analyze/stacks.py, flight recorder
+#: dumps by analyze/flight_recorder.py; its bookkeeping
 _HANG_FILES = ((re.compile(r"rank_\d{1,7}\.stacks\.txt"), "stack_dump"),
+               (re.compile(r"rank_\d{1,7}\.fr_trace\.json"), "fr_trace"),
                (re.compile(r"rank_\d{1,7}\.heartbeat\.json|hang\.json"), "hang_record"))
 
 if TYPE_CHECKING:

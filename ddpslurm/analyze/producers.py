@@ -474,10 +474,58 @@ def hang_stacks(tl: JobTimeline) -> list[Vote]:
                  cause="collective_mismatch", evidence=(stacks[r],), own=True) for r in minority]
 
 
+#: The flight recorder's view equals the stacks' in strength: the backend's own record of what each rank issued.
+FR_BEHIND_WEIGHT = HANG_STACK_WEIGHT
+FR_MISMATCH_WEIGHT = 55.0
+
+
+def flight_recorder(tl: JobTimeline) -> list[Vote]:
+    """The flight recorder dumps (analyze/flight_recorder.py), per process group: the ranks whose last collective
+    has the lowest sequence number never issued the one their peers wait in (collective_timeout); ranks at the
+    same number in different collectives or sizes disagree (collective_mismatch: the minority, or no single rank
+    on a tie); all in the same collective says nothing."""
+    groups: dict[str, dict[int, Event]] = defaultdict(dict)
+    for e in tl.events:
+        if e.kind == "fr_last" and e.rank is not None and str(e.get("seq", "")).isdigit():
+            groups[str(e.get("pg"))][e.rank] = e
+    votes: list[Vote] = []
+    for group, ranks in sorted(groups.items()):
+        if len(ranks) < 2:
+            continue
+        seqs = {r: int(str(e.get("seq"))) for r, e in ranks.items()}
+        low, top = min(seqs.values()), max(seqs.values())
+        if low < top:
+            behind = sorted(r for r, s in seqs.items() if s == low)
+            ahead = next(e for r, e in ranks.items() if seqs[r] == top)
+            votes += [Vote("flight recorder", FR_BEHIND_WEIGHT / len(behind), f"its last collective in process group "
+                           f"{group} is #{low} while {sum(s > low for s in seqs.values())} other rank(s) issued up to "
+                           f"#{top} ({ahead.get('collective')})", rank=r,
+                           host=ranks[r].host or tl.facts.rank_host.get(r), cause="collective_timeout",
+                           evidence=(ranks[r], ahead), own=True) for r in behind]
+            continue
+        issued = {r: (str(e.get("collective")), str(e.get("sizes"))) for r, e in ranks.items()}
+        kinds = Counter(issued.values())
+        if len(kinds) == 1:
+            continue
+        (common, most), (_, second) = kinds.most_common(2)
+        if most == second:
+            shown = ", ".join(sorted(f"{name} {sizes}" for name, sizes in kinds))
+            votes.append(Vote("flight recorder", FR_MISMATCH_WEIGHT, f"at collective #{top} of process group {group} "
+                              f"the ranks issued different collectives: {shown}", cause="collective_mismatch",
+                              evidence=tuple(list(ranks.values())[:3])))
+            continue
+        minority = sorted(r for r, kind in issued.items() if kinds[kind] < most)
+        votes += [Vote("flight recorder", FR_MISMATCH_WEIGHT / len(minority), f"at collective #{top} of process group "
+                       f"{group} it issued {issued[r][0]} {issued[r][1]} while most ranks issued {common[0]} "
+                       f"{common[1]}", rank=r, host=ranks[r].host or tl.facts.rank_host.get(r),
+                       cause="collective_mismatch", evidence=(ranks[r],), own=True) for r in minority]
+    return votes
+
+
 PRODUCERS: tuple[Callable[[JobTimeline], list[Vote]], ...] = (
     job_events, own_failures, detectors_and_hosts, srun_task_deaths, vanished_ranks, agent_teardown,
     barrier_counts, timeout_reporters, named_peers, odd_versions, interface_picks, ranks_beyond_world,
-    logs_that_stop_early, hang_stacks,
+    logs_that_stop_early, hang_stacks, flight_recorder,
 )
 
 

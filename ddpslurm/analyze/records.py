@@ -172,6 +172,10 @@ def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], 
         from ddpslurm.analyze.stacks import stack_events
 
         return stack_events(source), {}
+    if source.kind == "fr_trace":  # the hang monitor's flight recorder dumps (ddpslurm/analyze/flight_recorder.py)
+        from ddpslurm.analyze.flight_recorder import fr_events
+
+        return fr_events(source), {}
     if source.kind == "hang_record":  # the heartbeat's and the monitor's bookkeeping: no evidence of its own
         return [], {}
     data = read_json(source.path)

@@ -15,7 +15,9 @@ On a hang the batch step's monitor (`hang_monitor.py`) first sends `STACK_SIGNAL
 here, writes every thread's Python stack into `attempt_N/rank_R.stacks.txt` from the signal handler (it
 works while the main thread is stuck in C++ with or without the GIL). Then it writes `attempt_N/hang.json`;
 the thread sees it, writes the rank's `hang` exit record and ends the rank with `HANG_EXIT_CODE`, which
-ends the step through srun's --kill-on-bad-exit.
+ends the step through srun's --kill-on-bad-exit. Before the record it writes torch's flight recorder (the recent
+collectives of every process group, with their sequence numbers and sizes) as JSON into
+`attempt_N/rank_R.fr_trace.json`, which `ddpslurm analyze` compares across ranks.
 """
 
 from __future__ import annotations
@@ -66,6 +68,24 @@ def heartbeat_path(attempt_dir: Path, rank: int) -> Path:
 
 def stacks_path(attempt_dir: Path, rank: int) -> Path:
     return attempt_dir / f"rank_{rank}.stacks.txt"
+
+
+def fr_trace_path(attempt_dir: Path, rank: int) -> Path:
+    return attempt_dir / f"rank_{rank}.fr_trace.json"
+
+
+def flight_recorder_json() -> str | None:
+    """torch's flight recorder (the recent collectives of every process group, gloo's too) as JSON text; None
+    without torch.distributed or without the recorder (torch < 2.5, TORCH_FR_BUFFER_SIZE=0). Never a pickle."""
+    if sys.modules.get("torch.distributed") is None:
+        return None
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace_json
+
+        dumped = _dump_fr_trace_json(True, False)  # includeCollectives, onlyActive
+    except Exception:  # no recorder in this torch, or it is off
+        return None
+    return dumped.decode("utf-8", "replace") if isinstance(dumped, bytes) else str(dumped)
 
 
 def collective_count() -> int | None:
@@ -134,6 +154,10 @@ class HeartbeatThread(threading.Thread):
             return  # the script ended by itself meanwhile
         if _only_header(self.stacks):  # the signal did not come: dump from here
             faulthandler.dump_traceback(file=self.stacks, all_threads=True)
+        trace = flight_recorder_json()
+        if trace:
+            with contextlib.suppress(OSError):
+                _write_atomic(fr_trace_path(self.path.parent, self.state.dist.rank), trace)
         request = _read_request(self.request)
         with contextlib.suppress(OSError):
             self.state.exit_record("hang", HANG_EXIT_CODE, reason="hang_monitor",

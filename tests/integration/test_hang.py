@@ -59,3 +59,38 @@ def test_rank_sleeping_before_a_collective_is_ended_and_named(slurm_cluster: Slu
     diagnosis = json.loads(analyzed.stdout)
     assert (diagnosis["cause"], diagnosis["first_failing_rank"]) == ("collective_timeout", 1), diagnosis["summary"]
     assert any("ddp_fault.py:" in e["text"] and ":main" in e["text"] for e in diagnosis["evidence"])
+
+
+def test_ranks_in_mismatched_collectives_are_named_from_the_flight_recorder(slurm_cluster: SlurmCluster,
+                                                                            tmp_path: Path) -> None:
+    """Rank 2 of 4 broadcasts where the others all-reduce: gloo waits for ever; the monitor ends the job, every
+    rank's flight recorder (JSON) shows the same sequence number in a different collective, analyze names rank 2."""
+    folder = tmp_path / "jobs"
+    args = ["--fault", "op-mismatch", "--fault-rank", "2", "--fault-step", "3", "--timeout", str(PG_TIMEOUT_S),
+            "--steps", "8"]
+    argv = [sys.executable, "-m", "ddpslurm.cli", "submit", str(FAULT), "--folder", str(folder), "--time", "15",
+            "--nodes", "2", "--tasks-per-node", "2", "--hang-timeout", str(HANG_TIMEOUT_S), "--wait", "--json",
+            "--", *args]
+    env = dict(slurm_cluster.env, PYTHONPATH=str(REPO))
+    started = time.time()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=PG_TIMEOUT_S, cwd=str(tmp_path))
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert time.time() - started < PG_TIMEOUT_S / 2, "the job ran into the process-group timeout"
+    (job,) = folder.glob("job_*")
+    attempt = job / "attempt_0"
+    assert {r: e["status"] for r, e in _records(attempt, "exit").items()} == dict.fromkeys(range(4), "hang")
+    last = {}
+    for rank in range(4):
+        entries = json.loads((attempt / f"rank_{rank}.fr_trace.json").read_text())["entries"]
+        last[rank] = max((e for e in entries if not e["is_p2p"]), key=lambda e: e["collective_seq_id"])
+    assert len({e["collective_seq_id"] for e in last.values()}) == 1  # the same collective number on every rank
+    assert {r: e["profiling_name"] for r, e in last.items()} == \
+        {0: "gloo:all_reduce", 1: "gloo:all_reduce", 2: "gloo:broadcast", 3: "gloo:all_reduce"}
+
+    analyzed = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "analyze", str(job), "--json"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert analyzed.returncode == 0, analyzed.stderr
+    diagnosis = json.loads(analyzed.stdout)
+    assert (diagnosis["cause"], diagnosis["first_failing_rank"]) == ("collective_mismatch", 2), diagnosis["summary"]
+    assert any("flight recorder" in e["text"] and "broadcast" in e["text"] for e in diagnosis["evidence"]), \
+        diagnosis["evidence"]

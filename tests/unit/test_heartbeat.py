@@ -190,3 +190,33 @@ print(before, collective_count())
     assert out.returncode == 0, out.stderr[-2000:]
     before, after = map(int, out.stdout.split())
     assert after == before + 3
+
+
+FR_PROBE = """
+import json, os, sys, torch, torch.distributed as dist
+from ddpslurm.launch.heartbeat import flight_recorder_json
+flight_recorder_json()  # torch.distributed imported, no group yet: must not raise
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+dist.all_reduce(torch.ones(3))
+dist.broadcast(torch.ones(2), 0)
+text = flight_recorder_json()
+entries = json.loads(text)["entries"]
+print(json.dumps([(e["collective_seq_id"], e["profiling_name"], e["input_sizes"]) for e in entries]))
+os._exit(0)
+"""
+
+
+def test_flight_recorder_json_is_text_torch_wrote_for_gloo(tmp_path: Path) -> None:
+    """A real gloo process group: the dump is JSON text (torch returns bytes) with the collectives in order."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    done = subprocess.run([sys.executable, "-c", FR_PROBE, str(tmp_path / "store")], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    issued = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [[seq, name] for seq, name, _ in issued][-2:] == [[1, "gloo:all_reduce"], [2, "gloo:broadcast"]]
+    assert issued[-1][2] == [[2]]
+
+
+def test_no_flight_recorder_without_torch_distributed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
+    assert heartbeat.flight_recorder_json() is None
