@@ -28,12 +28,16 @@ def _records(attempt: Path, kind: str) -> dict[int, dict]:
     return {int(p.name.split("_")[1].split(".")[0]): json.loads(p.read_text()) for p in paths}
 
 
-def test_rank_sleeping_before_a_collective_is_ended_and_named(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_rank_sleeping_before_a_collective_is_ended_and_named(slurm_cluster: SlurmCluster, tmp_path: Path,
+                                                              launcher: str) -> None:
+    """srun: one task per rank; torchrun: one agent per node, whose children take the stack signal and leave."""
     folder = tmp_path / "jobs"
     args = ["--fault", "hang", "--fault-rank", "1", "--fault-step", "3", "--fault-arg", "100000",
             "--timeout", str(PG_TIMEOUT_S), "--steps", "8"]
     argv = [sys.executable, "-m", "ddpslurm.cli", "submit", str(FAULT), "--folder", str(folder), "--time", "15",
-            "--nodes", "2", "--hang-timeout", str(HANG_TIMEOUT_S), "--wait", "--json", "--", *args]
+            "--nodes", "2", "--launcher", launcher, "--hang-timeout", str(HANG_TIMEOUT_S), "--wait", "--json", "--",
+            *args]
     env = dict(slurm_cluster.env, PYTHONPATH=str(REPO))
     started = time.time()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=PG_TIMEOUT_S, cwd=str(tmp_path))
@@ -59,6 +63,7 @@ def test_rank_sleeping_before_a_collective_is_ended_and_named(slurm_cluster: Slu
     diagnosis = json.loads(analyzed.stdout)
     assert (diagnosis["cause"], diagnosis["first_failing_rank"]) == ("collective_timeout", 1), diagnosis["summary"]
     assert any("ddp_fault.py:" in e["text"] and ":main" in e["text"] for e in diagnosis["evidence"])
+    assert any("flight recorder" in e["text"] for e in diagnosis["evidence"])  # rank 1's last collective is behind
 
 
 def test_ranks_in_mismatched_collectives_are_named_from_the_flight_recorder(slurm_cluster: SlurmCluster,
