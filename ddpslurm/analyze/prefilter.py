@@ -173,3 +173,22 @@ def anchor_finder(anchors: Sequence[bytes], pure: bool = False) -> Finder:
 def candidate_starts(block: bytes, anchors: Sequence[bytes]) -> list[int]:
     """Sorted offsets of the lines of `block` that contain at least one anchor."""
     return anchor_finder(anchors).starts(block)
+
+
+class LiteralsIn:
+    """Which of some literals a line holds: one automaton pass (overlapping matches, so a literal inside another
+    is found too), or a substring test per literal where the wheel is missing. Same answer either way."""
+
+    def __init__(self, literals: Sequence[str], pure: bool = False) -> None:
+        self.literals = tuple(dict.fromkeys(lit for lit in literals if lit))
+        self.pure = pure
+        self.automaton = None if pure or _ahocorasick is None or not self.literals else \
+            _ahocorasick.AhoCorasick(list(self.literals), matchkind=_ahocorasick.MATCHKIND_STANDARD)
+
+    def __reduce__(self) -> tuple:  # the automaton cannot be pickled (a spawned worker): it is rebuilt there
+        return (LiteralsIn, (self.literals, self.pure))
+
+    def __call__(self, text: str) -> set[str]:
+        if self.automaton is None:
+            return {lit for lit in self.literals if lit in text}
+        return {self.literals[k] for k, _, _ in self.automaton.find_matches_as_indexes(text, overlapping=True)}

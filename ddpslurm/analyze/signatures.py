@@ -20,6 +20,7 @@ from typing import Any
 import regex
 
 from ddpslurm.analyze.events import CAUSES, RETRY, ROLES
+from ddpslurm.analyze.prefilter import LiteralsIn
 from ddpslurm.errors import AnalyzeInputError
 
 try:
@@ -115,6 +116,7 @@ class SignatureSet:
     timeouts: dict[str, int] = field(default_factory=dict, repr=False)
     _required: dict[int, str] = field(default_factory=dict, repr=False)
     _shipped: set[int] = field(default_factory=set, repr=False)
+    _literals_in: Any = field(default=None, repr=False)  # prefilter.LiteralsIn over `_by_literal`'s keys
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None.
@@ -124,7 +126,7 @@ class SignatureSet:
         """
         if not self._by_literal:
             self._index()
-        hits = {i for lit, idx in self._by_literal.items() if lit in text for i in idx}
+        hits = {i for lit in self._literals_in(text) for i in self._by_literal[lit]}
         timed = len(text) > UNTIMED_CHARS
         for i in sorted(hits | self._no_literal):
             sig = self.signatures[i]
@@ -159,6 +161,7 @@ class SignatureSet:
                 self._no_literal.add(i)
             for lit in sig.prefilter:
                 self._by_literal.setdefault(lit, []).append(i)
+        self._literals_in = LiteralsIn(list(self._by_literal))
 
     def by_id(self, sig_id: str) -> Signature | None:
         """The signature named `sig_id`."""

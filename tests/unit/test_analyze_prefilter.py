@@ -61,3 +61,28 @@ def test_an_anchor_spanning_lines_falls_back_to_the_pure_finder(monkeypatch: pyt
     finder = anchor_finder([b"rror", b"end\nstart"])
     assert isinstance(finder, AnchorFinder)
     assert finder.starts(b"x\nthe end\nstart\n") == [2]
+
+
+TEXT_ALPHABET = "ab Er\u00e9"
+text_words = st.text(alphabet=TEXT_ALPHABET, min_size=1, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(line=st.text(alphabet=TEXT_ALPHABET, max_size=60), literals=st.lists(text_words, min_size=1, max_size=6))
+def test_literals_in_finds_the_literals_a_line_holds_nested_ones_too(line: str, literals: list[str]) -> None:
+    want = {lit for lit in literals if lit in line}
+    assert prefilter.LiteralsIn(literals, pure=True)(line) == want
+    if prefilter._ahocorasick is not None:
+        assert prefilter.LiteralsIn(literals)(line) == want
+
+
+def test_literals_in_survives_pickling_for_a_spawned_worker() -> None:
+    import pickle
+
+    found = pickle.loads(pickle.dumps(prefilter.LiteralsIn(["rror", "Error", "imeout"])))
+    assert found("RuntimeError: Timeout") == {"rror", "Error", "imeout"}
+    assert found("no match here") == set()
+    sigs = load_signatures()
+    sigs.match("RuntimeError: boom")  # builds the index and its automaton
+    again = pickle.loads(pickle.dumps(sigs))
+    assert again.match("RuntimeError: boom")[0].id == "python-exception"
