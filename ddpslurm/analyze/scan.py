@@ -48,6 +48,12 @@ _NCCL_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nrank
                         r"(?: cudaDev (?P<dev>\d+))?.*?Init (?:COMPLETE|START)")
 _TORCHRUN = re.compile(r"torchrun|torch\.distributed\.run|elastic/agent")
 _RESTART = re.compile(r"SLURM_RESTART_COUNT\s*[=:]\s*(\d+)")
+#: NCCL's per-channel connection line with its direction (facts.toml `nccl-rank-map-channel`): the NCCL rank of the
+#: printing process is the sender's on [send], the receiver's on [receive]
+_CHANNEL_LINE = re.compile(rb" NCCL INFO Channel \d+(?:/\d+)? : (\d+)\[[0-9a-fA-F]+\] -> (\d+)\[[0-9a-fA-F]+\] "
+                           rb"\[(send|receive)\] via")
+#: distinct (line head, NCCL rank) pairs a file remembers to skip repeated channel lines
+MAX_CHANNEL_KEYS = 10_000
 _SUBMITIT_ENV = re.compile(r"JobEnvironment\(job_id=[^,]*, hostname=(?P<host>[^,]+), local_rank=(?P<local>\d+)\(\d+\), "
                            r"node=(?P<node>\d+)\(\d+\), global_rank=(?P<rank>\d+)\((?P<world>\d+)\)\)")
 
@@ -165,12 +171,32 @@ class _FileState:
     pending: _Pending | None = None
     #: (host, pid, NCCL rank, nranks) already told by a rank-map line: one event each, not one per channel line
     rank_maps: set[tuple] = field(default_factory=set)
+    #: (bytes before NCCL's "NCCL INFO Channel", the printer's NCCL rank) of the channel lines read so far
+    channel_lines: set[tuple[bytes, bytes]] = field(default_factory=set)
 
     @property
     def line_mode(self) -> bool:
         return self.tracebacks.is_open() or self.elastic.active or self.pending is not None
 
+    def repeated_channel_line(self, raw: bytes) -> bool:
+        """A channel line with the same head and NCCL rank as one read before: it can only repeat that line's
+        rank-map fact (deduplicated anyway), so it is skipped before any decoding (NCCL prints one per channel
+        and peer: most of an INFO log's candidate lines)."""
+        if b"INFO Channel " not in raw or self.line_mode:
+            return False
+        m = _CHANNEL_LINE.search(raw)
+        if m is None:
+            return False
+        key = (raw[:m.start()], m[1] if m[3] == b"send" else m[2])
+        if key in self.channel_lines:
+            return True
+        if len(self.channel_lines) < MAX_CHANNEL_KEYS:
+            self.channel_lines.add(key)
+        return False
+
     def handle(self, raw: bytes, lineno: int) -> None:
+        if self.repeated_channel_line(raw):
+            return
         text = clean(raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\n"))
         if not text:
             return

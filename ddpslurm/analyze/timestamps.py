@@ -34,6 +34,9 @@ _SYSLOG = regex.compile(
 )
 
 
+_DIGIT = regex.compile(r"\d")
+
+
 def _frac(text: str | None) -> float:
     return float("0." + text) if text else 0.0
 
@@ -58,7 +61,7 @@ def parse_time(text: str, year: int | None = None) -> tuple[float, str] | None:
 
     `year` fills in formats without one (glog, syslog); without it those use the current year.
     """
-    if not any(c.isdigit() for c in text[:200]):
+    if not _DIGIT.search(text, 0, 200):
         return None
     m = _ISO.search(text)
     if m:

@@ -485,3 +485,25 @@ def test_every_rank_refusing_its_arguments_is_the_scripts_fault_and_no_single_ra
         (tmp_path / f"77_{rank}_log.err").write_text(usage)
     diagnosis = analyze_paths([tmp_path])
     assert (diagnosis.cause, diagnosis.first_failing_rank, diagnosis.retry) == ("user_code_exception", None, "stop")
+
+
+def test_repeated_channel_lines_are_skipped_but_every_rank_map_is_kept(tmp_path: Path, sigs) -> None:
+    """NCCL prints a channel line per channel and peer; repeats of (head, NCCL rank) are skipped before decoding,
+    and a second communicator where the same process has another rank still gives its own rank-map fact."""
+    head = "gpu-a07:31337:31400 [2] NCCL INFO "
+    lines = [head + f"Channel {c:02d}/0 : 5[2] -> {peer}[0] [send] via NET/IB/0/GDRDMA" for c in range(8)
+             for peer in (6, 7)]
+    lines += [head + f"Channel {c:02d}/0 : {peer}[0] -> 5[2] [receive] via NET/IB/0/GDRDMA" for c in range(8)
+              for peer in (3, 4)]
+    lines += [head + f"Channel {c:02d}/0 : 2[2] -> 3[0] [send] via NET/IB/0/GDRDMA" for c in range(4)]  # comm 2
+    events = scan_text(tmp_path, sigs, "\n".join(lines) + "\n")
+    maps = sorted((e.pid, e.get("nccl_rank")) for e in events if e.kind == "nccl_rank_map")
+    assert maps == [(31337, "2"), (31337, "5")]
+
+
+def test_a_channel_line_inside_a_traceback_is_read_as_part_of_it(tmp_path: Path, sigs) -> None:
+    head = "gpu-a07:31337:31400 [2] NCCL INFO Channel 00/0 : 5[2] -> 6[0] [send] via NET/IB/0/GDRDMA"
+    text = "\n".join([head, "Traceback (most recent call last):", '  File "train.py", line 3, in <module>', head,
+                      "ValueError: bad batch"]) + "\n"
+    events = scan_text(tmp_path, sigs, text)
+    assert [e.signature for e in events if e.role is not None] == ["python-exception"]
