@@ -180,6 +180,13 @@ def job_accounting(job_id: str) -> dict[str, Any] | None:
     return result if isinstance(result, dict) else {"accounting": str(result)}
 
 
+def add_accounting(diagnosis: Diagnosis, job_id: str) -> None:
+    """sacct's view of `job_id` added to `diagnosis` (apply_accounting); nothing when sacct cannot say."""
+    accounting = job_accounting(job_id)
+    if accounting:
+        apply_accounting(diagnosis, accounting)
+
+
 #: sacct's final state (ddpslurm.scheduler's JobState values) -> the cause it implies on its own
 ACCOUNTING_CAUSES = {"timeout": "slurm_time_limit", "preempted": "preempted", "node_fail": "node_failure",
                      "out_of_memory": "host_oom", "cancelled": "slurm_cancelled"}

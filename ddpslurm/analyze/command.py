@@ -28,7 +28,7 @@ def resolve_inputs(args: Sequence[str], folders: Sequence[str]) -> tuple[list[Pa
 def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[str], attempt: str | None,
                 jobs: int | None, folders: Sequence[str], echo, html_file: str | None = None) -> int:
     """Analyze and print in `output` format (text | markdown | json), and the HTML report to `html_file`."""
-    from ddpslurm.analyze.api import analyze_paths, apply_accounting, job_accounting
+    from ddpslurm.analyze.api import add_accounting, analyze_paths
     from ddpslurm.analyze.report import render_text, to_json, to_markdown
 
     if attempt is not None and attempt not in ("all", "last") and not attempt.isdigit():
@@ -39,9 +39,7 @@ def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[
     diagnosis = analyze_paths(paths, workers=jobs, progress=output == "text" and sys.stderr.isatty(),
                               signature_dirs=signature_dirs, attempt=attempt)
     if job_id is not None:
-        accounting = job_accounting(job_id)
-        if accounting:
-            apply_accounting(diagnosis, accounting)
+        add_accounting(diagnosis, job_id)
     if html_file:
         from ddpslurm.analyze.html import write_html
 

@@ -116,7 +116,7 @@ class SignatureSet:
     timeouts: dict[str, int] = field(default_factory=dict, repr=False)
     _required: dict[int, str] = field(default_factory=dict, repr=False)
     _shipped: set[int] = field(default_factory=set, repr=False)
-    _literals_in: Any = field(default=None, repr=False)  # prefilter.LiteralsIn over `_by_literal`'s keys
+    _literals_in: LiteralsIn | None = field(default=None, repr=False)  # over `_by_literal`'s keys
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None.

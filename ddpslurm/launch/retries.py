@@ -10,6 +10,7 @@ loop that submits, waits and analyzes lives in `run_chain`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
@@ -85,15 +86,14 @@ def chain_record(attempts: Sequence[Attempt], retries: int, ok: bool) -> dict[st
 
 def write_chain(record: Mapping[str, Any]) -> None:
     """`retries.json` into the folder of every job of the chain (best effort: a folder may be gone)."""
-    text = json.dumps({"schema": 1, "kind": "retry_chain", **record}, indent=1) + "\n"
+    from ddpslurm.launch.records import write_json
+
+    chain = {"schema": 1, "kind": "retry_chain", **record}
     for attempt in record["attempts"]:
-        path = Path(attempt["folder"]) / CHAIN_FILE
-        try:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(path)
-        except OSError:
-            continue
+        folder = Path(attempt["folder"])
+        if folder.is_dir():
+            with contextlib.suppress(OSError):
+                write_json(folder / CHAIN_FILE, chain)
 
 
 def read_chain(folder: str | Path | None) -> dict[str, Any] | None:
@@ -185,15 +185,13 @@ def expand_or_keep(hostlist: str | None) -> list[str]:
 
 def analyze_job(job_id: str, folder: str) -> Mapping[str, Any] | None:
     """`ddpslurm analyze <folder>` as a dict (with sacct's view), or None when the folder cannot be analyzed."""
-    from ddpslurm.analyze.api import analyze_paths, apply_accounting, job_accounting
+    from ddpslurm.analyze.api import add_accounting, analyze_paths
 
     try:
         diagnosis = analyze_paths([folder])
     except DdpSlurmError:
         return None
-    accounting = job_accounting(job_id)
-    if accounting:
-        apply_accounting(diagnosis, accounting)
+    add_accounting(diagnosis, job_id)
     return diagnosis.to_dict()
 
 

@@ -241,6 +241,6 @@ def wait_slurm(job_id: str) -> Outcome:
         details.append(f"exit code {status.exit_code}" + (f", signal {status.signal}" if status.signal else ""))
     if status.requeue_count:
         details.append(f"requeued {status.requeue_count} time(s)")
-    from ddpslurm.launch.retries import expand_or_keep
+    from ddpslurm.scheduler.parse import node_names
 
-    return Outcome(status.state.value, not status.failed, ", ".join(details), tuple(expand_or_keep(status.nodelist)))
+    return Outcome(status.state.value, not status.failed, ", ".join(details), node_names(status.nodelist))

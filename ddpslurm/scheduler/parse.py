@@ -50,7 +50,8 @@ def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     return int(code), int(sig) if sep else 0
 
 
-def _nodes(nodelist: str | None) -> tuple[str, ...]:
+def node_names(nodelist: str | None) -> tuple[str, ...]:
+    """The node names of a Slurm nodelist; none for an empty one, a `(reason)` or one that cannot be expanded."""
     if nodelist is None or nodelist.startswith("("):
         return ()
     try:
@@ -133,7 +134,7 @@ def parse_sacct(text: str, fields: Sequence[str] = SACCT_FIELDS) -> list[JobReco
         common = {
             "raw_state": row["State"].strip(), "state": state, "terminal": terminal, "exit_code": exit_code,
             "signal": signal, "elapsed_s": parse_elapsed(row.get("Elapsed", "")), "nodelist": nodelist,
-            "nodes": _nodes(nodelist), "start": _opt(row.get("Start", "")), "end": _opt(row.get("End", "")),
+            "nodes": node_names(nodelist), "start": _opt(row.get("Start", "")), "end": _opt(row.get("End", "")),
             "name": row.get("JobName", ""),
         }
         if "." in job_field:
@@ -184,7 +185,7 @@ def parse_squeue(text: str) -> list[QueueRecord]:
         out.append(QueueRecord(
             job_id=row["JobID"].strip(), raw_state=row["State"].strip(), state=state, terminal=terminal,
             reason=_opt(row["Reason"]), elapsed_s=parse_elapsed(row["Elapsed"]), nnodes=_int_or_none(row["NNodes"]),
-            nodelist=nodelist, nodes=_nodes(nodelist), name=row["JobName"],
+            nodelist=nodelist, nodes=node_names(nodelist), name=row["JobName"],
         ))
     return out
 
