@@ -4,9 +4,6 @@ driven through plain functions in place of sbatch, sacct and analyze (the real c
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from ddpslurm.launch.retries import (
     why_not_resubmit,
 )
 from ddpslurm.sanitize import terminal
+from tests.unit.test_hardening_cli import _cli, _one_clean_error_line
 
 CAUSES = load_signatures(use_env=False).causes
 
@@ -182,9 +180,5 @@ def test_chain_lines_never_let_file_text_drive_the_terminal() -> None:
 ])
 def test_retries_usage_errors_are_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], words: str) -> None:
     (tmp_path / "train.py").write_text("print('hi')\n")
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    done = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "submit", "train.py", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
-    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-    assert (done.returncode, len(lines)) == (2, 1), done.stderr
-    assert words in lines[0] and not (tmp_path / "ddpslurm_jobs").exists()
+    line = _one_clean_error_line(_cli("submit", "train.py", *args, cwd=tmp_path), 2)
+    assert words in line and not (tmp_path / "ddpslurm_jobs").exists()
