@@ -16,7 +16,7 @@ ROLES = ("culprit", "victim", "either")
 RETRY = ("requeue", "stop", "unknown")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     """One fact found in a log: who said it (rank/host/pid), when, what kind, and the matched fields."""
 
@@ -48,7 +48,7 @@ class Event:
         return (self.file, self.line)
 
 
-@dataclass
+@dataclass(slots=True)
 class SourceFile:
     """A file to scan, with what its path tells about the writer (rank, host, attempt)."""
 
@@ -63,14 +63,15 @@ class SourceFile:
     task_file: bool = False  # the rank came from an srun task id (a node index under torchrun)
 
 
-@dataclass
+@dataclass(slots=True)
 class FileSummary:
     """What the scanner keeps per file besides events: small and bounded."""
 
     file: str
     lines: int = 0
     bytes: int = 0
-    tail: list[str] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)  #: the last lines, for the first files only (scan.TAIL_FILES)
+    last_line: str | None = None  #: the last line (not ddpslurm's or submitit's own) with its numbers masked
     ranks_seen: set[int] = field(default_factory=set)
     binary: bool = False
     truncated_lines: int = 0

@@ -11,6 +11,7 @@ Every rank set here is bounded by what was launched or seen, never by a number r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections import defaultdict
@@ -32,9 +33,13 @@ PID_KINDS = ("nccl_init", "nccl_rank_map", "start", "agent_failed", "elastic_fai
 def evolve(e: Event, **changes: Any) -> Event:
     """`dataclasses.replace` for the hot path: a copy of the frozen event with `changes` (no re-validation)."""
     new = object.__new__(Event)
-    new.__dict__.update(e.__dict__)
-    new.__dict__.update(changes)
+    for name in EVENT_FIELDS:
+        _set(new, name, changes[name] if name in changes else getattr(e, name))
     return new
+
+
+EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(Event))
+_set = object.__setattr__
 
 
 def expand_ranks(text: str, limit: int = MAX_RANK_LIST) -> list[int]:

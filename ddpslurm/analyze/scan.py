@@ -131,6 +131,32 @@ WRAPPED_HEAD = re.compile(r"(?:detected by watchdog at work|Watchdog caught coll
                           r"(?:last completed (?:NCCL )?work: -?\d|milliseconds))")
 
 
+#: values a worker shares between its events instead of holding one copy per line (hosts, field pairs, whole
+#: field tuples: 16k ranks' alike watchdog lines); bounded, so that a log of unique values cannot grow it
+_CANONICAL: dict = {}
+MAX_CANONICAL = 200_000
+
+
+def canonical(value):
+    """One shared object for equal values (their pickle then carries one copy per batch, not one per event)."""
+    if value is None:
+        return None
+    found = _CANONICAL.get(value)
+    if found is not None:
+        return found
+    if len(_CANONICAL) < MAX_CANONICAL:
+        _CANONICAL[value] = value
+    return value
+
+
+def canonical_fields(fields: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """`fields` made of shared pairs (a rank's number differs, its op, timeout and sequence number do not)."""
+    found = _CANONICAL.get(fields)
+    if found is not None:
+        return found
+    return canonical(tuple(canonical(pair) for pair in fields))
+
+
 @dataclass(frozen=True)
 class _Pending:
     what: str  # last_error | join
@@ -343,11 +369,11 @@ class _FileState:
                                                              and rank == self.source.rank)):
             fields = (*fields, ("srun_task", str(rank)))
         self.events.append(Event(
-            file=self.source.display, line=lineno, kind=kind, text=body[:2000], rank=rank, host=host, pid=pid,
-            local_rank=local, time=time, time_family=family,
+            file=self.source.display, line=lineno, kind=kind, text=body[:2000], rank=rank, host=canonical(host),
+            pid=pid, local_rank=local, time=time, time_family=family,
             cause=sig.cause if sig and kind not in FACT_KINDS else None,
             role=sig.role if sig and kind not in FACT_KINDS else None, signature=sig.id if sig else None,
-            priority=sig.priority if sig else 0, fields=fields))
+            priority=sig.priority if sig else 0, fields=canonical_fields(fields)))
 
     def _exception(self, exc: Exc, stream: object) -> None:
         rank, local, host = self.streams.get(stream, (self.source.rank, self.source.local_rank, self.source.host))
@@ -447,8 +473,11 @@ class _Window:
 
 def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
               on_bytes: Callable[[int], None] | None = None, start: int = 0,
-              end: int | None = None) -> tuple[list[Event], FileSummary]:
+              end: int | None = None, keep_tail: bool = True) -> tuple[list[Event], FileSummary]:
     """Scan one log file (or its lines in [start, end)); never raises on content.
+
+    The summary keeps the shape of the file's last line always, its last lines only with `keep_tail` (a report
+    shows a few files' tails when nothing matched: 16k ranks' tails are not held for that).
 
     A range ends at `end`, except that a traceback or failure block still open there is read to its end
     (at most OVERRUN_BYTES further); line numbers are relative to `start`, `summary.lines` counts the range.
@@ -494,8 +523,20 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     summary.match_timeouts = sum(sigs.timeouts.values()) - timeouts
     state.finish()
     summary.lines = lineno
-    summary.tail = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
+    lines = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
+    summary.last_line = last_line_shape(lines)
+    summary.tail = lines if keep_tail else []
     return without_repeats(state.events), summary
+
+
+def last_line_shape(tail: Sequence[str]) -> str | None:
+    """The file's last line with its numbers masked (ddpslurm's and submitit's own lines aside when others exist):
+    what most ranks' logs end on is compared with it."""
+    lines = [ln for ln in tail if not ln.startswith(("ddpslurm:", "submitit "))] or tail
+    return canonical(_DIGITS.sub("N", lines[-1])) if lines else None
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def without_repeats(events: list[Event]) -> list[Event]:
@@ -553,13 +594,19 @@ def _init_worker(sigs: SignatureSet) -> None:
     _WORKER_SIGS = sigs
 
 
-def _scan_job(args: tuple[SourceFile, int | None, int, int | None]) -> tuple[list[Event], FileSummary]:
-    source, year, start, end = args
+#: a scan task: the file, the year for year-less times, the byte range, whether its last lines are kept
+ScanJob = tuple[SourceFile, int | None, int, int | None, bool]
+#: the first files (in input order) whose last lines a summary keeps, for a report with nothing else to show
+TAIL_FILES = 16
+
+
+def _scan_job(args: ScanJob) -> tuple[list[Event], FileSummary]:
+    source, year, start, end, keep_tail = args
     assert _WORKER_SIGS is not None
-    return scan_file(source, _WORKER_SIGS, year, start=start, end=end)
+    return scan_file(source, _WORKER_SIGS, year, start=start, end=end, keep_tail=keep_tail)
 
 
-def _scan_batch(batch: list[tuple[SourceFile, int | None, int, int | None]]) -> list[tuple[list[Event], FileSummary]]:
+def _scan_batch(batch: list[ScanJob]) -> list[tuple[list[Event], FileSummary]]:
     """Many small files in one worker task: the per-task cost (pickling, scheduling) is paid once per batch."""
     return [_scan_job(args) for args in batch]
 
@@ -569,12 +616,12 @@ BATCH_BYTES = 8 << 20
 BATCH_FILES = 256
 
 
-def batches(jobs: list[tuple[int, tuple[SourceFile, int | None, int, int | None]]]) -> list[list[tuple]]:
+def batches(jobs: list[tuple[int, ScanJob]]) -> list[list[tuple]]:
     """Consecutive jobs grouped into tasks of at most BATCH_BYTES and BATCH_FILES (a big range is a task alone)."""
     out: list[list[tuple]] = []
     size = 0
     for job in jobs:
-        source, _, start, end = job[1]
+        source, _, start, end, _tail = job[1]
         nbytes = (end if end is not None else source.size) - start
         if not out or size + nbytes > BATCH_BYTES or len(out[-1]) >= BATCH_FILES:
             out.append([])
@@ -621,6 +668,7 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         merged.torchrun = merged.torchrun or summary.torchrun
         merged.error = merged.error or summary.error
         merged.tail = summary.tail or merged.tail
+        merged.last_line = summary.last_line or merged.last_line
     merged.lines = offset
     return without_repeats(events), merged
 
@@ -635,19 +683,19 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     if count <= 1 or total < PARALLEL_MIN_BYTES:
         results = []
         for s, y in zip(sources, years, strict=False):
-            results.append(scan_file(s, sigs, y, progress))
+            results.append(scan_file(s, sigs, y, progress, keep_tail=len(results) < TAIL_FILES))
             if progress:
                 progress(0, 1)
         return results
     import multiprocessing
 
     # big files are cut into ranges at line starts so that one huge log also uses every core
-    jobs: list[tuple[int, tuple[SourceFile, int | None, int, int | None]]] = []
+    jobs: list[tuple[int, ScanJob]] = []
     for i, source in enumerate(sources):
         parts = min(count * 2, source.size // SPLIT_MIN_BYTES) if source.size >= 2 * SPLIT_MIN_BYTES else 1
         cuts = split_points(source.path, source.size, parts) if parts > 1 else [0, None]
         for start, end in itertools.pairwise(cuts):
-            jobs.append((i, (source, years[i], start, end if parts > 1 else None)))
+            jobs.append((i, (source, years[i], start, end if parts > 1 else None, i < TAIL_FILES)))
     jobs.sort(key=lambda job: -((job[1][3] or job[1][0].size) - job[1][2]))
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
     pieces: dict[int, list[tuple[int, tuple[list[Event], FileSummary]]]] = defaultdict(list)

@@ -245,9 +245,8 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
         if rank is None:
             continue
         ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += summary.lines
-        lines = [ln for ln in summary.tail if not ln.startswith(("ddpslurm:", "submitit "))] or summary.tail
-        if lines:
-            last[rank] = re.sub(r"\d+", "N", lines[-1])
+        if summary.last_line is not None:
+            last[rank] = summary.last_line
     for rank in stopped_early(last, {r: tl.log_lines for r, tl in ranks.items() if r in last}):
         ranks[rank].stopped_early = True
 

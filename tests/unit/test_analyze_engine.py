@@ -7,6 +7,7 @@ names the phenomenon it checks, not a log file.
 from __future__ import annotations
 
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -208,8 +209,8 @@ def test_a_rank_the_world_cannot_have_is_the_misconfigured_one() -> None:
 
 def test_the_pid_the_agent_did_not_sigterm_had_died_first() -> None:
     inits = [ev("nccl_init", None, None, host="n1", nccl_rank=str(r), nranks="4") for r in range(4)]
-    inits = [Event(**{**e.__dict__, "pid": 100 + r}) for r, e in enumerate(inits)]
-    terms = [Event(**{**ev("agent_sigterm", "victim", None, host="n1").__dict__, "pid": 100 + r})
+    inits = [replace(e, pid=100 + r) for r, e in enumerate(inits)]
+    terms = [replace(ev("agent_sigterm", "victim", None, host="n1"), pid=100 + r)
              for r in (0, 1, 3)]
     assert ranks_of(producers.agent_teardown(timeline(inits + terms))) == {2: 35.0}
 
@@ -290,8 +291,8 @@ def test_a_preemption_followed_by_a_new_attempt_is_not_the_end() -> None:
     assert combine(timeline([preempt, crash])).cause == "preempted"
     assert combine(timeline([preempt, init_later, crash])).cause == "preempted"  # file order alone: not a restart
     assert combine(timeline([preempt, marker, crash])).rank == 1
-    timed = [Event(**{**preempt.__dict__, "time": T0, "time_family": "iso"}),
-             Event(**{**init_later.__dict__, "time": T0 + 60, "time_family": "iso"}), crash]
+    timed = [replace(preempt, time=T0, time_family="iso"),
+             replace(init_later, time=T0 + 60, time_family="iso"), crash]
     assert combine(timeline(timed)).rank == 1
 
 

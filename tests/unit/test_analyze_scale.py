@@ -18,7 +18,7 @@ WATCHDOG = ("[rank{r}]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID
 def test_small_files_are_batched_and_a_big_range_is_alone(monkeypatch) -> None:
     monkeypatch.setattr(scan, "BATCH_BYTES", 100)
     monkeypatch.setattr(scan, "BATCH_FILES", 3)
-    jobs = [(i, (SourceFile(path=f"f{i}", display=f"f{i}", size=size), None, 0, None))
+    jobs = [(i, (SourceFile(path=f"f{i}", display=f"f{i}", size=size), None, 0, None, False))
             for i, size in enumerate([500, 30, 30, 30, 30, 90, 5])]
     got = [[i for i, _ in task] for task in scan.batches(jobs)]
     assert got == [[0], [1, 2, 3], [4], [5, 6]]
