@@ -19,6 +19,7 @@ from typing import Any
 
 import regex
 
+from ddpslurm.analyze.digit_shape import digit_blind, has_digit, shape
 from ddpslurm.analyze.events import CAUSES, RETRY, ROLES
 from ddpslurm.analyze.prefilter import LiteralsIn
 from ddpslurm.errors import AnalyzeInputError
@@ -102,6 +103,19 @@ class CauseInfo:
     node_level: bool = False  # the cause lives on a node (a port, a NIC, a GPU, the node itself)
 
 
+#: line shapes whose plan a SignatureSet remembers (lines of at most UNTIMED_CHARS characters)
+MAX_PLANS = 20_000
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """For one line shape: the digit-sensitive signatures its digit-free literals let through (priority order),
+    and the first digit-blind signature that matches it (None: none matches)."""
+
+    sensitive: tuple[int, ...]
+    first_blind: int | None
+
+
 @dataclass
 class SignatureSet:
     """All signatures, ordered by priority (highest first), with the scanner's anchors."""
@@ -117,37 +131,137 @@ class SignatureSet:
     _required: dict[int, str] = field(default_factory=dict, repr=False)
     _shipped: set[int] = field(default_factory=set, repr=False)
     _literals_in: LiteralsIn | None = field(default=None, repr=False)  # over `_by_literal`'s keys
+    #: signatures that are not digit-blind (digit_shape), those of them gated by literals holding digits, and
+    #: those literals
+    _sensitive: set[int] = field(default_factory=set, repr=False)
+    _digit_gated: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
+    _digit_literals: set[str] = field(default_factory=set, repr=False)
+    #: line shape -> what the digit-blind signatures decide for it (this process; at most MAX_PLANS)
+    _plans: dict[str, _Plan] = field(default_factory=dict, repr=False)
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None.
 
         A signature whose regex runs past MATCH_TIMEOUT on this line is skipped for this line only (counted in
         `timeouts`), never the file: a catastrophic site pattern cannot hang or blind the analysis.
+
+        What the digit-blind signatures decide is remembered per line shape (`digit_shape`): a line of a shape
+        seen before runs the other signatures it may hold, then only the one digit-blind signature that matched
+        (for its groups), instead of every candidate's regex.
         """
         if not self._by_literal:
             self._index()
-        hits = {i for lit in self._literals_in(text) for i in self._by_literal[lit]}
-        timed = len(text) > UNTIMED_CHARS
-        for i in sorted(hits | self._no_literal):
-            sig = self.signatures[i]
-            required = self._required.get(i)
-            if required is not None and required not in text:
-                continue  # every match holds it (derive_literal): the regex cannot match
+        if len(text) > UNTIMED_CHARS:
+            return self._match_all(text)
+        key = shape(text)
+        plan = self._plans.get(key)
+        if plan is None:
+            found, plan = self._match_and_plan(text)
+            if plan is not None and len(self._plans) < MAX_PLANS:
+                self._plans[key] = plan
+            return found
+        return self._match_planned(text, plan)
+
+    def _candidates(self, text: str) -> tuple[list[int], set[int]]:
+        """The signatures `text`'s literals let through, in priority order, and those let through by a literal
+        without digits (or by none)."""
+        if not self._by_literal:
+            self._index()
+        found = self._literals_in(text)
+        hits = {i for lit in found for i in self._by_literal[lit]}
+        clean = {i for lit in found if lit not in self._digit_literals for i in self._by_literal[lit]}
+        return sorted(hits | self._no_literal), clean | self._no_literal
+
+    def _search(self, i: int, text: str) -> regex.Match | None:
+        """Signature i's match in `text`, None when it cannot or does not match or runs past MATCH_TIMEOUT."""
+        sig = self.signatures[i]
+        required = self._required.get(i)
+        if required is not None and required not in text:
+            return None  # every match holds it (derive_literal): the regex cannot match
+        try:
+            if len(text) > UNTIMED_CHARS or i not in self._shipped:
+                return sig.pattern.search(text, timeout=MATCH_TIMEOUT)
+            return sig.pattern.search(text)  # shipped patterns on short lines: tested linear, the timer costs
+        except TimeoutError:
+            self.timeouts[sig.id] = self.timeouts.get(sig.id, 0) + 1
+            raise
+
+    def _match_all(self, text: str) -> tuple[Signature, regex.Match] | None:
+        for i in self._candidates(text)[0]:
             try:
-                if timed or i not in self._shipped:
-                    m = sig.pattern.search(text, timeout=MATCH_TIMEOUT)
-                else:  # shipped patterns on short lines: tested linear, and the timer costs half a search
-                    m = sig.pattern.search(text)
+                m = self._search(i, text)
             except TimeoutError:
-                self.timeouts[sig.id] = self.timeouts.get(sig.id, 0) + 1
                 continue
             if m:
-                return sig, m
+                return self.signatures[i], m
         return None
+
+    def _match_and_plan(self, text: str) -> tuple[tuple[Signature, regex.Match] | None, _Plan | None]:
+        """The match, and what holds for every line of `text`'s shape: the digit-sensitive candidates let through
+        by digit-free literals, and the first digit-blind signature that matches (None: none does). No plan when
+        a digit-blind regex timed out (that is not a property of the shape)."""
+        order, clean = self._candidates(text)
+        found: tuple[Signature, regex.Match] | None = None
+        first_blind = None
+        for i in order:
+            blind = i not in self._sensitive
+            if found is not None and not blind:
+                continue
+            try:
+                m = self._search(i, text)
+            except TimeoutError:
+                if blind:
+                    return found or self._match_rest(text, order, i), None
+                continue
+            if m and found is None:
+                found = self.signatures[i], m
+            if m and blind:
+                first_blind = i
+                break
+        sensitive = tuple(i for i in order if i in self._sensitive and i in clean)
+        return found, _Plan(sensitive, first_blind)
+
+    def _match_rest(self, text: str, order: list[int], after: int) -> tuple[Signature, regex.Match] | None:
+        for i in order:
+            if i <= after:
+                continue
+            try:
+                m = self._search(i, text)
+            except TimeoutError:
+                continue
+            if m:
+                return self.signatures[i], m
+        return None
+
+    def _match_planned(self, text: str, plan: _Plan) -> tuple[Signature, regex.Match] | None:
+        limit = plan.first_blind if plan.first_blind is not None else len(self.signatures)
+        sensitive = set(plan.sensitive)
+        for i, literals in self._digit_gated.items():
+            if i < limit and i not in sensitive and any(lit in text for lit in literals):
+                sensitive.add(i)
+        for i in sorted(sensitive):
+            if i >= limit:
+                break
+            try:
+                m = self._search(i, text)
+            except TimeoutError:
+                continue
+            if m:
+                return self.signatures[i], m
+        if plan.first_blind is None:
+            return None
+        try:
+            m = self._search(plan.first_blind, text)
+        except TimeoutError:
+            m = None
+        if m is None:  # cannot happen for a digit-blind pattern; the full path decides if it ever does
+            return self._match_all(text)
+        return self.signatures[plan.first_blind], m
 
     def _index(self) -> None:
         """literal -> indexes of the signatures it gates (signatures are ordered by priority); the literal each
-        signature's every match must hold, where one can be told; which signatures are the shipped ones."""
+        signature's every match must hold, where one can be told; which signatures are the shipped ones; which
+        are not digit-blind (digit_shape), and their literals that hold digits."""
         shipped = str(default_dirs()[0])
         for i, sig in enumerate(self.signatures):
             if sig.kind in ENGINE_KINDS:
@@ -161,6 +275,12 @@ class SignatureSet:
                 self._no_literal.add(i)
             for lit in sig.prefilter:
                 self._by_literal.setdefault(lit, []).append(i)
+            if not digit_blind(sig.pattern_text, (*sig.prefilter, required or "")):
+                self._sensitive.add(i)
+                digit_literals = tuple(lit for lit in sig.prefilter if has_digit(lit))
+                if digit_literals:
+                    self._digit_gated[i] = digit_literals
+        self._digit_literals = {lit for lit in self._by_literal if has_digit(lit)}
         self._literals_in = LiteralsIn(list(self._by_literal))
 
     def by_id(self, sig_id: str) -> Signature | None:

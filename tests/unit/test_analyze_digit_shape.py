@@ -1,0 +1,102 @@
+"""Digit-blind signatures and the per-shape plans of SignatureSet.match: the plan never changes an answer."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ddpslurm.analyze.attribution import strip_prefixes
+from ddpslurm.analyze.digit_shape import digit_blind, shape
+from ddpslurm.analyze.signatures import SignatureSet, load_signatures
+
+CASES = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
+
+
+@pytest.mark.parametrize(("pattern", "literals", "blind"), [
+    (r"Rank (?P<rank>\d+) timed out after (?P<ms>\d+)ms", (), True),
+    (r"\[(?P<rank>\w+)\] [^\]]+ \S+ \b.", (), True),
+    (r"signal 11\b", (), False),  # a literal digit
+    (r"(?:0x)?[0-9a-f]+ rank", (), False),  # `0` written in the pattern
+    (r"exit code [1-9]", (), False),  # a class holding some digits only
+    (r"(?P<a>\w+) again (?P=a)", (), False),  # a back-reference
+    (r"\p{Lu}rror", (), False),  # regex-only syntax: unsure
+    (r"Watchdog caught", ("atchdog",), True),
+    (r"Watchdog caught", ("errno 98",), False),  # a literal with a digit gates it
+    (r"(?=.*timeout)(?!.*[^\d\s]x)ok", (), True),
+    (r"(?>a|b\d)++", (), True),
+])
+def test_digit_blind(pattern: str, literals: tuple[str, ...], blind: bool) -> None:
+    assert digit_blind(pattern, literals) is blind
+
+
+def test_shape_keeps_length_and_non_digits() -> None:
+    assert shape("[Rank 12] seq 80001 at 22:55:01") == "[Rank 00] seq 00000 at 00:00:00"
+    assert shape("٣ rank") == "٣ rank"  # only ASCII digits
+
+
+def _corpus_lines(limit: int = 4000) -> list[str]:
+    lines: list[str] = []
+    for path in sorted(CASES.rglob("*")):
+        if path.is_file() and path.suffix in (".out", ".err", ".log", ".txt", "") and path.stat().st_size < 2 << 20:
+            for raw in path.read_text(errors="replace").splitlines():
+                body = strip_prefixes(raw).text
+                if body.strip():
+                    lines.append(body)
+    random.Random(3).shuffle(lines)
+    return lines[:limit]
+
+
+def _answer(sigs: SignatureSet, text: str) -> tuple | None:
+    hit = sigs.match(text)
+    return None if hit is None else (hit[0].id, hit[1].span(), hit[1].groupdict())
+
+
+def _unplanned(sigs: SignatureSet, text: str) -> tuple | None:
+    hit = sigs._match_all(text)
+    return None if hit is None else (hit[0].id, hit[1].span(), hit[1].groupdict())
+
+
+def _renumbered(text: str, rng: random.Random) -> str:
+    """The same line with its digits redrawn: the same shape, so the second match takes the remembered plan."""
+    return "".join(rng.choice("0123456789") if ch.isascii() and ch.isdigit() else ch for ch in text)
+
+
+def test_planned_matches_equal_full_matches_on_the_corpus_lines_renumbered() -> None:
+    planned = load_signatures()
+    full = load_signatures()
+    rng = random.Random(11)
+    lines = _corpus_lines()
+    assert len(lines) > 1000
+    for text in lines:
+        for variant in (text, _renumbered(text, rng), _renumbered(text, rng)):
+            assert _answer(planned, variant) == _unplanned(full, variant), variant
+    assert planned._plans, "lines of one shape must have taken the remembered plan"
+
+
+DIGIT_SENSITIVE_LINES = [
+    "Fatal Python error: Segmentation fault at signal 11",
+    "Fatal Python error: Segmentation fault at signal 12",
+    "srun: error: node-3: task 7: Killed",
+    "errno: 98 - Address already in use",
+    "errno: 99 - Address already in use",
+    "SystemExit: 143",
+    "SystemExit: 144",
+    "comm 0x7f3a rank 3 nRanks 8",
+    "comm 1x7f3a rank 3 nRanks 8",
+]
+
+
+_PLANNED = load_signatures()
+_FULL = load_signatures()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(DIGIT_SENSITIVE_LINES), st.randoms(use_true_random=False))
+def test_digit_sensitive_signatures_are_matched_on_the_line_itself(text: str, rng: random.Random) -> None:
+    planned, full = _PLANNED, _FULL
+    for variant in (text, _renumbered(text, rng), _renumbered(text, rng), text):
+        assert _answer(planned, variant) == _unplanned(full, variant), variant
