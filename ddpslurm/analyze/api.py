@@ -80,7 +80,7 @@ def _fix_year(events: list[Event], assumed: int | None) -> list[Event]:
     from collections import Counter
     from dataclasses import replace
 
-    from ddpslurm.analyze.timestamps import parse_time
+    from ddpslurm.analyze.timestamps import in_year, parse_time
 
     dated = Counter(_dt.datetime.fromtimestamp(e.time, _dt.timezone.utc).year for e in events
                     if e.time is not None and e.time_family in ("iso", "iso-tz", "record", "ctime"))
@@ -91,8 +91,9 @@ def _fix_year(events: list[Event], assumed: int | None) -> list[Event]:
         return events
     out = []
     for e in events:
-        if e.time_family in ("glog", "syslog"):
-            found = parse_time(e.text, year)
+        if e.time_family in ("glog", "syslog") and e.time is not None:
+            moved = in_year(e.time, year)
+            found = (moved,) if moved is not None else parse_time(e.text, year)
             if found:
                 e = replace(e, time=found[0])
         out.append(e)

@@ -91,7 +91,7 @@ def discover_all(paths: Sequence[str | Path]) -> Discovery:
             key = (st.st_dev, st.st_ino)
             if key not in seen:
                 seen.add(key)
-                found.sources.append(_source(path, _relative(path, base), st.st_size))
+                found.sources.append(_source(str(path), path.name, _relative(path, base), st.st_size))
                 found.explicit.add(str(path))
         else:
             raise AnalyzeInputError(f"{given}: not a regular file or folder (a fifo, socket or device)",
@@ -146,7 +146,7 @@ class _Walk:
     def skip(self, path: str, reason: str) -> None:
         self.found.skipped.append(Skipped(path, reason))
 
-    def entry(self, entry: os.DirEntry, depth: int, subdirs: list[Path]) -> None:
+    def entry(self, entry: os.DirEntry, depth: int, subdirs: list[Path], relative_folder: str = "") -> None:
         """Classify one directory entry: a subfolder to walk, a file to read, or a reported skip."""
         rule = _skip_rule(entry.name)
         is_link = entry.is_symlink()
@@ -175,8 +175,9 @@ class _Walk:
         key = (est.st_dev, est.st_ino)
         if key not in self.seen:
             self.seen.add(key)
-            rel = PurePath(os.path.relpath(entry.path, self.root))
-            self.found.sources.append(_source(Path(entry.path), rel, est.st_size))
+            rel = PurePath(relative_folder + entry.name) if relative_folder is not None else \
+                PurePath(os.path.relpath(entry.path, self.root))
+            self.found.sources.append(_source(entry.path, entry.name, rel, est.st_size))
 
     def finish(self) -> None:
         for (path, reason), count in sorted(self.by_name.items()):
@@ -185,10 +186,10 @@ class _Walk:
 
 def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
     walk = _Walk(root, seen, found)
-    stack: list[tuple[Path, int]] = [(root, 0)]
+    stack: list[tuple[Path, int, str | None]] = [(root, 0, "")]
     visited: set[tuple[int, int]] = set()
     while stack:
-        folder, depth = stack.pop()
+        folder, depth, relative = stack.pop()
         try:
             st = os.stat(folder)
             if (st.st_dev, st.st_ino) in visited:
@@ -202,22 +203,24 @@ def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
         subdirs: list[Path] = []
         for entry in entries:
             try:
-                walk.entry(entry, depth, subdirs)
+                walk.entry(entry, depth, subdirs, relative)
             except OSError as error:
                 walk.skip(entry.path, f"cannot be examined ({error.strerror or error})")
-        stack.extend((d, depth + 1) for d in reversed(subdirs))
+        # the path of a subfolder relative to the root is its parent's plus its name (no relpath per file)
+        stack.extend((d, depth + 1, None if relative is None else f"{relative}{d.name}{os.sep}")
+                     for d in reversed(subdirs))
     walk.finish()
 
 
-def _source(path: Path, relative: PurePath, size: int) -> SourceFile:
+def _source(path: str, name: str, relative: PurePath, size: int) -> SourceFile:
     info = path_info(relative)
     kind = info.kind
-    hang_kind = next((k for pattern, k in _HANG_FILES if pattern.fullmatch(path.name)), None)
+    hang_kind = next((k for pattern, k in _HANG_FILES if pattern.fullmatch(name)), None)
     if hang_kind and kind == "log":
         kind = hang_kind
-    elif path.suffix == ".json" and kind == "log":
+    elif name.endswith(".json") and name != ".json" and kind == "log":
         kind = "json"
-    return SourceFile(path=str(path), display=str(path), rank=info.rank, host=info.host, local_rank=info.local_rank,
+    return SourceFile(path=path, display=path, rank=info.rank, host=info.host, local_rank=info.local_rank,
                       attempt=info.attempt, kind=kind, size=size, task_file=info.task_file)
 
 

@@ -647,6 +647,8 @@ def split_points(path: str, size: int, parts: int) -> list[int]:
 
 def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Event], FileSummary]:
     """One file's ranges back together: line numbers shifted, events a range read past its end deduplicated."""
+    if len(parts) == 1:
+        return parts[0]
     from dataclasses import replace
 
     events: list[Event] = []

@@ -88,6 +88,19 @@ def parse_time(text: str, year: int | None = None) -> tuple[float, str] | None:
     return None
 
 
+def in_year(seconds: float, year: int) -> float | None:
+    """The same month, day and time of day as `seconds` (a year-less time read with a guessed year) in `year`;
+    None around 29 February (a guessed year without it may have read that day as 1 March): read the line again."""
+    try:
+        moment = _dt.datetime.fromtimestamp(int(seconds // 1), _dt.timezone.utc)
+        if (moment.month, moment.day) in ((2, 29), (3, 1)):
+            return None
+        moment = moment.replace(year=year)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return moment.timestamp() + (seconds - seconds // 1)
+
+
 def parse_record_time(value: object) -> float | None:
     """A `unix` float or an ISO string from a JSON record, as epoch seconds (UTC)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -88,3 +88,16 @@ def test_no_progress_bar_when_not_asked_or_not_a_terminal() -> None:
         assert advance is None
     with _progress(True, 1 << 40, 10**6) as advance:  # pytest's stderr is not a terminal
         assert advance is None or os.isatty(2)
+
+
+def test_an_event_pickles_with_every_field() -> None:
+    import dataclasses
+    import pickle
+
+    from ddpslurm.analyze.events import Event
+
+    values = {f.name: (f"v{i}" if f.type in ("str", "str | None") else i + 300) for i, f in
+              enumerate(dataclasses.fields(Event))}
+    values.update(time=1.5e9, fields=(("rank", "3"),))
+    event = Event(**values)
+    assert pickle.loads(pickle.dumps(event)) == event

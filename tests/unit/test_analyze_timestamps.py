@@ -6,7 +6,7 @@ import calendar
 
 import pytest
 
-from ddpslurm.analyze.timestamps import comparable, format_time, parse_record_time, parse_time
+from ddpslurm.analyze.timestamps import comparable, format_time, in_year, parse_record_time, parse_time
 
 
 def utc(y: int, mo: int, d: int, h: int, mi: int, s: float) -> float:
@@ -74,3 +74,17 @@ def test_comparable(a: str | None, b: str | None, expected: bool) -> None:
 def test_format_time_is_iso_utc() -> None:
     assert format_time(utc(2024, 5, 8, 8, 47, 31.261)) == "2024-05-08T08:47:31.261Z"
     assert format_time(None) is None
+
+
+@pytest.mark.parametrize("line", ["[E314 22:55:01.005 x]", "[I1231 23:59:59.999999 x]", "Mar 14 22:55:01 host x",
+                                  "[W0101 00:00:00.25 x]", "[I0229 01:02:03.5 x]", "[I0301 01:02:03.5 x]"])
+@pytest.mark.parametrize(("guessed", "year"), [(2026, 2025), (2023, 2024), (2024, 2021)])
+def test_a_year_less_time_moved_to_another_year_is_the_line_read_with_that_year(line: str, guessed: int,
+                                                                               year: int) -> None:
+    read_with_guess = parse_time(line, guessed)
+    assert read_with_guess is not None
+    moved = in_year(read_with_guess[0], year)
+    if moved is None:  # around 29 February: the caller reads the line again
+        assert "0229" in line or "0301" in line
+    else:
+        assert moved == pytest.approx(parse_time(line, year)[0], abs=1e-6)
