@@ -17,6 +17,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 def clean(text: str) -> str:
     """Remove ANSI escape sequences and control characters (keeps tabs); keep what follows a last `\\r`."""
+    if text.isprintable():  # no control character at all (nor a tab, an escape or a carriage return)
+        return text
     if "\r" in text:
         parts = [p for p in text.split("\r") if p.strip()]
         text = parts[-1] if parts else ""

@@ -505,7 +505,7 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
                 head = candidate_starts(block[:HEAD_BYTES], HEAD_ANCHOR_BYTES) if first else ()
                 lineno = _scan_block(block, lineno, state, anchors, every_line, head)
                 first = False
-                for piece in block[-4 * MAX_LINE:].splitlines()[-TAIL_LINES:]:
+                for piece in last_lines(block, TAIL_LINES):
                     tail.append(piece[:400])
                 if on_bytes:
                     on_bytes(len(block))
@@ -537,6 +537,15 @@ def last_line_shape(tail: Sequence[str]) -> str | None:
 
 
 _DIGITS = re.compile(r"\d+")
+
+
+def last_lines(block: bytes, count: int) -> list[bytes]:
+    """The last `count` lines of a block of complete lines (of its last 4 * MAX_LINE bytes), split from the end:
+    a 4 MB block is not cut into all its lines for six of them."""
+    pieces = block[-4 * MAX_LINE:].rsplit(b"\n", count + 1)
+    if pieces[-1] == b"":
+        pieces.pop()  # after the block's last newline
+    return pieces[-count:] if count else []
 
 
 def without_repeats(events: list[Event]) -> list[Event]:

@@ -7,6 +7,9 @@ import pty
 import sys
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from ddpslurm.analyze import scan
 from ddpslurm.analyze.events import Event, SourceFile
 from ddpslurm.analyze.signatures import load_signatures
@@ -101,3 +104,12 @@ def test_an_event_pickles_with_every_field() -> None:
     values.update(time=1.5e9, fields=(("rank", "3"),))
     event = Event(**values)
     assert pickle.loads(pickle.dumps(event)) == event
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab\r \t", max_size=30), max_size=12), st.integers(0, 8), st.booleans())
+def test_last_lines_are_the_blocks_last_lines(lines: list[str], count: int, long_head: bool) -> None:
+    block = ("x" * (5 * scan.MAX_LINE) + "\n" if long_head else "") + "".join(f"{ln}\n" for ln in lines)
+    window = block.encode()[-4 * scan.MAX_LINE:]
+    expected = window.split(b"\n")[:-1][-count:] if count else []
+    assert scan.last_lines(block.encode(), count) == expected
