@@ -48,6 +48,7 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
     for file_events, summary in results:
         events.extend(last_attempt_only(file_events) if attempt in (None, "last") else file_events)
         summaries.append(summary)
+    del results  # the per-file lists: the events live on in `events` alone
     attempts = [s.attempt for s in sources if s.attempt is not None]
     attempts += [int(e.get("attempt", "0")) for e in events if e.kind == "attempt_start"]
     if attempts:
@@ -56,8 +57,9 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
     if logs and all(s.binary for s in summaries) and not records:
         raise AnalyzeInputError(f"{', '.join(map(str, paths))}: only binary files, no text logs",
                                 "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
-    events = _fix_year(events, year)
-    diagnosis = diagnose(events, sources, summaries, sigs, facts)
+    handed = [_fix_year(events, year)]
+    del events  # diagnose holds the only reference: the events it replaces can be freed while it runs
+    diagnosis = diagnose(handed.pop(), sources, summaries, sigs, facts)
     diagnosis.notes.extend(record_notes)
     apply_skipped(diagnosis, discovery.skipped + scan_skips(summaries))
     truncated = sum(s.truncated_lines for s in summaries)
