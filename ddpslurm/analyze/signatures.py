@@ -186,8 +186,9 @@ class SignatureSet:
             self.timeouts[sig.id] = self.timeouts.get(sig.id, 0) + 1
             raise
 
-    def _match_all(self, text: str) -> tuple[Signature, regex.Match] | None:
-        for i in self._candidates(text)[0]:
+    def _first_match(self, text: str, indexes: Iterable[int]) -> tuple[Signature, regex.Match] | None:
+        """The first of these signatures (priority order) that matches `text`; one that times out is passed."""
+        for i in indexes:
             try:
                 m = self._search(i, text)
             except TimeoutError:
@@ -195,6 +196,9 @@ class SignatureSet:
             if m:
                 return self.signatures[i], m
         return None
+
+    def _match_all(self, text: str) -> tuple[Signature, regex.Match] | None:
+        return self._first_match(text, self._candidates(text)[0])
 
     def _match_and_plan(self, text: str) -> tuple[tuple[Signature, regex.Match] | None, _Plan | None]:
         """The match, and what holds for every line of `text`'s shape: the digit-sensitive candidates let through
@@ -211,7 +215,7 @@ class SignatureSet:
                 m = self._search(i, text)
             except TimeoutError:
                 if blind:
-                    return found or self._match_rest(text, order, i), None
+                    return found or self._first_match(text, (j for j in order if j > i)), None
                 continue
             if m and found is None:
                 found = self.signatures[i], m
@@ -221,35 +225,15 @@ class SignatureSet:
         sensitive = tuple(i for i in order if i in self._sensitive and i in clean)
         return found, _Plan(sensitive, first_blind)
 
-    def _match_rest(self, text: str, order: list[int], after: int) -> tuple[Signature, regex.Match] | None:
-        for i in order:
-            if i <= after:
-                continue
-            try:
-                m = self._search(i, text)
-            except TimeoutError:
-                continue
-            if m:
-                return self.signatures[i], m
-        return None
-
     def _match_planned(self, text: str, plan: _Plan) -> tuple[Signature, regex.Match] | None:
         limit = plan.first_blind if plan.first_blind is not None else len(self.signatures)
         sensitive = set(plan.sensitive)
         for i, literals in self._digit_gated.items():
             if i < limit and i not in sensitive and any(lit in text for lit in literals):
                 sensitive.add(i)
-        for i in sorted(sensitive):
-            if i >= limit:
-                break
-            try:
-                m = self._search(i, text)
-            except TimeoutError:
-                continue
-            if m:
-                return self.signatures[i], m
-        if plan.first_blind is None:
-            return None
+        found = self._first_match(text, sorted(i for i in sensitive if i < limit))
+        if found is not None or plan.first_blind is None:
+            return found
         try:
             m = self._search(plan.first_blind, text)
         except TimeoutError:
