@@ -139,15 +139,16 @@ class _Walk:
     """One folder tree: its real root (symlink targets must stay under it) and the by-name skips, counted."""
 
     def __init__(self, root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
-        self.root, self.real_root = root, os.path.realpath(root)
+        self.real_root = os.path.realpath(root)
         self.seen, self.found = seen, found
         self.by_name: Counter[tuple[str, str]] = Counter()
 
     def skip(self, path: str, reason: str) -> None:
         self.found.skipped.append(Skipped(path, reason))
 
-    def entry(self, entry: os.DirEntry, depth: int, subdirs: list[Path], relative_folder: str = "") -> None:
-        """Classify one directory entry: a subfolder to walk, a file to read, or a reported skip."""
+    def entry(self, entry: os.DirEntry, depth: int, subdirs: list[Path], relative_folder: str) -> None:
+        """Classify one directory entry: a subfolder to walk, a file to read, or a reported skip
+        (`relative_folder`: the entry's folder relative to the root, ending with a separator, or empty)."""
         rule = _skip_rule(entry.name)
         is_link = entry.is_symlink()
         if is_link:
@@ -175,8 +176,7 @@ class _Walk:
         key = (est.st_dev, est.st_ino)
         if key not in self.seen:
             self.seen.add(key)
-            rel = PurePath(relative_folder + entry.name) if relative_folder is not None else \
-                PurePath(os.path.relpath(entry.path, self.root))
+            rel = PurePath(relative_folder + entry.name)
             self.found.sources.append(_source(entry.path, entry.name, rel, est.st_size))
 
     def finish(self) -> None:
@@ -186,7 +186,7 @@ class _Walk:
 
 def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
     walk = _Walk(root, seen, found)
-    stack: list[tuple[Path, int, str | None]] = [(root, 0, "")]
+    stack: list[tuple[Path, int, str]] = [(root, 0, "")]
     visited: set[tuple[int, int]] = set()
     while stack:
         folder, depth, relative = stack.pop()
@@ -207,8 +207,7 @@ def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
             except OSError as error:
                 walk.skip(entry.path, f"cannot be examined ({error.strerror or error})")
         # the path of a subfolder relative to the root is its parent's plus its name (no relpath per file)
-        stack.extend((d, depth + 1, None if relative is None else f"{relative}{d.name}{os.sep}")
-                     for d in reversed(subdirs))
+        stack.extend((d, depth + 1, f"{relative}{d.name}{os.sep}") for d in reversed(subdirs))
     walk.finish()
 
 

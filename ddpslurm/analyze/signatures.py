@@ -149,8 +149,6 @@ class SignatureSet:
         seen before runs the other signatures it may hold, then only the one digit-blind signature that matched
         (for its groups), instead of every candidate's regex.
         """
-        if not self._by_literal:
-            self._index()
         if len(text) > UNTIMED_CHARS:
             return self._match_all(text)
         key = shape(text)
@@ -173,7 +171,8 @@ class SignatureSet:
         return sorted(hits | self._no_literal), clean | self._no_literal
 
     def _search(self, i: int, text: str) -> regex.Match | None:
-        """Signature i's match in `text`, None when it cannot or does not match or runs past MATCH_TIMEOUT."""
+        """Signature i's match in `text`, None when it cannot or does not match; TimeoutError (counted in
+        `timeouts`) when its regex runs past MATCH_TIMEOUT."""
         sig = self.signatures[i]
         required = self._required.get(i)
         if required is not None and required not in text:
