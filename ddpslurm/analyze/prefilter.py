@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+#: what the finders search: bytes, or a reused read buffer
+Buffer = bytes | bytearray
+
 try:
     import ahocorasick_rs as _ahocorasick
 except ImportError:  # no wheel for this platform or Python: the pure-Python finder below
@@ -18,7 +21,7 @@ except ImportError:  # no wheel for this platform or Python: the pure-Python fin
 
 
 class Finder(Protocol):
-    def starts(self, block: bytes) -> list[int]: ...
+    def starts(self, block: Buffer, end: int | None = None) -> list[int]: ...
 
 
 class AutomatonFinder:
@@ -30,21 +33,24 @@ class AutomatonFinder:
         self.automaton = _ahocorasick.BytesAhoCorasick(list(self.anchors),
                                                       matchkind=_ahocorasick.MATCHKIND_LEFTMOST_FIRST)
 
-    def starts(self, block: bytes) -> list[int]:
-        """Sorted offsets of the lines of `block` (complete lines) that contain at least one anchor.
+    def starts(self, block: Buffer, end: int | None = None) -> list[int]:
+        """Sorted offsets of the lines of `block[:end]` (complete lines) that contain at least one anchor.
 
         Matches never span a line end (no anchor holds one), so each anchor line yields a match of its own.
         """
+        size = len(block) if end is None else end
         out: list[int] = []
         line_end = -1
         find, rfind = block.find, block.rfind
-        for _, _, end in self.automaton.find_matches_as_indexes(block):
-            if end <= line_end:
+        with memoryview(block) as view, view[:size] as data:
+            matches = self.automaton.find_matches_as_indexes(data)
+        for _, _, stop in matches:
+            if stop <= line_end:
                 continue
-            out.append(rfind(b"\n", 0, end) + 1)
-            line_end = find(b"\n", end - 1)
+            out.append(rfind(b"\n", 0, stop) + 1)
+            line_end = find(b"\n", stop - 1, size)
             if line_end < 0:
-                line_end = len(block)
+                line_end = size
         return out
 
 
@@ -118,8 +124,10 @@ class AnchorFinder:
             self._place(anchor, counts)
         return moved
 
-    def starts(self, block: bytes) -> list[int]:
-        """Sorted offsets of the lines of `block` (complete lines) that contain at least one anchor."""
+    def starts(self, block: Buffer, end: int | None = None) -> list[int]:
+        """Sorted offsets of the lines of `block[:end]` (complete lines) that contain at least one anchor."""
+        if end is not None and end != len(block):
+            block = bytes(memoryview(block)[:end])
         if not self.ready:
             self._choose(block[:1 << 20])
         starts: set[int] = set()
@@ -170,9 +178,9 @@ def anchor_finder(anchors: Sequence[bytes], pure: bool = False) -> Finder:
     return finder
 
 
-def candidate_starts(block: bytes, anchors: Sequence[bytes]) -> list[int]:
-    """Sorted offsets of the lines of `block` that contain at least one anchor."""
-    return anchor_finder(anchors).starts(block)
+def candidate_starts(block: Buffer, anchors: Sequence[bytes], end: int | None = None) -> list[int]:
+    """Sorted offsets of the lines of `block[:end]` that contain at least one anchor."""
+    return anchor_finder(anchors).starts(block, end)
 
 
 class LiteralsIn:

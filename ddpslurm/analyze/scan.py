@@ -84,35 +84,83 @@ def is_binary(head: bytes) -> bool:
     return control / len(head) > 0.1
 
 
-def iter_blocks(handle, chunk: int = CHUNK, max_line: int = MAX_LINE) -> Iterator[tuple[bytes, int]]:
-    """Blocks of complete lines from a binary handle, each ending with b'\\n', and how many were truncated."""
-    carry = b""
-    discarding = False
+#: the read buffer a process reuses for every file it scans (a fresh 4 MB per read costs more than reading it)
+_BUFFER: list[bytearray] = []
+
+
+def _read_buffer(size: int) -> bytearray:
+    """A buffer of at least `size` bytes, taken from the process's spare one when it is free (give it back with
+    `_BUFFER.append`); a nested reader gets a fresh one."""
+    if _BUFFER and len(_BUFFER[-1]) >= size:
+        return _BUFFER.pop()
+    return bytearray(size)
+
+
+def iter_blocks(handle, chunk: int = CHUNK, max_line: int = MAX_LINE
+                ) -> Iterator[tuple[bytes | bytearray, int, int]]:
+    """Blocks of complete lines from a binary handle (`readinto`, `seek`, `tell`): `(buffer, end, truncated)`,
+    where `buffer[:end]` are whole lines, each ending with b'\\n', and `truncated` counts the lines cut at
+    `max_line` bytes (their rest is skipped without being held in memory).
+
+    Nothing is copied: the buffer is read into and reused, so it is valid only until the next block is asked for,
+    and the bytes after `end` are not lines of this block (a partial line is read again with the next block).
+    """
+    buf = _read_buffer(chunk)
+    view = memoryview(buf)[:chunk]
+    try:
+        yield from _blocks(handle, buf, view, max_line)
+    finally:
+        _BUFFER.append(buf)
+
+
+def _blocks(handle, buf: bytearray, view: memoryview, max_line: int) -> Iterator[tuple[bytes | bytearray, int, int]]:
+    discarding = False  # inside an overlong line whose first max_line bytes were yielded
     while True:
-        data = handle.read(chunk)
-        if not data:
-            if carry:
-                yield carry + b"\n", 0
+        got = handle.readinto(view)
+        if not got:
             return
         if discarding:
-            nl = data.find(b"\n")
-            if nl < 0:
-                continue
-            data, discarding = data[nl + 1:], False
-        buf = carry + data if carry else data
-        last = buf.rfind(b"\n")
-        if last < 0:
-            if len(buf) > max_line:
-                yield buf[:max_line] + b"\n", 1
-                carry, discarding = b"", True
-            else:
-                carry = buf
+            nl = buf.find(b"\n", 0, got)
+            if nl >= 0:
+                discarding = False
+                handle.seek(handle.tell() - got + nl + 1)
             continue
-        block, carry = buf[:last + 1], buf[last + 1:]
-        yield block, 0
-        if len(carry) > max_line:
-            yield carry[:max_line] + b"\n", 1
-            carry, discarding = b"", True
+        last = buf.rfind(b"\n", 0, got)
+        if last < 0:
+            if got > max_line:
+                yield bytes(view[:max_line]) + b"\n", max_line + 1, 1
+                discarding = True
+                continue
+            piece = bytes(view[:got])  # an unterminated piece: the file's last line, unless more follows
+            handle.seek(handle.tell() - got)
+            more = _read_more(handle, view, got)
+            if more <= got:
+                yield piece + b"\n", got + 1, 0
+                return
+            handle.seek(handle.tell() - more)
+            continue
+        rest = got - last - 1
+        if rest > max_line:
+            yield buf, last + 1, 0
+            yield bytes(view[last + 1:last + 1 + max_line]) + b"\n", max_line + 1, 1
+            discarding = True
+            continue
+        if rest:
+            handle.seek(handle.tell() - rest)
+        yield buf, last + 1, 0
+
+
+def _read_more(handle, view: memoryview, had: int) -> int:
+    """Read again from a piece of `had` bytes without a line end: how many bytes are there now (the file may grow)."""
+    total = 0
+    while total < len(view):
+        got = handle.readinto(view[total:])
+        if not got:
+            break
+        total += got
+        if total > had:
+            break
+    return total
 
 
 #: kinds whose lines are facts (an interface picked, a pid's NCCL rank, an ncclras report), never failures
@@ -437,8 +485,7 @@ class _Reader:
     def read(self, n: int) -> bytes:
         """Up to `n` bytes; the buffer asked of the OS is sized to what the file holds (a 30 KB log costs no 4 MB
         allocation), plus some slack for a file still growing."""
-        if time.monotonic() > self.deadline:
-            raise ReadDeadline(errno.ETIMEDOUT, f"still reading after {READ_DEADLINE:.0f} s; the rest is not read")
+        self._check()
         try:
             data = os.read(self.fd, min(n, max(self.size - self.pos, 0) + (64 << 10)))
         except BlockingIOError:
@@ -446,8 +493,26 @@ class _Reader:
         self.pos += len(data)
         return data
 
+    def readinto(self, view: memoryview) -> int:
+        """Read into `view` (up to what the file holds plus some slack); how many bytes came."""
+        self._check()
+        want = min(len(view), max(self.size - self.pos, 0) + (64 << 10))
+        try:
+            got = os.readv(self.fd, [view[:want]])
+        except BlockingIOError:
+            raise OSError(errno.EAGAIN, "reading it would block (a pseudo-file?)") from None
+        self.pos += got
+        return got
+
+    def _check(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise ReadDeadline(errno.ETIMEDOUT, f"still reading after {READ_DEADLINE:.0f} s; the rest is not read")
+
     def seek(self, offset: int) -> None:
         self.pos = os.lseek(self.fd, offset, os.SEEK_SET)
+
+    def tell(self) -> int:
+        return self.pos
 
     def __enter__(self) -> _Reader:
         return self
@@ -461,14 +526,17 @@ class _Window:
 
     def __init__(self, handle, start: int, end: int) -> None:
         handle.seek(start)
-        self.handle, self.left = handle, end - start
+        self.handle, self.end = handle, end
 
-    def read(self, n: int) -> bytes:
-        if self.left <= 0:
-            return b""
-        data = self.handle.read(min(n, self.left))
-        self.left -= len(data)
-        return data
+    def readinto(self, view: memoryview) -> int:
+        left = self.end - self.handle.tell()
+        return self.handle.readinto(view[:left]) if left > 0 else 0
+
+    def seek(self, offset: int) -> None:
+        self.handle.seek(offset)
+
+    def tell(self) -> int:
+        return self.handle.tell()
 
 
 def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
@@ -499,20 +567,20 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
                 handle.seek(0)
             reader = handle if end is None else _Window(handle, start, end)
             first = start == 0
-            for block, truncated in iter_blocks(reader):
+            for block, size, truncated in iter_blocks(reader):
                 summary.truncated_lines += truncated
-                summary.bytes += len(block)
-                head = candidate_starts(block[:HEAD_BYTES], HEAD_ANCHOR_BYTES) if first else ()
-                lineno = _scan_block(block, lineno, state, anchors, every_line, head)
+                summary.bytes += size
+                head = candidate_starts(block, HEAD_ANCHOR_BYTES, min(size, HEAD_BYTES)) if first else ()
+                lineno = _scan_block(block, size, lineno, state, anchors, every_line, head)
                 first = False
-                for piece in last_lines(block, TAIL_LINES):
+                for piece in last_lines(block, TAIL_LINES, size):
                     tail.append(piece[:400])
                 if on_bytes:
-                    on_bytes(len(block))
+                    on_bytes(size)
             in_range = lineno
             if end is not None and state.line_mode:
-                for block, _t in iter_blocks(_Window(handle, end, end + OVERRUN_BYTES)):
-                    lineno = _scan_block(block, lineno, state, anchors, every_line, stop_when_idle=True)
+                for block, size, _t in iter_blocks(_Window(handle, end, end + OVERRUN_BYTES)):
+                    lineno = _scan_block(block, size, lineno, state, anchors, every_line, stop_when_idle=True)
                     if not state.line_mode:
                         break
             lineno = in_range
@@ -539,10 +607,11 @@ def last_line_shape(tail: Sequence[str]) -> str | None:
 _DIGITS = re.compile(r"\d+")
 
 
-def last_lines(block: bytes, count: int) -> list[bytes]:
-    """The last `count` lines of a block of complete lines (of its last 4 * MAX_LINE bytes), split from the end:
-    a 4 MB block is not cut into all its lines for six of them."""
-    pieces = block[-4 * MAX_LINE:].rsplit(b"\n", count + 1)
+def last_lines(block: bytes | bytearray, count: int, end: int | None = None) -> list[bytes]:
+    """The last `count` lines of a block of complete lines `block[:end]` (of its last 4 * MAX_LINE bytes), split
+    from the end: a 4 MB block is not cut into all its lines for six of them."""
+    end = len(block) if end is None else end
+    pieces = bytes(block[max(0, end - 4 * MAX_LINE):end]).rsplit(b"\n", count + 1)
     if pieces[-1] == b"":
         pieces.pop()  # after the block's last newline
     return pieces[-count:] if count else []
@@ -564,12 +633,11 @@ def without_repeats(events: list[Event]) -> list[Event]:
     return out
 
 
-def _scan_block(block: bytes, lineno: int, state: _FileState, anchors: Sequence[bytes], every_line: bool,
-                extra: Sequence[int] = (), stop_when_idle: bool = False) -> int:
-    """Process one block of complete lines; returns the line count after it."""
-    n = len(block)
+def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: _FileState, anchors: Sequence[bytes],
+                every_line: bool, extra: Sequence[int] = (), stop_when_idle: bool = False) -> int:
+    """Process one block of complete lines, `block[:n]`; returns the line count after it."""
     cur = 0
-    starts = None if every_line else candidate_starts(block, anchors)
+    starts = None if every_line else candidate_starts(block, anchors, n)
     if extra and starts is not None:
         starts = sorted(set(starts) | set(extra))
     idx = 0
@@ -583,11 +651,11 @@ def _scan_block(block: bytes, lineno: int, state: _FileState, anchors: Sequence[
             nxt = starts[idx]
             lineno += block.count(b"\n", cur, nxt)
             cur = nxt
-        end = block.find(b"\n", cur)
+        end = block.find(b"\n", cur, n)
         if end < 0:
             end = n
         lineno += 1
-        state.handle(block[cur:min(end, cur + MAX_LINE)], lineno)
+        state.handle(bytes(block[cur:min(end, cur + MAX_LINE)]), lineno)
         cur = end + 1
         if stop_when_idle and not state.line_mode:
             break

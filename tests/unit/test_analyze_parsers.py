@@ -132,18 +132,37 @@ def test_nccl_init_maps_host_pid_to_global_rank(tmp_path: Path) -> None:
     assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("cuda_oom", 5, "gpu-b02")
 
 
+def _blocks(data: bytes, chunk: int, max_line: int) -> list[tuple[bytes, int, int]]:
+    """Each block's lines copied out while it is valid (the reader reuses its buffer), their size, and how many
+    lines were cut."""
+    return [(bytes(block[:end]), end, cut) for block, end, cut in
+            iter_blocks(io.BytesIO(data), chunk=chunk, max_line=max_line)]
+
+
 def test_overlong_line_is_truncated_in_bounded_memory() -> None:
     data = b"a" * 5_000_000 + b" RuntimeError: lost\nnext line\n"
-    blocks = list(iter_blocks(io.BytesIO(data), chunk=1 << 16, max_line=1024))
-    assert sum(t for _, t in blocks) == 1
-    assert max(len(b) for b, _ in blocks) <= (1 << 16) + 1024 + 1
-    assert b"".join(b for b, _ in blocks).count(b"\n") == 2
+    blocks = _blocks(data, chunk=1 << 16, max_line=1024)
+    assert sum(cut for *_, cut in blocks) == 1
+    assert max(len(b) for b, *_ in blocks) <= (1 << 16)
+    assert b"".join(b for b, *_ in blocks) == b"a" * 1024 + b"\nnext line\n"
 
 
-def test_blocks_keep_line_numbers_across_chunks() -> None:
-    data = b"".join(b"line %d\n" % i for i in range(10_000))
-    blocks = [b for b, _ in iter_blocks(io.BytesIO(data), chunk=777, max_line=4096)]
-    assert b"".join(blocks) == data
+@pytest.mark.parametrize("chunk", [777, 4096, 1 << 16])
+@pytest.mark.parametrize("end", [b"\n", b"", b"last line without its end"])
+def test_blocks_keep_line_numbers_across_chunks(chunk: int, end: bytes) -> None:
+    data = b"".join(b"line %d\n" % i for i in range(10_000)) + end
+    expected = data if data.endswith(b"\n") else data + b"\n"
+    assert b"".join(b for b, *_ in _blocks(data, chunk=chunk, max_line=512)) == expected
+
+
+@pytest.mark.parametrize("where", [0, 500, 4000, 9000])
+def test_an_overlong_line_anywhere_is_cut_and_the_lines_around_it_kept(where: int) -> None:
+    lines = [b"line %d\n" % i for i in range(2000)]
+    lines.insert(where // 5, b"x" * 3000 + b"\n")
+    got = _blocks(b"".join(lines), chunk=1024, max_line=600)
+    text = b"".join(b for b, *_ in got)
+    assert text.split(b"\n")[:-1] == [ln.rstrip(b"\n")[:600] for ln in lines]
+    assert sum(cut for *_, cut in got) == 1
 
 
 def test_candidate_starts_are_line_starts_of_anchor_lines() -> None:

@@ -38,6 +38,18 @@ def test_finders_report_exactly_the_anchor_lines(finder, text: list[bytes], anch
 
 
 @pytest.mark.parametrize("finder", FINDERS, ids=lambda f: f.__name__)
+@settings(max_examples=200, deadline=None)
+@given(text=st.lists(words, max_size=40), stale=st.lists(words, max_size=20),
+       anchors=st.lists(words.filter(lambda w: b"\n" not in w), min_size=1, max_size=5))
+def test_finders_read_a_reused_buffer_only_up_to_its_end(finder, text: list[bytes], stale: list[bytes],
+                                                         anchors: list[bytes]) -> None:
+    """The scanner's buffer holds a block's lines, then what an earlier read left: only the lines are searched."""
+    block = b"".join(text) + b"\n"
+    buffer = bytearray(block + b"".join(stale))
+    assert finder(anchors).starts(buffer, len(block)) == brute_force(block, anchors)
+
+
+@pytest.mark.parametrize("finder", FINDERS, ids=lambda f: f.__name__)
 def test_finders_agree_on_log_lines_with_the_shipped_anchors(finder) -> None:
     anchors = list(load_signatures().anchors)
     block = (b"node1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] via P2P/IPC\n"

@@ -113,3 +113,5 @@ def test_last_lines_are_the_blocks_last_lines(lines: list[str], count: int, long
     window = block.encode()[-4 * scan.MAX_LINE:]
     expected = window.split(b"\n")[:-1][-count:] if count else []
     assert scan.last_lines(block.encode(), count) == expected
+    reused = bytearray(block.encode() + b"a stale line\nof the buffer's last read")  # a reader's reused buffer
+    assert scan.last_lines(reused, count, len(block.encode())) == expected
