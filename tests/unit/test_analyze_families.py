@@ -3,12 +3,15 @@ each upstream wording, behind the prefixes logs put in front, becomes the expect
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.attribution import body_rank, interface_scope, strip_prefixes
+from ddpslurm.analyze.attribution import body_rank, interface_list, interface_scope, strip_prefixes
 from ddpslurm.analyze.events import SourceFile
 from ddpslurm.analyze.scan import scan_file
 from ddpslurm.analyze.signatures import load_signatures
@@ -407,6 +410,25 @@ def test_unknown_tags_before_a_rank_prefix(line: str, rank: int | None, host: st
 ])
 def test_interface_scope(ifname: str, ip: str, scope: str) -> None:
     assert interface_scope(ifname, ip) == scope
+
+
+#: NCCL's listing as the interface pattern read it before names were taken only from the start of a word
+_ANYWHERE = re.compile(r"(?:\[\d+\])?(?P<ifname>[\w.@-]+(?::\d+)?):(?P<ip>[0-9a-fA-F.:]+(?:%[\w.-]+)?)<\d+>")
+
+
+#: one listing entry: an index, a name (maybe an alias), an address (maybe scoped), a port, each part maybe missing
+_ENTRY = st.builds("{}{}{}:{}{}{}".format, st.sampled_from(["", "[0]", "[12]", "["]),
+                   st.sampled_from(["eth0", "ib0", "x@y", "a.b-c", "e", ""]), st.sampled_from(["", ":1", ":"]),
+                   st.sampled_from(["10.0.0.1", "fe80::1", "ab", "", "1"]), st.sampled_from(["", "%ib0", "%"]),
+                   st.sampled_from(["<0>", "<>", ""]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", " ", ":", "x", "]", "; OOB ", "Using "]), _ENTRY), max_size=6))
+def test_interface_names_start_where_a_word_does_and_nothing_is_lost(parts: list[tuple[str, str]]) -> None:
+    body = "".join(sep + entry for sep, entry in parts)
+    tail = body.split("; OOB", 1)[1] if "; OOB" in body else body
+    assert interface_list(body) == [(m["ifname"], m["ip"]) for m in _ANYWHERE.finditer(tail)]
 
 
 def test_elastic_block_with_huge_numbers_does_not_raise(tmp_path: Path, sigs) -> None:
