@@ -5,7 +5,11 @@ from __future__ import annotations
 import calendar
 
 import pytest
+import regex
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from ddpslurm.analyze import timestamps
 from ddpslurm.analyze.timestamps import comparable, format_time, in_year, parse_record_time, parse_time
 
 
@@ -88,3 +92,22 @@ def test_a_year_less_time_moved_to_another_year_is_the_line_read_with_that_year(
         assert "0229" in line or "0301" in line
     else:
         assert moved == pytest.approx(parse_time(line, year)[0], abs=1e-6)
+
+
+two_digits = st.integers(0, 99).map(lambda n: f"{n:02d}")
+#: the four forms with any two digits in each field (times out of range too), amid noise
+clock_texts = st.builds(
+    lambda form, noise, y, mo, d, h, mi, sec: noise + form.format(y=f"20{y}", mo=mo, d=d, h=h, mi=mi, s=sec) + noise,
+    st.sampled_from(["{y}-{mo}-{d}T{h}:{mi}:{s}Z", "{y}-{mo}-{d} {h}:{mi}:{s},261", "E{mo}{d} {h}:{mi}:{s}.5",
+                     "Fri Jan {d} {h}:{mi}:{s} EST {y}", "May {d} {h}:{mi}:{s} node", "{h}:{mi}:{s}", "{h}:{mi}"]),
+    st.sampled_from(["", " ", "x ", "[", "9"]), two_digits, two_digits, two_digits, two_digits, two_digits, two_digits)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(clock_texts)
+def test_the_clock_shortcut_changes_no_answer(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    """A text without `d:dd:dd` is passed over before the four forms are searched: as if they had been."""
+    fast = parse_time(text, 2024)
+    with monkeypatch.context() as m:
+        m.setattr(timestamps, "_CLOCK", regex.compile(""))
+        assert parse_time(text, 2024) == fast
