@@ -29,7 +29,7 @@ from ddpslurm.analyze.attribution import (
 )
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
 from ddpslurm.analyze.prefilter import candidate_starts
-from ddpslurm.analyze.signatures import HEAD_ANCHORS, SignatureSet
+from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, SignatureSet
 from ddpslurm.analyze.timestamps import parse_time
 from ddpslurm.analyze.tracebacks import ElasticBlock, Exc, TracebackAssembler
 
@@ -179,6 +179,10 @@ WRAPPED_HEAD = re.compile(r"(?:detected by watchdog at work|Watchdog caught coll
                           r"(?:last completed (?:NCCL )?work: -?\d|milliseconds))")
 
 
+#: raw lines of at most this many bytes may be remembered as saying nothing (SignatureSet.inert_lines), and so many
+MAX_INERT = 50_000
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
 #: values a worker shares between its events instead of holding one copy per line (hosts, field pairs, whole
 #: field tuples: 16k ranks' alike watchdog lines); bounded, so that a log of unique values cannot grow it
 _CANONICAL: dict = {}
@@ -269,6 +273,12 @@ class _FileState:
         return False
 
     def handle(self, raw: bytes, lineno: int) -> None:
+        key = None
+        if not self.line_mode and len(raw) <= UNTIMED_CHARS:
+            key = raw.translate(_DIGITS_TO_ZERO)
+            known = self.sigs.inert_lines.get(key)
+            if known is not None and self.still_inert(raw, *known):
+                return
         if self.repeated_channel_line(raw):
             return
         text = clean(raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\n"))
@@ -327,16 +337,42 @@ class _FileState:
         if body.rstrip() == LAST_ERROR:
             self.pending = _Pending("last_error", stream, lineno, body)
             return
-        self._match_line(body, lineno, p.time_text, rank, local, host, stream)
+        matched = self._match_line(body, lineno, p.time_text, rank, local, host, stream)
+        if key is not None and not matched:
+            self.note_inert(key, raw, text, p, body)
+
+    def note_inert(self, key: bytes, raw: bytes, text: str, p, body: str) -> None:
+        """Remember the shape `key` of a line that said nothing when every line of that shape says nothing,
+        whatever its digits, unless one of a few digit-sensitive signatures matches it: its next ones are then
+        skipped after only those (16k ranks' NCCL INFO lines).
+
+        That holds when each step the line went through decides by its shape alone: the prefix rules (all
+        digit-blind but the timestamp's `19|20`: no `0000-00-00` in it), the start-up patterns (digit-blind; `Init `
+        excluded, its `0x` is a digit), and the signatures (`SignatureSet.only_sensitive`); and when it left
+        nothing behind: no rank prefix (`ranks_seen`), no srun line, no torchrun mention, nothing pending, no block
+        opened. Only printable ASCII lines, whose text after the prefixes starts at the same byte in every one.
+        """
+        if (p.rank is not None or self.line_mode or b"0000-00-00" in key or "Init " in body or not raw.isascii()
+                or text != raw.decode("ascii") or body_is_slurm(body) or _TORCHRUN.search(body)):
+            return
+        sensitive = self.sigs.only_sensitive(body)
+        if sensitive is not None and len(self.sigs.inert_lines) < MAX_INERT:
+            self.sigs.inert_lines[key] = (len(text) - len(body), sensitive)
+
+    def still_inert(self, raw: bytes, offset: int, sensitive: tuple[int, ...]) -> bool:
+        """Whether a line of a shape `note_inert` remembered says nothing: none of its digit-sensitive signatures
+        matches its text after the prefixes."""
+        return not sensitive or self.sigs.first_match(raw[offset:].decode("ascii"), sensitive) is None
 
     def _match_line(self, body: str, lineno: int, time_text: str | None, rank: int | None, local: int | None,
-                    host: str | None, stream: object) -> None:
-        """The signature event of one line (a fact of its kind, or a failure), if any signature matches."""
+                    host: str | None, stream: object) -> bool:
+        """The signature event of one line (a fact of its kind, or a failure), if any signature matches; whether
+        one did."""
         hit = self.sigs.match(body)
         if (hit is None or hit[0].kind != "watchdog_timeout") and WRAPPED_HEAD.search(body):
             self.pending = _Pending("join", stream, lineno, body, time_text)
         if hit is None:
-            return
+            return False
         sig, m = hit
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
         if sig.kind == "agent_failed" and "exitcode" in m.re.groupindex and "exitcode" not in groups:
@@ -354,7 +390,7 @@ class _FileState:
         if sig.kind == "nccl_rank_map":
             key = (ev_host, pid, groups.get("nccl_rank"), groups.get("nranks"))
             if key in self.rank_maps or len(self.rank_maps) > 10_000:
-                return
+                return True
             self.rank_maps.add(key)
         if sig.kind == "interface" and "ip" in groups:
             groups |= interface_fields(body, groups["ifname"], groups["ip"])
@@ -362,6 +398,7 @@ class _FileState:
                    fields=tuple(sorted(groups.items())))
         if "ChildFailedError" in body:
             self.elastic.start()
+        return True
 
     def _follow(self, pending: _Pending, body: str, stream: object, lineno: int) -> bool:
         """The line after a `Last error:` or a wrapped head: True when it was read as that line's rest."""

@@ -136,8 +136,13 @@ class SignatureSet:
     _sensitive: set[int] = field(default_factory=set, repr=False)
     _digit_gated: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
     _digit_literals: set[str] = field(default_factory=set, repr=False)
+    _digit_literal_shapes: set[str] = field(default_factory=set, repr=False)  # those of `_digit_gated`, shaped
     #: line shape -> what the digit-blind signatures decide for it (this process; at most MAX_PLANS)
     _plans: dict[str, _Plan] = field(default_factory=dict, repr=False)
+    #: shapes (digits as 0) of raw lines the scanner found can say nothing with these signatures unless one of a few
+    #: digit-sensitive ones matches: the offset of their text after the prefixes, and those signatures (scan.py
+    #: `_FileState.note_inert`; this process, at most MAX_INERT)
+    inert_lines: dict[bytes, tuple[int, tuple[int, ...]]] = field(default_factory=dict, repr=False)
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None.
@@ -159,6 +164,21 @@ class SignatureSet:
                 self._plans[key] = plan
             return found
         return self._match_planned(text, plan)
+
+    def only_sensitive(self, text: str) -> tuple[int, ...] | None:
+        """The signatures that alone may match a line of `text`'s shape, whatever its digits, as the plan `match`
+        made for that shape tells: its digit-sensitive candidates (often none), when no digit-blind signature
+        matched it and no literal holding digits may be in such a line. None when unsure (no plan, a long line)
+        or when a digit-blind signature matches. Run them with `first_match`."""
+        plan = self._plans.get(shape(text)) if len(text) <= UNTIMED_CHARS else None
+        if plan is None or plan.first_blind is not None:
+            return None
+        masked = shape(text)
+        return None if any(lit in masked for lit in self._digit_literal_shapes) else plan.sensitive
+
+    def first_match(self, text: str, indexes: Iterable[int]) -> tuple[Signature, regex.Match] | None:
+        """The first of these signatures (indexes, priority order) that matches `text`."""
+        return self._first_match(text, indexes)
 
     def _candidates(self, text: str) -> tuple[list[int], set[int]]:
         """The signatures `text`'s literals let through, in priority order, and those let through by a literal
@@ -264,6 +284,7 @@ class SignatureSet:
                 if digit_literals:
                     self._digit_gated[i] = digit_literals
         self._digit_literals = {lit for lit in self._by_literal if has_digit(lit)}
+        self._digit_literal_shapes = {shape(lit) for lits in self._digit_gated.values() for lit in lits}
         self._literals_in = LiteralsIn(list(self._by_literal))
 
     def by_id(self, sig_id: str) -> Signature | None:
