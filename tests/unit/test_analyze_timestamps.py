@@ -10,6 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddpslurm.analyze import timestamps
+from ddpslurm.analyze.api import _fix_year
+from ddpslurm.analyze.events import Event
 from ddpslurm.analyze.timestamps import comparable, format_time, in_year, parse_record_time, parse_time
 
 
@@ -111,3 +113,25 @@ def test_the_clock_shortcut_changes_no_answer(monkeypatch: pytest.MonkeyPatch, t
     with monkeypatch.context() as m:
         m.setattr(timestamps, "_CLOCK", regex.compile(""))
         assert parse_time(text, 2024) == fast
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["0228", "0229", "0301", "0314", "1231", "0101"]),
+                          st.integers(0, 86399), st.integers(0, 999999)), min_size=1, max_size=12),
+       st.sampled_from([2023, 2024, 2025]), st.sampled_from([2024, 2026]))
+def test_year_less_times_move_by_day_as_each_line_would(lines: list[tuple[str, int, int]], guessed: int,
+                                                         logs_year: int) -> None:
+    """`_fix_year` moves a day's year-less times by that day's shift: each time is what moving it alone gives
+    (the line read again with the logs' year around 29 February), to the last bit."""
+    texts = [f"[E{day} {sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}.{frac:06d} x]" for day, sec, frac in lines]
+    events = [Event(file="f", line=i, kind="watchdog_timeout", text=text, time=found[0], time_family="glog")
+              for i, text in enumerate(texts) if (found := parse_time(text, guessed))]
+    events.append(Event(file="f", line=999, kind="rank_info", text="x",
+                        time=calendar.timegm((logs_year, 6, 1, 0, 0, 0, 0, 0, 0)), time_family="iso"))
+    got = _fix_year(events, guessed)
+    for before, after in zip(events, got, strict=True):
+        if before.time_family != "glog" or logs_year == guessed:
+            assert after.time == before.time
+            continue
+        moved = in_year(before.time, logs_year)
+        assert after.time == (moved if moved is not None else parse_time(before.text, logs_year)[0])
