@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import gc
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,30 @@ def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, pr
                   signature_dirs: Sequence[str | Path] = (), attempt: str | int | None = None,
                   signatures: SignatureSet | None = None) -> Diagnosis:
     """Read the logs under `paths` and say why the job failed (see DESIGN.md, Analyze)."""
+    with without_cycle_collection():
+        return _analyze_paths(paths, workers=workers, progress=progress, signature_dirs=signature_dirs,
+                              attempt=attempt, signatures=signatures)
+
+
+@contextlib.contextmanager
+def without_cycle_collection() -> Iterator[None]:
+    """Python's cycle collector paused while a job is analyzed (and in the scan workers forked meanwhile).
+
+    The analysis makes no reference cycles to speak of (a 4k-rank job leaves 39 objects for the collector), but
+    the collector walks every live object again and again as hundreds of thousands of events arrive: a third of
+    a 16k-rank job's time. Reference counting still frees everything else; the collector resumes afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _analyze_paths(paths: Sequence[str | Path], *, workers: int | None, progress: bool,
+                   signature_dirs: Sequence[str | Path], attempt: str | int | None,
+                   signatures: SignatureSet | None) -> Diagnosis:
     if not paths:
         raise AnalyzeInputError("no path given", "give a job folder, log files, or a job id")
     sigs = signatures or load_signatures(signature_dirs)

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import pty
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpslurm.analyze import scan
 from ddpslurm.analyze.events import Event, SourceFile
 from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.errors import AnalyzeInputError
 
 WATCHDOG = ("[rank{r}]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank {r}] failure "
             "detected by watchdog at work sequence id: 9 PG status: last enqueued work: 9, last completed work: 8\n")
@@ -115,3 +118,29 @@ def test_last_lines_are_the_blocks_last_lines(lines: list[str], count: int, long
     assert scan.last_lines(block.encode(), count) == expected
     reused = bytearray(block.encode() + b"a stale line\nof the buffer's last read")  # a reader's reused buffer
     assert scan.last_lines(reused, count, len(block.encode())) == expected
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_cycle_collector_is_paused_while_analyzing_and_left_as_it_was(tmp_path: Path, enabled: bool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpslurm.analyze import api
+
+    (tmp_path / "slurm-1.out").write_text("[rank3]: torch.OutOfMemoryError: CUDA out of memory.\n")
+    seen = []
+    real = api.diagnose
+
+    def diagnose(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "diagnose", diagnose)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        assert api.analyze_paths([tmp_path]).to_dict()["first_failing_rank"] == 3
+        assert gc.isenabled() is enabled
+        with pytest.raises(AnalyzeInputError):
+            api.analyze_paths([tmp_path / "missing"])
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
+    assert seen == [False]
