@@ -104,7 +104,8 @@ def last_attempt_only(file_events: list[Event]) -> list[Event]:
 
 
 def _fix_year(events: list[Event], assumed: int | None) -> list[Event]:
-    """glog/syslog times carry no year: take it from the logs' own dated lines when they disagree with the guess."""
+    """glog/syslog times carry no year: take it from the logs' own dated lines when they disagree with the guess.
+    The list is updated in place and returned."""
     from collections import Counter
     from dataclasses import replace
 
@@ -121,8 +122,7 @@ def _fix_year(events: list[Event], assumed: int | None) -> list[Event]:
     if year == assumed:
         return events
     shifts: dict[int, float | None] = {}  # day -> what moving it to `year` adds (the same to every time that day)
-    out = []
-    for e in events:
+    for i, e in enumerate(events):
         if e.time_family in ("glog", "syslog") and e.time is not None:
             day = int(e.time // 86400)
             if day not in shifts:
@@ -132,9 +132,8 @@ def _fix_year(events: list[Event], assumed: int | None) -> list[Event]:
             whole = e.time // 1
             found = (whole + shift + (e.time - whole),) if shift is not None else parse_time(e.text, year)
             if found:
-                e = replace(e, time=found[0])
-        out.append(e)
-    return out
+                events[i] = replace(e, time=found[0])
+    return events
 
 
 def _year(events: list[Event], logs: Sequence[SourceFile]) -> int | None:

@@ -23,10 +23,15 @@ from ddpslurm.analyze.timeline import build_timeline
 
 def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],
              sigs: SignatureSet, facts_in: dict[str, Any] | None = None) -> Diagnosis:
-    """The diagnosis of one job (or one pasted log) from all its events."""
+    """The diagnosis of one job (or one pasted log) from all its events (the list is updated in place: an event
+    replaced is freed at once, and a 16k-rank job's events are not held twice)."""
     events, facts = resolve(events, sources, summaries, facts_in or {})
     accuses = {s.id: s.accuses for s in sigs.signatures}
-    events = teardown_kills([with_accuses(refine_exit(e), accuses) for e in events])
+    for i, e in enumerate(events):
+        found = with_accuses(refine_exit(e), accuses)
+        if found is not e:
+            events[i] = found
+    events = teardown_kills(events)
     events = weaken_cut_lines(events, cut_last_lines(events, sources, summaries))
     timeline = build_timeline(events, facts, sources, summaries)
     verdict = combine(timeline, frozenset(c for c, info in sigs.causes.items() if info.node_level))

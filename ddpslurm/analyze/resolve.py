@@ -216,14 +216,19 @@ def _attribute(e: Event, facts: JobFacts, maps: _Maps) -> Event:
 
 def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],
             facts_in: dict[str, Any]) -> tuple[list[Event], JobFacts]:
-    """Every event with its global rank and host where the inputs tell it, and the job's facts."""
+    """Every event with its global rank and host where the inputs tell it, and the job's facts. The list is
+    updated in place and returned (a 16k-rank job's events are not held twice)."""
     facts = JobFacts(attempt=int(facts_in.get("attempt", 0) or 0))
     facts.ip_host.update(facts_in.get("ip_host", {}))
     local_rank = _collect_ids(events, facts, facts_in)
     facts.torchrun = (any(e.kind in AGENT_KINDS for e in events) or any(s.local_rank is not None for s in sources)
                       or any(s.torchrun for s in summaries))
     maps = _maps(events, sources, facts, local_rank)
-    out = [_attribute(e, facts, maps) for e in events]
+    for i, e in enumerate(events):
+        found = _attribute(e, facts, maps)
+        if found is not e:
+            events[i] = found
+    out = events
     for e in out:
         if e.rank is not None and e.kind not in JOB_KINDS:
             if e.host:

@@ -128,7 +128,7 @@ def test_year_less_times_move_by_day_as_each_line_would(lines: list[tuple[str, i
               for i, text in enumerate(texts) if (found := parse_time(text, guessed))]
     events.append(Event(file="f", line=999, kind="rank_info", text="x",
                         time=calendar.timegm((logs_year, 6, 1, 0, 0, 0, 0, 0, 0)), time_family="iso"))
-    got = _fix_year(events, guessed)
+    got = _fix_year(list(events), guessed)  # it updates the list it is given
     for before, after in zip(events, got, strict=True):
         if before.time_family != "glog" or logs_year == guessed:
             assert after.time == before.time
