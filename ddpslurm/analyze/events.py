@@ -76,9 +76,9 @@ class FileSummary:
     file: str
     lines: int = 0
     bytes: int = 0
-    tail: list[str] = field(default_factory=list)  #: the last lines, for the first files only (scan.TAIL_FILES)
+    tail: list[str] | tuple[str, ...] = field(default_factory=list)  #: the last lines, of the first files only
     last_line: str | None = None  #: the last line (not ddpslurm's or submitit's own) with its numbers masked
-    ranks_seen: set[int] = field(default_factory=set)
+    ranks_seen: set[int] | frozenset[int] = field(default_factory=set)  #: a scan returns an empty one frozen
     binary: bool = False
     truncated_lines: int = 0
     error: str | None = None
