@@ -180,7 +180,8 @@ def job_status(job_ref: str, *, env: Mapping[str, str] | None = None) -> JobStat
     """
     job_id, folder = resolve_job(job_ref)
     check_job_id(job_id)
-    records = sacct_records(job_id, env=env) or []
+    answered = sacct_records(job_id, env=env)
+    records = answered or []
     tasks = array_tasks(job_id, records)
     acc = accounting_from_records(job_id, records) if not tasks else None
     from_sacct = status_from_accounting(acc, folder) if acc is not None else None
@@ -203,6 +204,9 @@ def job_status(job_ref: str, *, env: Mapping[str, str] | None = None) -> JobStat
     if status is None:
         raise JobNotFoundError(f"Slurm knows no job {job_id} (neither sacct nor scontrol)",
                                "Check the id with `squeue --me` or `sacct -X`")
+    if from_sacct is None and answered is not None and status.terminal:
+        # sacct works but has not heard of the ended job yet (slurmdbd lags): its steps are still to come
+        status = JobStatus(**{**status.__dict__, "accounting_lags": True})
     return status
 
 
@@ -238,7 +242,8 @@ ACCOUNTING_GRACE_S = 15.0
 
 def wait_for_job(job_ref: str, *, env: Mapping[str, str] | None = None,
                  on_update: Callable[[JobStatus], None] = lambda s: None, timeout: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> JobStatus:
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> JobStatus:
     """`job_status` until the job has ended and sacct knows its steps (or ACCOUNTING_GRACE_S passed)."""
     ended_at: list[float] = []
 
@@ -250,7 +255,7 @@ def wait_for_job(job_ref: str, *, env: Mapping[str, str] | None = None,
         return not status.accounting_lags or clock() - ended_at[0] >= ACCOUNTING_GRACE_S
 
     return poll_until_terminal(lambda: job_status(job_ref, env=env), on_update=on_update, timeout=timeout,
-                               done=done, clock=clock)
+                               done=done, clock=clock, sleep=sleep)
 
 
 def exit_code_for(status: JobStatus, waited: bool) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -339,3 +340,40 @@ def test_finished_plain_job_keeps_sacct_status_when_the_controller_cannot_answer
     status = job_status("2815452")
     assert (status.job_id, status.state, status.source) == ("2815452", JobState.COMPLETED, "sacct")
     assert calls == ["sacct", "scontrol"]
+
+
+def test_an_ended_job_sacct_has_not_heard_of_waits_for_its_steps(monkeypatch) -> None:
+    """Seen in CI: `status --wait` returned the controller's FAILED without steps, because slurmdbd had not yet
+    recorded the job at all. sacct answering without the job is accounting lagging; sacct failing is not."""
+    from ddpslurm.errors import SlurmCommandError
+    from ddpslurm.scheduler import accounting
+    from ddpslurm.scheduler.status import job_status, wait_for_job
+
+    failed = (DATA / "scontrol_failed.txt").read_text()
+    _fake_slurm(monkeypatch, "", failed)
+    lagging = job_status("2815405")
+    assert (lagging.state, lagging.terminal, lagging.steps, lagging.accounting_lags) == ("failed", True, (), True)
+
+    known = "\n".join(ln for ln in (DATA / "sacct_outcomes.txt").read_text().splitlines()
+                      if ln.startswith("2815405"))
+    answers = iter(["", "", known])
+    real_run = accounting.run
+
+    def later_run(argv, **kw):
+        if argv[0] == "sacct":
+            return subprocess.CompletedProcess(argv, 0, next(answers), "")
+        return real_run(argv, **kw)
+
+    monkeypatch.setattr(accounting, "run", later_run)
+    waited = wait_for_job("2815405", sleep=lambda seconds: None)
+    assert {s.step_id: s.exit_code for s in waited.steps} == {"batch": 15, "0": 3}
+    assert not waited.accounting_lags
+
+    def no_accounting(argv, **kw):
+        if argv[0] == "sacct":
+            raise SlurmCommandError(argv, 1, "Slurm accounting storage is disabled")
+        return real_run(argv, **kw)
+
+    monkeypatch.setattr(accounting, "run", no_accounting)
+    alone = job_status("2815405")
+    assert (alone.state, alone.accounting_lags) == ("failed", False)  # nothing to wait for: accounting is off
