@@ -706,6 +706,8 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: _FileState
         if end < 0:
             end = n
         lineno += 1
+        if end - cur > MAX_LINE and state.summary is not None:
+            state.summary.truncated_lines += 1  # read up to MAX_LINE, like a line cut at a block's edge
         state.handle(bytes(block[cur:min(end, cur + MAX_LINE)]), lineno)
         cur = end + 1
         if stop_when_idle and not state.line_mode:

@@ -201,3 +201,18 @@ def test_one_big_file_split_across_workers_gives_the_same_events(tmp_path: Path,
     # rank each time: a repeated fact, kept once (scan.without_repeats)
     assert len(whole[0]) == 12 * 4 + 1
     assert parts[1].lines == whole[1].lines == text.count("\n")
+
+
+@pytest.mark.parametrize(("tail", "cut"), [(" RuntimeError: boom", 1), (" nothing to see", 0)])
+def test_an_overlong_line_inside_a_block_is_counted_when_it_is_read(tmp_path: Path, tail: str, cut: int) -> None:
+    """A candidate line past MAX_LINE is read up to it and counted as cut (the report says so); a line no anchor
+    brings in is not read at all, so nothing of it is lost."""
+    from ddpslurm.analyze import scan
+    from ddpslurm.analyze.events import SourceFile
+    from ddpslurm.analyze.signatures import load_signatures
+
+    log = tmp_path / "1_0_log.err"
+    log.write_text("first\n" + "x" * (scan.MAX_LINE + 4000) + tail + "\nlast\n")
+    _events, summary = scan.scan_file(SourceFile(path=str(log), display=log.name, size=log.stat().st_size),
+                                      load_signatures())
+    assert (summary.truncated_lines, summary.lines) == (cut, 3)
