@@ -76,7 +76,8 @@ _NUL_RUN = re.compile(rb"\x00{16,}")
 
 def is_binary(head: bytes) -> bool:
     """Heuristic: NUL bytes or mostly non-text bytes in the first block, zero-filled holes aside."""
-    head = _NUL_RUN.sub(b"", head)
+    if b"\x00" in head:
+        head = _NUL_RUN.sub(b"", head)
     if not head:
         return False
     if head.count(b"\x00") > max(1, len(head) // 100):
