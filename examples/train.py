@@ -233,6 +233,9 @@ def train(args: argparse.Namespace) -> int:
     print(json.dumps({"event": "final", "status": status, "rank": rank, "world_size": world_size, "step": step,
                       "loss": loss, "params_sha256": params_sha256(model), "host": socket.gethostname()}),
           flush=True)
+    # DDP holds the process group: drop it first, so that the group (and gloo's worker threads) is torn down here,
+    # not during interpreter shutdown, where torch's gloo may abort ("terminate called without an active exception")
+    del ddp
     dist.destroy_process_group()
     return PREEMPTED_EXIT_CODE if status == "preempted" else 0
 
