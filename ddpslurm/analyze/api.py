@@ -83,9 +83,7 @@ def _analyze_paths(paths: Sequence[str | Path], *, workers: int | None, progress
     if logs and all(s.binary for s in summaries) and not records:
         raise AnalyzeInputError(f"{', '.join(map(str, paths))}: only binary files, no text logs",
                                 "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
-    handed = [_fix_year(events, year)]
-    del events  # diagnose holds the only reference: the events it replaces can be freed while it runs
-    diagnosis = diagnose(handed.pop(), sources, summaries, sigs, facts)
+    diagnosis = diagnose(_fix_year(events, year), sources, summaries, sigs, facts)  # it replaces events in place
     diagnosis.notes.extend(record_notes)
     apply_skipped(diagnosis, discovery.skipped + scan_skips(summaries))
     truncated = sum(s.truncated_lines for s in summaries)
