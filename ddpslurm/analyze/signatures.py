@@ -170,15 +170,11 @@ class SignatureSet:
         made for that shape tells: its digit-sensitive candidates (often none), when no digit-blind signature
         matched it and no literal holding digits may be in such a line. None when unsure (no plan, a long line)
         or when a digit-blind signature matches. Run them with `first_match`."""
-        plan = self._plans.get(shape(text)) if len(text) <= UNTIMED_CHARS else None
+        masked = shape(text) if len(text) <= UNTIMED_CHARS else None
+        plan = self._plans.get(masked) if masked is not None else None
         if plan is None or plan.first_blind is not None:
             return None
-        masked = shape(text)
         return None if any(lit in masked for lit in self._digit_literal_shapes) else plan.sensitive
-
-    def first_match(self, text: str, indexes: Iterable[int]) -> tuple[Signature, regex.Match] | None:
-        """The first of these signatures (indexes, priority order) that matches `text`."""
-        return self._first_match(text, indexes)
 
     def _candidates(self, text: str) -> tuple[list[int], set[int]]:
         """The signatures `text`'s literals let through, in priority order, and those let through by a literal
@@ -205,8 +201,9 @@ class SignatureSet:
             self.timeouts[sig.id] = self.timeouts.get(sig.id, 0) + 1
             raise
 
-    def _first_match(self, text: str, indexes: Iterable[int]) -> tuple[Signature, regex.Match] | None:
-        """The first of these signatures (priority order) that matches `text`; one that times out is passed."""
+    def first_match(self, text: str, indexes: Iterable[int]) -> tuple[Signature, regex.Match] | None:
+        """The first of these signatures (indexes, priority order) that matches `text`; one that times out is
+        passed."""
         for i in indexes:
             try:
                 m = self._search(i, text)
@@ -217,7 +214,7 @@ class SignatureSet:
         return None
 
     def _match_all(self, text: str) -> tuple[Signature, regex.Match] | None:
-        return self._first_match(text, self._candidates(text)[0])
+        return self.first_match(text, self._candidates(text)[0])
 
     def _match_and_plan(self, text: str) -> tuple[tuple[Signature, regex.Match] | None, _Plan | None]:
         """The match, and what holds for every line of `text`'s shape: the digit-sensitive candidates let through
@@ -234,7 +231,7 @@ class SignatureSet:
                 m = self._search(i, text)
             except TimeoutError:
                 if blind:
-                    return found or self._first_match(text, (j for j in order if j > i)), None
+                    return found or self.first_match(text, (j for j in order if j > i)), None
                 continue
             if m and found is None:
                 found = self.signatures[i], m
@@ -250,7 +247,7 @@ class SignatureSet:
         for i, literals in self._digit_gated.items():
             if i < limit and i not in sensitive and any(lit in text for lit in literals):
                 sensitive.add(i)
-        found = self._first_match(text, sorted(i for i in sensitive if i < limit))
+        found = self.first_match(text, sorted(i for i in sensitive if i < limit))
         if found is not None or plan.first_blind is None:
             return found
         try:
