@@ -522,19 +522,15 @@ class _Reader:
         self.deadline = time.monotonic() + deadline
 
     def read(self, n: int) -> bytes:
-        """Up to `n` bytes; the buffer asked of the OS is sized to what the file holds (a 30 KB log costs no 4 MB
-        allocation), plus some slack for a file still growing."""
-        self._check()
-        try:
-            data = os.read(self.fd, min(n, max(self.size - self.pos, 0) + (64 << 10)))
-        except BlockingIOError:
-            raise OSError(errno.EAGAIN, "reading it would block (a pseudo-file?)") from None
-        self.pos += len(data)
-        return data
+        """Up to `n` bytes (the file's head)."""
+        buf = bytearray(n)
+        return bytes(buf[:self.readinto(memoryview(buf))])
 
     def readinto(self, view: memoryview) -> int:
-        """Read into `view` (up to what the file holds plus some slack); how many bytes came."""
-        self._check()
+        """Read into `view`, up to what the file holds plus some slack for a file still growing; how many bytes
+        came."""
+        if time.monotonic() > self.deadline:
+            raise ReadDeadline(errno.ETIMEDOUT, f"still reading after {READ_DEADLINE:.0f} s; the rest is not read")
         want = min(len(view), max(self.size - self.pos, 0) + (64 << 10))
         try:
             got = os.readv(self.fd, [view[:want]])
@@ -542,10 +538,6 @@ class _Reader:
             raise OSError(errno.EAGAIN, "reading it would block (a pseudo-file?)") from None
         self.pos += got
         return got
-
-    def _check(self) -> None:
-        if time.monotonic() > self.deadline:
-            raise ReadDeadline(errno.ETIMEDOUT, f"still reading after {READ_DEADLINE:.0f} s; the rest is not read")
 
     def seek(self, offset: int) -> None:
         self.pos = os.lseek(self.fd, offset, os.SEEK_SET)
