@@ -10,6 +10,7 @@ shows their GPU request going through Slurm's GRES allocation (2 per node accept
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -189,11 +190,22 @@ def _release_requeued(cluster, job_id: str, stop: threading.Event) -> None:
         if not queued and _state(cluster, job_id)[0] not in ("", "REQUEUED", "PENDING", "RUNNING"):
             return
         if queued.startswith("PENDING") and "BeginTime" in queued:  # requeued, not merely waiting for nodes
+            _past_the_requeue_second()
             cluster.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=5", "StartTime=now"], check=False)
         elif queued.startswith("RUNNING"):  # a later attempt that started with the 2-minute limit still set
             shown = cluster.run(["scontrol", "show", "job", "-o", job_id], check=False).stdout
             if re.search(r"\bRestarts=[1-9]", shown) and "TimeLimit=00:02:00" in shown:
                 cluster.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=5"], check=False)
+
+
+def _past_the_requeue_second() -> None:
+    """Wait until the clock has left the second in which a pending, requeued job was seen.
+
+    slurmd revokes the old attempt's credential at the second of the requeue and refuses one signed in that
+    same second ("Killing non-startable batch JobId: Job credential revoked": the job FAILS, exit 1), so a
+    requeued job released with StartTime=now within it dies. Slurm's own hold-off (CredExpire + 1 s) avoids it.
+    """
+    time.sleep(math.floor(time.time()) + 1.1 - time.time())
 
 
 # The requeue test comes first: its job must still be training when the test sends USR2.
@@ -208,6 +220,7 @@ def test_requeue_template_checkpoints_on_usr2_requeues_and_resumes(slurm_cluster
 
     def skip_requeue_delay(_: str) -> None:
         # Slurm makes a requeued job wait ~2 minutes (EligibleTime); the test does not need that pause.
+        _past_the_requeue_second()
         slurm_cluster.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False)
 
     state, code = _wait_gone(slurm_cluster, job_id, 170, on_pending=skip_requeue_delay)
