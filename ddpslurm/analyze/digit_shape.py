@@ -9,6 +9,7 @@ of them decides for one line holds for every line of the same shape (`signatures
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 try:
@@ -51,13 +52,30 @@ def digit_blind(pattern: str, literals: Iterable[str] = ()) -> bool:
     if any(has_digit(lit) for lit in literals if lit):
         return False
     try:
-        tree = sre_parse.parse(pattern)
+        tree = sre_parse.parse(python_syntax(pattern))
     except Exception:  # any syntax Python's parser does not know: unsure
         return False
     try:
         return _blind(tree)
     except _Unsure:
         return False
+
+
+_NAMED_GROUP = re.compile(r"\(\?P<(\w+)>")
+
+
+def python_syntax(pattern: str) -> str:
+    """`pattern` with each group name kept on its first group only: `regex` lets alternatives name their groups
+    alike (`(?P<peer>...)|...(?P<peer>...)`), Python's parser refuses that. Names do not change what matches (a
+    back-reference by name, which would, makes a pattern digit-sensitive anyway)."""
+    seen: set[str] = set()
+
+    def first_only(m: re.Match[str]) -> str:
+        if m[1] in seen:
+            return "("
+        seen.add(m[1])
+        return m[0]
+    return _NAMED_GROUP.sub(first_only, pattern)
 
 
 class _Unsure(Exception):

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpslurm.analyze.attribution import strip_prefixes
-from ddpslurm.analyze.digit_shape import digit_blind, shape
+from ddpslurm.analyze.digit_shape import digit_blind, python_syntax, shape
 from ddpslurm.analyze.signatures import SignatureSet, load_signatures
 
 CASES = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
@@ -28,9 +28,18 @@ CASES = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
     (r"Watchdog caught", ("errno 98",), False),  # a literal with a digit gates it
     (r"(?=.*timeout)(?!.*[^\d\s]x)ok", (), True),
     (r"(?>a|b\d)++", (), True),
+    # `regex` lets alternatives name their groups alike; Python's parser does not, so the names are set aside
+    (r"from (?P<peer>[\w.-]+)|to (?P<peer>[\w.-]+):\d+", (), True),
+    (r"from (?P<peer>[\w.-]+)|to (?P<peer>[\w.-]+):1\d", (), False),
+    (r"(?P<peer>\w+) (?P<peer>\w+) (?P=peer)", (), False),  # a back-reference by a twice-used name
 ])
 def test_digit_blind(pattern: str, literals: tuple[str, ...], blind: bool) -> None:
     assert digit_blind(pattern, literals) is blind
+
+
+def test_python_syntax_keeps_each_name_on_its_first_group_only() -> None:
+    assert python_syntax(r"(?P<a>x)|(?P<b>y)|(?P<a>z)(?P=a)") == r"(?P<a>x)|(?P<b>y)|(z)(?P=a)"
+    assert python_syntax(r"(?P<a>x)(?P<b>y)") == r"(?P<a>x)(?P<b>y)"
 
 
 def test_shape_keeps_length_and_non_digits() -> None:
