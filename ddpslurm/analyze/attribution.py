@@ -42,7 +42,7 @@ class Prefix:
 
 _HOST = r"(?:[A-Za-z][A-Za-z0-9_-]*\d[A-Za-z0-9_.-]*|\d{1,3}(?:\.\d{1,3}){3})"
 # Each rule: (regex anchored at the start, what the groups mean). Order matters only for overlaps.
-_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # CI / collector timestamps in front: `2024-05-08T08:47:31.1234567Z `, `[2024-05-08 08:47:31] `
     (re.compile(r"\[?(?P<time>(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?:?\s+"
                 r"(?=\S)(?!\[?[A-Z]?[a-z]*(?:\]|,\d))"), "time"),
@@ -67,49 +67,90 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
      "host"),
 )
 #: `[rank3]:` after a tag no rule knows (a job name, a logger's own head): taken when no rank was found before it
-_EMBEDDED_RANK = re.compile(r"(?<=[\s\]):|])\[[Rr]ank ?(?P<rank>\d{1,18})\]:\s?")
-_NCCL_SOURCE = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+EMBEDDED_RANK = re.compile(r"(?<=[\s\]):|])\[[Rr]ank ?(?P<rank>\d{1,18})\]:\s?")
+NCCL_SOURCE = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+
+
+Span = tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixSpans:
+    """Where `strip_prefixes` found what it found in a line: the start of the text after the prefixes, and the
+    (start, end) of each value. The rules are digit-blind but for the timestamp's `19|20`, so lines of one shape
+    (digits written as 0) whose shape holds no `0000-00-00` have the same spans (scan.py's line recipes)."""
+
+    start: int = 0
+    rank: Span | None = None
+    local_rank: Span | None = None
+    host: Span | None = None
+    time_text: Span | None = None
+    label: Span | None = None
+
+    def prefix(self, line: str) -> Prefix:
+        """What these spans say of `line`."""
+        rank = _number(line, self.rank)
+        label = _number(line, self.label)
+        local_rank = _number(line, self.local_rank)
+        from_label = rank is None and label is not None and local_rank is None
+        if from_label:
+            rank = label  # srun --label with one task per rank; with torchrun it numbers nodes, not ranks
+        return Prefix(text=line[self.start:], rank=rank, local_rank=local_rank, host=_piece(line, self.host),
+                      time_text=_piece(line, self.time_text), task=label, rank_from_label=from_label)
+
+
+def _piece(line: str, span: Span | None) -> str | None:
+    return None if span is None else line[span[0]:span[1]]
+
+
+def _number(line: str, span: Span | None) -> int | None:
+    return None if span is None else int(line[span[0]:span[1]])
 
 
 def strip_prefixes(line: str, max_prefixes: int = 6) -> Prefix:
     """Peel the known prefixes off `line`; returns the rest and what they said."""
-    rank = local_rank = label = None
-    host = time_text = None
-    text = line
+    return prefix_spans(line, max_prefixes).prefix(line)
+
+
+def prefix_spans(line: str, max_prefixes: int = 6) -> PrefixSpans:
+    """Where the known prefixes of `line` end and where each value they say sits (`strip_prefixes`)."""
+    rank = local_rank = label = host = time_text = None
+    text, base = line, 0
     for _ in range(max_prefixes):
-        for pattern, meaning in _RULES:
+        for pattern, meaning in RULES:
             m = pattern.match(text)
             if not m or m.end() == 0:
                 continue
             if meaning == "label":
-                label = int(m["rank"]) if label is None else label
+                label = label or _span(m, "rank", base)
             elif meaning == "rank":
-                rank = int(m["rank"])  # the innermost explicit rank wins
+                rank = _span(m, "rank", base)  # the innermost explicit rank wins
             elif meaning == "local":
-                local_rank = int(m["local"]) if local_rank is None else local_rank
+                local_rank = local_rank or _span(m, "local", base)
             elif meaning == "host":
-                if _NCCL_SOURCE.match(text) or (m["host"] or "").startswith(("slurmstepd", "srun", "slurmd")):
+                if NCCL_SOURCE.match(text) or (m["host"] or "").startswith(("slurmstepd", "srun", "slurmd")):
                     continue
-                host = m["host"] if host is None else host  # None for a Ray head without its ip
+                host = host or _span(m, "host", base)  # None for a Ray head without its ip
             elif meaning == "time":
-                time_text = m["time"] if time_text is None else time_text
-            text = text[m.end():]
+                time_text = time_text or _span(m, "time", base)
+            text, base = text[m.end():], base + m.end()
             break
         else:
-            m = _EMBEDDED_RANK.search(text, 0, 160) if rank is None else None
+            m = EMBEDDED_RANK.search(text, 0, 160) if rank is None else None
             if m is None:
                 break
-            rank, text = int(m["rank"]), text[m.end():]
-    from_label = rank is None and label is not None and local_rank is None
-    if from_label:
-        rank = label  # srun --label with one task per rank; with torchrun it numbers nodes, not ranks
-    return Prefix(text=text, rank=rank, local_rank=local_rank, host=host, time_text=time_text,
-                  task=label, rank_from_label=from_label)
+            rank, text, base = _span(m, "rank", base), text[m.end():], base + m.end()
+    return PrefixSpans(start=base, rank=rank, local_rank=local_rank, host=host, time_text=time_text, label=label)
+
+
+def _span(m: re.Match[str], group: str, base: int) -> Span | None:
+    start, end = m.span(group)
+    return None if start < 0 else (base + start, base + end)
 
 
 def nccl_source(text: str) -> tuple[str, int] | None:
     """`(host, pid)` from NCCL's `host:pid:tid [dev] ` line head, or None."""
-    m = _NCCL_SOURCE.match(text)
+    m = NCCL_SOURCE.match(text)
     return (m["host"], int(m["pid"])) if m else None
 
 
@@ -183,14 +224,14 @@ def _host_from(parents: tuple[str, ...]) -> str | None:
 
 #: a rank tag torch puts inside a glog/C++ message body: `[Rank 3]`, `[PG 0 Rank 3]`, `[PG 0 (default_pg) Rank 3]`,
 #: `[PG ID 0 PG GUID 0(default_pg) Rank 3]` (ProcessGroupNCCL, torch 1.8 to 2.x); NCCL 2.2x+ `[Rank 3] ... Init START`
-_BODY_RANK = re.compile(r"\[(?:PG (?:ID )?\S+ (?:PG GUID [^\]]*? |\([^)]*\) )?)?Rank (?P<rank>\d{1,7})\]")
+BODY_RANK = re.compile(r"\[(?:PG (?:ID )?\S+ (?:PG GUID [^\]]*? |\([^)]*\) )?)?Rank (?P<rank>\d{1,7})\]")
 
 
 def body_rank(body: str) -> int | None:
     """The rank named by a `[Rank N]` / `[PG ... Rank N]` tag inside a message body (torch's C++ logs), or None."""
     if "Rank " not in body:
         return None
-    m = _BODY_RANK.search(body, 0, 400)
+    m = BODY_RANK.search(body, 0, 400)
     return int(m["rank"]) if m else None
 
 
