@@ -10,6 +10,7 @@ worker processes when the input is large, and their events merged in input order
 from __future__ import annotations
 
 import errno
+import functools
 import gc
 import itertools
 import os
@@ -20,17 +21,24 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+import regex
+
 from ddpslurm.analyze.attribution import (
+    BODY_RANK,
+    NCCL_SOURCE,
+    Prefix,
+    PrefixSpans,
+    Span,
     body_rank,
     clean,
     interface_list,
     interface_scope,
     nccl_source,
-    strip_prefixes,
+    prefix_spans,
 )
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
 from ddpslurm.analyze.prefilter import candidate_starts
-from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, SignatureSet
+from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, Signature, SignatureSet
 from ddpslurm.analyze.timestamps import parse_time
 from ddpslurm.analyze.tracebacks import ElasticBlock, Exc, TracebackAssembler
 
@@ -47,6 +55,8 @@ HEAD_ANCHOR_BYTES = tuple(a.encode() for a in HEAD_ANCHORS)
 
 _NCCL_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
                         r"(?: cudaDev (?P<dev>\d+))?.*?Init (?:COMPLETE|START)")
+#: `_NCCL_INIT` with NCCL's `0x` read as any digit: no line of a shape it cannot match is an init line
+_NCCL_INIT_ANY_DIGIT = re.compile(_NCCL_INIT.pattern.replace("0x", r"\dx"))
 _TORCHRUN = re.compile(r"torchrun|torch\.distributed\.run|elastic/agent")
 _RESTART = re.compile(r"SLURM_RESTART_COUNT\s*[=:]\s*(\d+)")
 #: NCCL's per-channel connection line with its direction (facts.toml `nccl-rank-map-channel`): the NCCL rank of the
@@ -234,6 +244,57 @@ def interface_fields(body: str, ifname: str, ip: str) -> dict[str, str]:
             "scopes": ",".join(interface_scope(name, addr) for name, addr in listed)}
 
 
+#: raw line shapes a process remembers how to replay (SignatureSet.line_recipes)
+MAX_RECIPES = 50_000
+#: words of lines that are never replayed: start-up lines the scanner reads with patterns of its own, the head of a
+#: torchelastic failure block, C++ frames, torch's `Last error:` (NCCL's `Init` lines: `_NCCL_INIT_ANY_DIGIT`)
+NOT_REPLAYED = ("JobEnvironment(", "RESTART_COUNT", "ChildFailedError", "frame #", LAST_ERROR)
+
+
+@functools.cache
+def recipe_patterns_blind() -> bool:
+    """Whether every pattern a line recipe stands in for is digit-blind (digit_shape): else none is made."""
+    from ddpslurm.analyze.attribution import EMBEDDED_RANK, RULES
+    from ddpslurm.analyze.digit_shape import digit_blind
+
+    patterns = (*(rule for rule, meaning in RULES if meaning != "time"), EMBEDDED_RANK, NCCL_SOURCE, BODY_RANK,
+                _SLURM_HEAD, _TORCHRUN, WRAPPED_HEAD)
+    return all(digit_blind(p.pattern) for p in patterns)
+
+
+def _cut(text: str, span: Span) -> str:
+    return text[span[0]:span[1]]
+
+
+@dataclass(frozen=True, slots=True)
+class LineRecipe:
+    """How every line of one shape is read: where its prefixes' values and its text start, whether srun wrote it or
+    it mentions torchrun, the signature that matches it (None: none) and where that match's groups, NCCL's
+    `host:pid` head and a `[Rank N]` tag sit in its text (spans relative to the text after the prefixes)."""
+
+    prefix: PrefixSpans
+    slurm: bool
+    torchrun: bool
+    checks: tuple[int, ...] = ()  #: digit-sensitive signatures that, matching a line, make it read in full
+    signature: int | None = None
+    groups: tuple[tuple[str, int, int], ...] = ()
+    source: tuple[Span, Span] | None = None
+    body_rank: Span | None = None
+
+    @classmethod
+    def of(cls, body: str, spans: PrefixSpans, slurm: bool, torchrun: bool, checks: tuple[int, ...],
+           hit: tuple[Signature, regex.Match] | None, sigs: SignatureSet) -> LineRecipe:
+        """The recipe of a line whose text after the prefixes is `body`, which `hit` matched (or nothing)."""
+        if hit is None:
+            return cls(spans, slurm, torchrun, checks)
+        sig, m = hit
+        groups = tuple((name, *m.span(name)) for name, value in sorted(m.groupdict().items()) if value is not None)
+        head = NCCL_SOURCE.match(body)
+        tag = BODY_RANK.search(body, 0, 400) if "Rank " in body else None
+        return cls(spans, slurm, torchrun, checks, sigs.index_of(sig), groups,
+                   (head.span("host"), head.span("pid")) if head else None, tag.span("rank") if tag else None)
+
+
 @dataclass
 class _FileState:
     source: SourceFile
@@ -283,24 +344,19 @@ class _FileState:
                 return
         if self.repeated_channel_line(raw):
             return
+        if key is not None:
+            recipe = self.sigs.line_recipes.get(key)
+            if recipe is not None and self.replay(recipe, raw.decode("ascii"), lineno):
+                return
         text = clean(raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\n"))
         if not text:
             return
-        p = strip_prefixes(text)
-        src = self.source
-        rank = p.rank if p.rank is not None else src.rank
-        local = p.local_rank if p.local_rank is not None else src.local_rank
-        host = p.host or src.host
-        if p.rank is not None and self.summary is not None and len(self.summary.ranks_seen) < 100_000:
-            self.summary.ranks_seen.add(p.rank)
-        if body_is_slurm(p.text):
-            rank, local, host = p.rank, p.local_rank, p.host  # srun/slurmstepd speak for the job, not this file's rank
-        self.label_rank = p.rank if p.rank_from_label else None
-        self.prefix_rank = None if p.rank_from_label else p.rank
-        stream = (p.rank, p.local_rank, p.host)
-        self.streams[stream] = (rank, local, host)
+        spans = prefix_spans(text)
+        p = spans.prefix(text)
+        rank, local, host, stream = self._take_prefix(p, body_is_slurm(p.text))
         body = p.text
-        if self.summary is not None and not self.summary.torchrun and _TORCHRUN.search(body):
+        torchrun = _TORCHRUN.search(body) is not None
+        if torchrun and self.summary is not None:
             self.summary.torchrun = True
         if self.elastic.active:
             consumed, entries = self.elastic.feed(body, lineno)
@@ -339,9 +395,71 @@ class _FileState:
         if body.rstrip() == LAST_ERROR:
             self.pending = _Pending("last_error", stream, lineno, body)
             return
-        matched = self._match_line(body, lineno, p.time_text, rank, local, host, stream)
-        if key is not None and not matched:
+        hit = self._match_line(body, lineno, p.time_text, rank, local, host, stream)
+        if key is None:
+            return
+        if hit is None:
             self.note_inert(key, raw, text, p, body)
+        self.note_recipe(key, raw, text, spans, hit, torchrun)
+
+    def _take_prefix(self, p: Prefix, slurm: bool) -> tuple[int | None, int | None, str | None, tuple]:
+        """The rank, local rank and host a line speaks for (its prefixes, else its file's), and its stream; notes
+        the rank it names and which kind of prefix named it (`_emit` reads them)."""
+        src = self.source
+        rank = p.rank if p.rank is not None else src.rank
+        local = p.local_rank if p.local_rank is not None else src.local_rank
+        host = p.host or src.host
+        if p.rank is not None and self.summary is not None and len(self.summary.ranks_seen) < 100_000:
+            self.summary.ranks_seen.add(p.rank)
+        if slurm:
+            rank, local, host = p.rank, p.local_rank, p.host  # srun/slurmstepd speak for the job, not this file's rank
+        self.label_rank = p.rank if p.rank_from_label else None
+        self.prefix_rank = None if p.rank_from_label else p.rank
+        stream = (p.rank, p.local_rank, p.host)
+        self.streams[stream] = (rank, local, host)
+        return rank, local, host, stream
+
+    def note_recipe(self, key: bytes, raw: bytes, text: str, spans: PrefixSpans,
+                    hit: tuple[Signature, regex.Match] | None, torchrun: bool) -> None:
+        """Remember how a line of shape `key` was read when every line of that shape is read the same way, whatever
+        its digits: its next ones are then replayed from spans (`replay`) instead of read again (16k ranks'
+        watchdog and rank-map lines).
+
+        That holds when each step the line went through decides by its shape alone: the prefix rules (digit-blind
+        but the timestamp's `19|20`: no `0000-00-00` in the shape), the line-head patterns (`RECIPE_PATTERNS`,
+        digit-blind; the start-up lines with `Init `, `JobEnvironment(`, `RESTART_COUNT` are not replayed: NCCL's
+        `0x` is a digit), and the signatures (`SignatureSet.decided_by_shape`); and when it left no state a
+        later line depends on (nothing pending, no block opened). Only printable ASCII lines."""
+        if (self.line_mode or len(self.sigs.line_recipes) >= MAX_RECIPES or b"0000-00-00" in key
+                or not raw.isascii() or text != raw.decode("ascii") or not recipe_patterns_blind()):
+            return
+        body = text[spans.start:]
+        if any(word in body for word in NOT_REPLAYED) or ("Init " in body and _NCCL_INIT_ANY_DIGIT.search(body)):
+            return
+        checks = self.sigs.replay_checks(body)
+        if checks is None or (hit is not None and self.sigs.is_sensitive(hit[0])):
+            return
+        self.sigs.line_recipes[key] = LineRecipe.of(body, spans, body_is_slurm(body), torchrun, checks, hit,
+                                                    self.sigs)
+
+    def replay(self, recipe: LineRecipe, text: str, lineno: int) -> bool:
+        """Read a line the way `recipe` says every line of its shape is read (see `note_recipe`), unless one of the
+        digit-sensitive signatures it lists matches this line: then False, and nothing was done."""
+        if recipe.checks and self.sigs.first_match(text[recipe.prefix.start:], recipe.checks) is not None:
+            return False
+        p = recipe.prefix.prefix(text)
+        rank, local, host, _stream = self._take_prefix(p, recipe.slurm)
+        if recipe.torchrun and self.summary is not None:
+            self.summary.torchrun = True
+        if recipe.signature is None:
+            return True
+        body = p.text
+        groups = {name: body[start:end] for name, start, end in recipe.groups}
+        ns = None if recipe.source is None else (_cut(body, recipe.source[0]), int(_cut(body, recipe.source[1])))
+        named = None if recipe.body_rank is None else int(_cut(body, recipe.body_rank))
+        self._signature_event(self.sigs.signatures[recipe.signature], groups, body, lineno, p.time_text, rank, local,
+                              host, ns, named)
+        return True
 
     def note_inert(self, key: bytes, raw: bytes, text: str, p, body: str) -> None:
         """Remember the shape `key` of a line that said nothing when every line of that shape says nothing,
@@ -367,40 +485,46 @@ class _FileState:
         return not sensitive or self.sigs.first_match(raw[offset:].decode("ascii"), sensitive) is None
 
     def _match_line(self, body: str, lineno: int, time_text: str | None, rank: int | None, local: int | None,
-                    host: str | None, stream: object) -> bool:
-        """The signature event of one line (a fact of its kind, or a failure), if any signature matches; whether
-        one did."""
+                    host: str | None, stream: object) -> tuple[Signature, regex.Match] | None:
+        """The signature event of one line (a fact of its kind, or a failure), if any signature matches; the match."""
         hit = self.sigs.match(body)
         if (hit is None or hit[0].kind != "watchdog_timeout") and WRAPPED_HEAD.search(body):
             self.pending = _Pending("join", stream, lineno, body, time_text)
         if hit is None:
-            return False
+            return None
         sig, m = hit
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
         if sig.kind == "agent_failed" and "exitcode" in m.re.groupindex and "exitcode" not in groups:
             # a launcher's report hard-wrapped before its exit code (a terminal or a paste): the next line may end it
             self.pending = _Pending("join", stream, lineno, body, time_text, signature=sig.id)
-        ns = nccl_source(body)
+        self._signature_event(sig, groups, body, lineno, time_text, rank, local, host, nccl_source(body),
+                              body_rank(body))
+        if "ChildFailedError" in body:
+            self.elastic.start()
+        return hit
+
+    def _signature_event(self, sig: Signature, groups: dict[str, str], body: str, lineno: int,
+                         time_text: str | None, rank: int | None, local: int | None, host: str | None,
+                         ns: tuple[str, int] | None, named_rank: int | None) -> None:
+        """The event of a line that `sig` matched with these groups (NCCL's `host:pid` head `ns`, the rank a
+        `[Rank N]` tag in its body names)."""
         ev_host = host or (ns[0] if ns else None) or groups.get("host")
         pid = ns[1] if ns else small_int(groups.get("pid"))
         if rank is None and sig.kind not in ("slurm_task",):
             rank = small_int(groups.get("rank"))
         if rank is None and ns is None:
-            rank = body_rank(body)
+            rank = named_rank
         if local is None:
             local = small_int(groups.get("local_rank"))
         if sig.kind == "nccl_rank_map":
             key = (ev_host, pid, groups.get("nccl_rank"), groups.get("nranks"))
             if key in self.rank_maps or len(self.rank_maps) > 10_000:
-                return True
+                return
             self.rank_maps.add(key)
         if sig.kind == "interface" and "ip" in groups:
             groups |= interface_fields(body, groups["ifname"], groups["ip"])
         self._emit(lineno, sig.kind, body, rank, ev_host, pid, local, time_text, sig=sig,
                    fields=tuple(sorted(groups.items())))
-        if "ChildFailedError" in body:
-            self.elastic.start()
-        return True
 
     def _follow(self, pending: _Pending, body: str, stream: object, lineno: int) -> bool:
         """The line after a `Last error:` or a wrapped head: True when it was read as that line's rest."""
@@ -542,6 +666,10 @@ class _Reader:
     def seek(self, offset: int) -> None:
         self.pos = os.lseek(self.fd, offset, os.SEEK_SET)
 
+    def ends_with_newline(self) -> bool:
+        """Whether the file's last byte (as it was opened) is a line end; an empty file has no cut line."""
+        return self.size == 0 or os.pread(self.fd, 1, self.size - 1) == b"\n"
+
     def tell(self) -> int:
         return self.pos
 
@@ -609,6 +737,8 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
                 if on_bytes:
                     on_bytes(size)
             in_range = lineno
+            if end is None or end >= handle.size:
+                summary.ends_with_newline = handle.ends_with_newline()
             if end is not None and state.line_mode:
                 for block, size, _t in iter_blocks(_Window(handle, end, end + OVERRUN_BYTES)):
                     lineno = _scan_block(block, size, lineno, state, anchors, every_line, stop_when_idle=True)
@@ -796,6 +926,7 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         merged.error = merged.error or summary.error
         merged.tail = summary.tail or merged.tail
         merged.last_line = summary.last_line or merged.last_line
+        merged.ends_with_newline = summary.ends_with_newline
     merged.lines = offset
     return without_repeats(events), merged
 

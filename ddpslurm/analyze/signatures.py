@@ -143,6 +143,9 @@ class SignatureSet:
     #: digit-sensitive ones matches: the offset of their text after the prefixes, and those signatures (scan.py
     #: `_FileState.note_inert`; this process, at most MAX_INERT)
     inert_lines: dict[bytes, tuple[int, tuple[int, ...]]] = field(default_factory=dict, repr=False)
+    #: shapes of raw lines whose whole reading the scanner can replay from spans (scan.py `LineRecipe`; this
+    #: process, at most scan.MAX_RECIPES)
+    line_recipes: dict[bytes, Any] = field(default_factory=dict, repr=False)
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None.
@@ -175,6 +178,26 @@ class SignatureSet:
         if plan is None or plan.first_blind is not None:
             return None
         return None if any(lit in masked for lit in self._digit_literal_shapes) else plan.sensitive
+
+    def replay_checks(self, text: str) -> tuple[int, ...] | None:
+        """The signatures that alone may make a line of `text`'s shape match otherwise than `text` does, whatever
+        its digits: the digit-sensitive candidates `match` tries before the one digit-blind signature that matches
+        (or before none). Where none of them matches a line of that shape, `match` gives it the same signature at
+        the same spans as `text`. None when unsure (no plan, a long line, a literal holding digits may be in it)."""
+        masked = shape(text) if len(text) <= UNTIMED_CHARS else None
+        plan = self._plans.get(masked) if masked is not None else None
+        if plan is None or any(lit in masked for lit in self._digit_literal_shapes):
+            return None
+        limit = plan.first_blind if plan.first_blind is not None else len(self.signatures)
+        return tuple(i for i in plan.sensitive if i < limit)
+
+    def is_sensitive(self, sig: Signature) -> bool:
+        """Whether `sig`'s regex or literals may tell apart two lines of the same shape (digit_shape)."""
+        return self.index_of(sig) in self._sensitive
+
+    def index_of(self, sig: Signature) -> int:
+        """The position of `sig` among the signatures (priority order)."""
+        return next(i for i, s in enumerate(self.signatures) if s is sig)
 
     def _candidates(self, text: str) -> tuple[list[int], set[int]]:
         """The signatures `text`'s literals let through, in priority order, and those let through by a literal
