@@ -49,12 +49,17 @@ def with_accuses(e: Event, accuses: dict[str, str]) -> Event:
 def cut_last_lines(events: list[Event], sources: Sequence[SourceFile],
                    summaries: Sequence[FileSummary]) -> set[tuple[str, int]]:
     """(file, line) of failure lines that end their file without a newline: a log cut mid-line (a node that
-    died, a paste cut short). Only files with a failure on their last line are looked at (one byte each)."""
+    died, a paste cut short). The scan tells each file's last byte; a file it does not tell of is looked at, when
+    its last line holds a failure (one byte)."""
     last = {s.file: s.lines for s in summaries if s.lines}
+    whole = {s.file: s.ends_with_newline for s in summaries}
     on_last = {e.file for e in events if e.role is not None and last.get(e.file) == e.line}
     out = set()
     for source in sources:
-        if source.display in on_last and not _ends_with_newline(source.path):
+        if source.display not in on_last:
+            continue
+        ends = whole.get(source.display)
+        if not (ends if ends is not None else _ends_with_newline(source.path)):
             out.add((source.display, last[source.display]))
     return out
 

@@ -84,3 +84,4 @@ class FileSummary:
     error: str | None = None
     match_timeouts: int = 0  # lines on which a signature's regex ran past its timeout (that signature skipped)
     torchrun: bool = False  # the file shows a torchrun agent (then srun task ids are nodes)
+    ends_with_newline: bool | None = None  # its last byte, as the scan saw it (None: not known, look at the file)

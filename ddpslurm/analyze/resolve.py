@@ -161,9 +161,13 @@ def _worker_dirs(events: Iterable[Event], sources: Sequence[SourceFile]) -> dict
     """torchrun --log-dir: the files of `attempt_N/<local_rank>/` are one worker; its NCCL init names its rank."""
     dirs = {os.path.dirname(s.display) for s in sources if s.local_rank is not None}
     best: dict[str, tuple[int, int, str | None]] = {}
+    if not dirs:
+        return {}
     for e in events:
+        if e.kind != "nccl_init":
+            continue
         folder = os.path.dirname(e.file)
-        if e.kind != "nccl_init" or folder not in dirs:
+        if folder not in dirs:
             continue
         r, n = _int_field(e, "nccl_rank"), _int_field(e, "nranks") or 0
         if r is not None and (folder not in best or n > best[folder][1]):
@@ -185,7 +189,7 @@ def _maps(events: Sequence[Event], sources: Sequence[SourceFile], facts: JobFact
     for (h, pid), r in facts.pid_rank.items():
         pid_hosts[pid].append((r, h))
     hosts = {e.host for e in events if e.host} | {s.host for s in sources if s.host}
-    peers = {e.get("peer_host", "") for e in events if e.get("peer_host")}  # hosts the ranks connect to
+    peers = {peer for e in events if (peer := e.get("peer_host"))}  # hosts the ranks connect to
     hosts |= {p.split(".")[0] for p in peers if is_host_name(p) and p.split(".")[0] != "localhost"}
     return _Maps(worker_dir=_worker_dirs(events, sources), local_rank=local_rank,
                  unique_pid={pid: pairs[0] for pid, pairs in pid_hosts.items() if len(pairs) == 1},

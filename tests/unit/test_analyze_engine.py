@@ -132,6 +132,27 @@ def test_a_failure_on_a_line_cut_mid_way_is_weak(tmp_path: Path) -> None:
     assert [e.role for e in weaken_cut_lines(events, found)] == ["either", "culprit"]
 
 
+def test_the_scan_tells_which_logs_end_mid_line(tmp_path: Path) -> None:
+    """The scan notes each file's last byte, so the engine opens no file again to find the cut ones (32k files
+    of a 16k-rank job); where the scan did not tell, the engine looks at the file itself."""
+    from ddpslurm.analyze.engine import cut_last_lines
+    from ddpslurm.analyze.events import SourceFile
+    from ddpslurm.analyze.scan import scan_file
+    from ddpslurm.analyze.signatures import load_signatures
+
+    cut, whole = tmp_path / "r1.log", tmp_path / "r2.log"
+    cut.write_text("step 1\ntorch.distributed.DistBackendError: [Rank 1] Watch")
+    whole.write_text("step 1\nValueError: bad batch\n")
+    sources = [SourceFile(path=str(p), display=p.name, size=p.stat().st_size, rank=r)
+               for r, p in ((1, cut), (2, whole))]
+    scanned = [scan_file(source, load_signatures()) for source in sources]
+    summaries = [summary for _events, summary in scanned]
+    assert [s.ends_with_newline for s in summaries] == [False, True]
+    events = [e for found, _summary in scanned for e in found]
+    cut.write_text("step 1\nrewritten since\n")  # what the scan saw decides, not the file's bytes now
+    assert cut_last_lines(events, sources, summaries) == {("r1.log", 2)}
+
+
 def test_huge_numbers_anywhere_stay_bounded() -> None:
     """A launcher line claiming a billion ranks, a rank prefix of 11 digits and 400 huge srun ranges."""
     events = [ev("rank_info", None, 0, host="n1", world_size="999999999"),
