@@ -558,13 +558,15 @@ class _FileState:
                    and self.events[i].signature in GENERIC_NCCL_SIGNATURES]
         for i in generic:
             e = self.events[i]
+            kept = tuple(f for f in e.fields if f[0] != "accuses")  # `_emit` put it last: it stays last
             if hit is None:
-                self.events[i] = replace(e, fields=(*e.fields, ("last_error", reason[:500])))
+                accuses = tuple(f for f in e.fields if f[0] == "accuses")
+                self.events[i] = replace(e, fields=(*kept, ("last_error", reason[:500]), *accuses))
                 continue
             sig, m = hit
             groups = tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None))
             self.events[i] = replace(e, cause=sig.cause, role=sig.role, signature=sig.id, priority=sig.priority,
-                                     fields=(*e.fields, *groups, ("last_error", reason[:500])))
+                                     fields=(*kept, *groups, ("last_error", reason[:500]), ("accuses", sig.accuses)))
 
     def _time(self, time_text: str | None, body: str) -> tuple[float | None, str | None]:
         found = parse_time(time_text, self.year) if time_text else None
@@ -579,12 +581,14 @@ class _FileState:
         if rank is not None and (rank == self.label_rank or (self.source.task_file and self.prefix_rank is None
                                                              and rank == self.source.rank)):
             fields = (*fields, ("srun_task", str(rank)))
+        failure = sig is not None and kind not in FACT_KINDS
+        if failure:
+            fields = (*fields, ("accuses", sig.accuses))  # what engine.with_accuses would add, here once per shape
         self.events.append(Event(
             file=self.source.display, line=lineno, kind=kind, text=body[:2000], rank=rank, host=canonical(host),
             pid=pid, local_rank=local, time=time, time_family=family,
-            cause=sig.cause if sig and kind not in FACT_KINDS else None,
-            role=sig.role if sig and kind not in FACT_KINDS else None, signature=sig.id if sig else None,
-            priority=sig.priority if sig else 0, fields=canonical_fields(fields)))
+            cause=sig.cause if failure else None, role=sig.role if failure else None,
+            signature=sig.id if sig else None, priority=sig.priority if sig else 0, fields=canonical_fields(fields)))
 
     def _exception(self, exc: Exc, stream: object) -> None:
         rank, local, host = self.streams.get(stream, (self.source.rank, self.source.local_rank, self.source.host))
