@@ -134,9 +134,11 @@ def build_timeline(events: list[Event], facts: JobFacts, sources: Sequence[Sourc
     for rank in facts.started | set(facts.exited):
         ranks.setdefault(rank, RankTimeline(rank=rank))
     initialized = any(e.kind in INITIALIZED_KINDS for e in events)
+    # a rank's own events are read only where it may have recovered from a start-up error (recovered_failures)
+    retried = {tl.rank for tl in ranks.values() if any(f.cause in RETRIED_CAUSES for f in tl.failures)}
     by_rank: dict[int, list[Event]] = {}
-    for e in events:
-        if e.rank is not None and e.kind not in JOB_KINDS:
+    for e in events if retried else ():
+        if e.rank in retried and e.kind not in JOB_KINDS:
             by_rank.setdefault(e.rank, []).append(e)
     for tl in ranks.values():
         tl.host = tl.host or facts.rank_host.get(tl.rank)
