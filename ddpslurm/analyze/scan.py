@@ -38,7 +38,7 @@ from ddpslurm.analyze.attribution import (
 )
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
 from ddpslurm.analyze.prefilter import candidate_starts
-from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, Signature, SignatureSet
+from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, Signature, SignatureSet, remember
 from ddpslurm.analyze.timestamps import parse_time
 from ddpslurm.analyze.tracebacks import ElasticBlock, Exc, TracebackAssembler
 
@@ -208,8 +208,7 @@ def canonical(value):
     found = _CANONICAL.get(value)
     if found is not None:
         return found
-    if len(_CANONICAL) < MAX_CANONICAL:
-        _CANONICAL[value] = value
+    remember(_CANONICAL, value, value, MAX_CANONICAL)
     return value
 
 
@@ -430,7 +429,7 @@ class _FileState:
         digit-blind; the start-up lines with `Init `, `JobEnvironment(`, `RESTART_COUNT` are not replayed: NCCL's
         `0x` is a digit), and the signatures (`SignatureSet.decided_by_shape`); and when it left no state a
         later line depends on (nothing pending, no block opened). Only printable ASCII lines."""
-        if (self.line_mode or len(self.sigs.line_recipes) >= MAX_RECIPES or b"0000-00-00" in key
+        if (self.line_mode or b"0000-00-00" in key
                 or not raw.isascii() or text != raw.decode("ascii") or not recipe_patterns_blind()):
             return
         body = text[spans.start:]
@@ -439,8 +438,8 @@ class _FileState:
         checks = self.sigs.replay_checks(body)
         if checks is None or (hit is not None and self.sigs.is_sensitive(hit[0])):
             return
-        self.sigs.line_recipes[key] = LineRecipe.of(body, spans, body_is_slurm(body), torchrun, checks, hit,
-                                                    self.sigs)
+        remember(self.sigs.line_recipes, key, LineRecipe.of(body, spans, body_is_slurm(body), torchrun, checks, hit,
+                                                             self.sigs), MAX_RECIPES)
 
     def replay(self, recipe: LineRecipe, text: str, lineno: int) -> bool:
         """Read a line the way `recipe` says every line of its shape is read (see `note_recipe`), unless one of the
@@ -476,8 +475,8 @@ class _FileState:
                 or text != raw.decode("ascii") or body_is_slurm(body) or _TORCHRUN.search(body)):
             return
         sensitive = self.sigs.only_sensitive(body)
-        if sensitive is not None and len(self.sigs.inert_lines) < MAX_INERT:
-            self.sigs.inert_lines[key] = (len(text) - len(body), sensitive)
+        if sensitive is not None:
+            remember(self.sigs.inert_lines, key, (len(text) - len(body), sensitive), MAX_INERT)
 
     def still_inert(self, raw: bytes, offset: int, sensitive: tuple[int, ...]) -> bool:
         """Whether a line of a shape `note_inert` remembered says nothing: none of its digit-sensitive signatures

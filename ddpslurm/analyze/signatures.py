@@ -107,6 +107,20 @@ class CauseInfo:
 MAX_PLANS = 20_000
 
 
+def remember(memo: dict, key: Any, value: Any, limit: int) -> None:
+    """`memo[key] = value`, the memo emptied first when it holds `limit` entries (none with a limit of 0).
+
+    A memo that stopped learning once full would keep the shapes of the first files alone: a 65k-rank job's
+    NCCL `Trees` lines (a shape per rank) filled the plans before the watchdog lines came, whose shapes then went
+    unplanned for the rest of the job (a third more CPU per file). Emptied, the shapes in use are learned again
+    within a few lines."""
+    if limit <= 0:
+        return
+    if len(memo) >= limit:
+        memo.clear()
+    memo[key] = value
+
+
 @dataclass(frozen=True)
 class _Plan:
     """For one line shape: the digit-sensitive signatures its digit-free literals let through (priority order),
@@ -137,7 +151,7 @@ class SignatureSet:
     _digit_gated: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
     _digit_literals: set[str] = field(default_factory=set, repr=False)
     _digit_literal_shapes: set[str] = field(default_factory=set, repr=False)  # those of `_digit_gated`, shaped
-    #: line shape -> what the digit-blind signatures decide for it (this process; at most MAX_PLANS)
+    #: line shape -> what the digit-blind signatures decide for it (this process; at most MAX_PLANS, `remember`)
     _plans: dict[str, _Plan] = field(default_factory=dict, repr=False)
     #: shapes (digits as 0) of raw lines the scanner found can say nothing with these signatures unless one of a few
     #: digit-sensitive ones matches: the offset of their text after the prefixes, and those signatures (scan.py
@@ -163,8 +177,8 @@ class SignatureSet:
         plan = self._plans.get(key)
         if plan is None:
             found, plan = self._match_and_plan(text)
-            if plan is not None and len(self._plans) < MAX_PLANS:
-                self._plans[key] = plan
+            if plan is not None:
+                remember(self._plans, key, plan, MAX_PLANS)
             return found
         return self._match_planned(text, plan)
 

@@ -109,3 +109,19 @@ def test_digit_sensitive_signatures_are_matched_on_the_line_itself(text: str, rn
     planned, full = _PLANNED, _FULL
     for variant in (text, _renumbered(text, rng), _renumbered(text, rng), text):
         assert _answer(planned, variant) == _unplanned(full, variant), variant
+
+
+def test_a_full_plan_memo_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memo that stopped learning once full would keep the first files' shapes only (a 65k-rank job's NCCL Trees
+    lines, a shape each, then left its watchdog lines unplanned): full, it is emptied and learns the new shape."""
+    from ddpslurm.analyze import signatures
+
+    monkeypatch.setattr(signatures, "MAX_PLANS", 3)
+    sigs = load_signatures()
+    lines = [f"NCCL WARN {'x' * n} lost peer" for n in range(1, 8)]
+    for line in lines:
+        sigs.match(line)
+        assert shape(line) in sigs._plans and len(sigs._plans) <= 3
+    memo: dict = {}
+    signatures.remember(memo, "a", 1, 0)
+    assert memo == {}
