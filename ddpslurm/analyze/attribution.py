@@ -174,13 +174,13 @@ _ELASTIC_RUN = re.compile(r"^[\w.-]+_[a-z0-9]{8}$")  # torchrun --log-dir: <run_
 _RANKDIR = re.compile(r"^(?:rank[_-]?)?(?P<n>\d{1,5})$")
 
 
-def path_info(relative: PurePath) -> PathInfo:
+def path_info(relative: PurePath | tuple[str, ...]) -> PathInfo:
     """Rank/host/attempt from a path relative to the folder given to analyze.
 
     `%j_%t_log.out` -> task id = global rank; `attempt_N/rank_R.log` (ddpslurm); torchrun's
     `[host/]attempt_N/<local_rank>/{stdout,stderr}.log|error.json` -> local rank (host from a parent folder).
     """
-    parts = relative.parts
+    parts = relative if isinstance(relative, tuple) else relative.parts  # a tuple: the parts themselves
     name = parts[-1] if parts else ""
     attempt = None
     for i, part in enumerate(parts[:-1]):
