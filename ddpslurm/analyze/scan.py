@@ -425,10 +425,12 @@ class _FileState:
         watchdog and rank-map lines).
 
         That holds when each step the line went through decides by its shape alone: the prefix rules (digit-blind
-        but the timestamp's `19|20`: no `0000-00-00` in the shape), the line-head patterns (`RECIPE_PATTERNS`,
-        digit-blind; the start-up lines with `Init `, `JobEnvironment(`, `RESTART_COUNT` are not replayed: NCCL's
-        `0x` is a digit), and the signatures (`SignatureSet.decided_by_shape`); and when it left no state a
-        later line depends on (nothing pending, no block opened). Only printable ASCII lines."""
+        but the timestamp's `19|20`: no `0000-00-00` in the shape), the other patterns a recipe stands in for
+        (`recipe_patterns_blind`), no start-up line the scanner reads with patterns of its own (`NOT_REPLAYED`;
+        an NCCL `Init` line, whose `0x` is a digit), and the signatures: the digit-blind one that matched, or
+        none, decides unless one of a few digit-sensitive ones matches (`SignatureSet.replay_checks`, run again
+        on each line replayed); and when it left no state a later line depends on (nothing pending, no block
+        opened). Only printable ASCII lines."""
         if (self.line_mode or b"0000-00-00" in key
                 or not raw.isascii() or text != raw.decode("ascii") or not recipe_patterns_blind()):
             return
@@ -496,17 +498,17 @@ class _FileState:
         if sig.kind == "agent_failed" and "exitcode" in m.re.groupindex and "exitcode" not in groups:
             # a launcher's report hard-wrapped before its exit code (a terminal or a paste): the next line may end it
             self.pending = _Pending("join", stream, lineno, body, time_text, signature=sig.id)
-        self._signature_event(sig, groups, body, lineno, time_text, rank, local, host, nccl_source(body),
-                              body_rank(body))
-        if "ChildFailedError" in body:
+        emitted = self._signature_event(sig, groups, body, lineno, time_text, rank, local, host, nccl_source(body),
+                                        body_rank(body))
+        if emitted and "ChildFailedError" in body:
             self.elastic.start()
         return hit
 
     def _signature_event(self, sig: Signature, groups: dict[str, str], body: str, lineno: int,
                          time_text: str | None, rank: int | None, local: int | None, host: str | None,
-                         ns: tuple[str, int] | None, named_rank: int | None) -> None:
+                         ns: tuple[str, int] | None, named_rank: int | None) -> bool:
         """The event of a line that `sig` matched with these groups (NCCL's `host:pid` head `ns`, the rank a
-        `[Rank N]` tag in its body names)."""
+        `[Rank N]` tag in its body names); False when it only repeats a rank-map fact already told."""
         ev_host = host or (ns[0] if ns else None) or groups.get("host")
         pid = ns[1] if ns else small_int(groups.get("pid"))
         if rank is None and sig.kind not in ("slurm_task",):
@@ -518,12 +520,13 @@ class _FileState:
         if sig.kind == "nccl_rank_map":
             key = (ev_host, pid, groups.get("nccl_rank"), groups.get("nranks"))
             if key in self.rank_maps or len(self.rank_maps) > 10_000:
-                return
+                return False
             self.rank_maps.add(key)
         if sig.kind == "interface" and "ip" in groups:
             groups |= interface_fields(body, groups["ifname"], groups["ip"])
         self._emit(lineno, sig.kind, body, rank, ev_host, pid, local, time_text, sig=sig,
                    fields=tuple(sorted(groups.items())))
+        return True
 
     def _follow(self, pending: _Pending, body: str, stream: object, lineno: int) -> bool:
         """The line after a `Last error:` or a wrapped head: True when it was read as that line's rest."""
