@@ -23,6 +23,16 @@ def _redrawn(data: bytes, rng: random.Random) -> bytes:
     return bytes(rng.randrange(48, 58) if 48 <= b <= 57 else b for b in data)
 
 
+def write_twins(logs: list[Path], folder: Path, rng: random.Random) -> list[Path]:
+    """Each log's twin in `folder`: its digits drawn again, its lines' shapes kept."""
+    twins = []
+    for i, path in enumerate(logs):
+        twin = folder / f"{i}{path.suffix}"
+        twin.write_bytes(_redrawn(path.read_bytes(), rng))
+        twins.append(twin)
+    return twins
+
+
 def _scan(path: Path, sigs) -> tuple:
     source = SourceFile(path=str(path), display=path.name, size=path.stat().st_size)
     events, summary = scan.scan_file(source, sigs, 2024)
@@ -31,12 +41,7 @@ def _scan(path: Path, sigs) -> tuple:
 
 def test_skipping_remembered_shapes_changes_no_scan_of_the_corpus(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(1)
-    twins = []
-    for i, path in enumerate(LOGS):
-        twin = tmp_path / f"{i}{path.suffix}"
-        twin.write_bytes(_redrawn(path.read_bytes(), rng))
-        twins.append(twin)
+    twins = write_twins(LOGS, tmp_path, random.Random(1))
     warmed = load_signatures()
     for twin in twins:  # the memo learns from the twins' lines, then meets the originals' own digits
         _scan(twin, warmed)

@@ -15,17 +15,13 @@ from ddpslurm.analyze import scan
 from ddpslurm.analyze.attribution import prefix_spans, strip_prefixes
 from ddpslurm.analyze.events import SourceFile
 from ddpslurm.analyze.signatures import load_signatures
+from tests.unit.test_analyze_inert_lines import write_twins
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "analyzer" / "cases"
 #: a sample of the corpus's logs (all of them take 40 s)
 LOGS = random.Random(11).sample(sorted(p for p in CASES.rglob("*") if p.is_file() and p.stat().st_size < 256 << 10
                                        and p.suffix in (".out", ".err", ".log", ".txt")), 400)
-
-
-def _redrawn(data: bytes, rng: random.Random) -> bytes:
-    """The same bytes with every ASCII digit drawn again: every line keeps its shape."""
-    return bytes(rng.randrange(48, 58) if 48 <= b <= 57 else b for b in data)
 
 
 def _scan(path: Path, sigs, rank: int | None = None) -> tuple:
@@ -52,12 +48,7 @@ class _Replays:
 
 def test_replaying_remembered_shapes_changes_no_scan_of_the_corpus(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(3)
-    twins = []
-    for i, path in enumerate(LOGS):
-        twin = tmp_path / f"{i}{path.suffix}"
-        twin.write_bytes(_redrawn(path.read_bytes(), rng))
-        twins.append(twin)
+    twins = write_twins(LOGS, tmp_path, random.Random(3))
     warmed = load_signatures()
     for twin in twins:  # the recipes are learned from the twins' lines, then meet the originals' own digits
         _scan(twin, warmed)
