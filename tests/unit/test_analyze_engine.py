@@ -151,6 +151,13 @@ def test_the_scan_tells_which_logs_end_mid_line(tmp_path: Path) -> None:
     events = [e for found, _summary in scanned for e in found]
     cut.write_text("step 1\nrewritten since\n")  # what the scan saw decides, not the file's bytes now
     assert cut_last_lines(events, sources, summaries) == {("r1.log", 2)}
+    # a big log read in ranges by several workers: its last range tells
+    from ddpslurm.analyze.events import FileSummary
+    from ddpslurm.analyze.scan import merge_parts
+
+    parts = [([], FileSummary(file="big.log", lines=5)), ([], FileSummary(file="big.log", lines=3,
+                                                                            ends_with_newline=False))]
+    assert merge_parts(parts)[1].ends_with_newline is False
 
 
 def test_huge_numbers_anywhere_stay_bounded() -> None:
