@@ -3,8 +3,10 @@
 A file is read in binary, in chunks of `CHUNK` bytes, cut at line ends; overlong lines are truncated
 to `MAX_LINE` bytes (the rest is skipped without being held in memory). Only lines containing one of the
 signature set's anchors are decoded and parsed, except inside a traceback or a torchelastic failure block,
-where every line is read until the block ends. Per-file state is small; files are scanned in parallel
-worker processes when the input is large, and their events merged in input order.
+where every line is read until the block ends. A line whose shape (its digits written as 0) was read before is
+replayed from the spans its first reading left (`LineRecipe`), or skipped when that shape can say nothing (inert
+lines). Per-file state is small; files are scanned in parallel worker processes when the input is large, and
+their events merged in input order.
 """
 
 from __future__ import annotations
