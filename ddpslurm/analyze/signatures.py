@@ -187,23 +187,28 @@ class SignatureSet:
         made for that shape tells: its digit-sensitive candidates (often none), when no digit-blind signature
         matched it and no literal holding digits may be in such a line. None when unsure (no plan, a long line)
         or when a digit-blind signature matches. Run them with `first_match`."""
-        masked = shape(text) if len(text) <= UNTIMED_CHARS else None
-        plan = self._plans.get(masked) if masked is not None else None
-        if plan is None or plan.first_blind is not None:
-            return None
-        return None if any(lit in masked for lit in self._digit_literal_shapes) else plan.sensitive
+        plan = self._shape_plan(text)
+        return None if plan is None or plan.first_blind is not None else plan.sensitive
 
     def replay_checks(self, text: str) -> tuple[int, ...] | None:
         """The signatures that alone may make a line of `text`'s shape match otherwise than `text` does, whatever
         its digits: the digit-sensitive candidates `match` tries before the one digit-blind signature that matches
         (or before none). Where none of them matches a line of that shape, `match` gives it the same signature at
         the same spans as `text`. None when unsure (no plan, a long line, a literal holding digits may be in it)."""
+        plan = self._shape_plan(text)
+        if plan is None:
+            return None
+        limit = plan.first_blind if plan.first_blind is not None else len(self.signatures)
+        return tuple(i for i in plan.sensitive if i < limit)
+
+    def _shape_plan(self, text: str) -> _Plan | None:
+        """The plan `match` made for `text`'s shape, where it holds for every line of that shape: None without one
+        (a long line, a shape not met yet) or where a literal holding digits may be in such a line."""
         masked = shape(text) if len(text) <= UNTIMED_CHARS else None
         plan = self._plans.get(masked) if masked is not None else None
         if plan is None or any(lit in masked for lit in self._digit_literal_shapes):
             return None
-        limit = plan.first_blind if plan.first_blind is not None else len(self.signatures)
-        return tuple(i for i in plan.sensitive if i < limit)
+        return plan
 
     def is_sensitive(self, sig: Signature) -> bool:
         """Whether `sig`'s regex or literals may tell apart two lines of the same shape (digit_shape)."""
