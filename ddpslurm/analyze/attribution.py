@@ -89,21 +89,23 @@ class PrefixSpans:
 
     def prefix(self, line: str) -> Prefix:
         """What these spans say of `line`."""
-        rank = _number(line, self.rank)
-        label = _number(line, self.label)
-        local_rank = _number(line, self.local_rank)
+        rank = number(line, self.rank)
+        label = number(line, self.label)
+        local_rank = number(line, self.local_rank)
         from_label = rank is None and label is not None and local_rank is None
         if from_label:
             rank = label  # srun --label with one task per rank; with torchrun it numbers nodes, not ranks
-        return Prefix(text=line[self.start:], rank=rank, local_rank=local_rank, host=_piece(line, self.host),
-                      time_text=_piece(line, self.time_text), task=label, rank_from_label=from_label)
+        return Prefix(text=line[self.start:], rank=rank, local_rank=local_rank, host=piece(line, self.host),
+                      time_text=piece(line, self.time_text), task=label, rank_from_label=from_label)
 
 
-def _piece(line: str, span: Span | None) -> str | None:
+def piece(line: str, span: Span | None) -> str | None:
+    """The part of `line` at `span` (None for no span)."""
     return None if span is None else line[span[0]:span[1]]
 
 
-def _number(line: str, span: Span | None) -> int | None:
+def number(line: str, span: Span | None) -> int | None:
+    """The number written in `line` at `span` (None for no span)."""
     return None if span is None else int(line[span[0]:span[1]])
 
 

@@ -36,6 +36,8 @@ from ddpslurm.analyze.attribution import (
     interface_list,
     interface_scope,
     nccl_source,
+    number,
+    piece,
     prefix_spans,
 )
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
@@ -263,10 +265,6 @@ def recipe_patterns_blind() -> bool:
     return all(digit_blind(p.pattern) for p in patterns)
 
 
-def _cut(text: str, span: Span) -> str:
-    return text[span[0]:span[1]]
-
-
 @dataclass(frozen=True, slots=True)
 class LineRecipe:
     """How every line of one shape is read: where its prefixes' values and its text start, whether srun wrote it or
@@ -354,7 +352,8 @@ class _FileState:
             return
         spans = prefix_spans(text)
         p = spans.prefix(text)
-        rank, local, host, stream = self._take_prefix(p, body_is_slurm(p.text))
+        slurm = body_is_slurm(p.text)
+        rank, local, host, stream = self._take_prefix(p, slurm)
         body = p.text
         torchrun = _TORCHRUN.search(body) is not None
         if torchrun and self.summary is not None:
@@ -401,7 +400,7 @@ class _FileState:
             return
         if hit is None:
             self.note_inert(key, raw, text, p, body)
-        self.note_recipe(key, raw, text, spans, hit, torchrun)
+        self.note_recipe(key, raw, text, spans, hit, slurm, torchrun)
 
     def _take_prefix(self, p: Prefix, slurm: bool) -> tuple[int | None, int | None, str | None, tuple]:
         """The rank, local rank and host a line speaks for (its prefixes, else its file's), and its stream; notes
@@ -421,7 +420,7 @@ class _FileState:
         return rank, local, host, stream
 
     def note_recipe(self, key: bytes, raw: bytes, text: str, spans: PrefixSpans,
-                    hit: tuple[Signature, regex.Match] | None, torchrun: bool) -> None:
+                    hit: tuple[Signature, regex.Match] | None, slurm: bool, torchrun: bool) -> None:
         """Remember how a line of shape `key` was read when every line of that shape is read the same way, whatever
         its digits: its next ones are then replayed from spans (`replay`) instead of read again (16k ranks'
         watchdog and rank-map lines).
@@ -442,8 +441,8 @@ class _FileState:
         checks = self.sigs.replay_checks(body)
         if checks is None or (hit is not None and self.sigs.is_sensitive(hit[0])):
             return
-        remember(self.sigs.line_recipes, key, LineRecipe.of(body, spans, body_is_slurm(body), torchrun, checks, hit,
-                                                             self.sigs), MAX_RECIPES)
+        remember(self.sigs.line_recipes, key, LineRecipe.of(body, spans, slurm, torchrun, checks, hit, self.sigs),
+                 MAX_RECIPES)
 
     def replay(self, recipe: LineRecipe, text: str, lineno: int) -> bool:
         """Read a line the way `recipe` says every line of its shape is read (see `note_recipe`), unless one of the
@@ -458,8 +457,8 @@ class _FileState:
             return True
         body = p.text
         groups = {name: body[start:end] for name, start, end in recipe.groups}
-        ns = None if recipe.source is None else (_cut(body, recipe.source[0]), int(_cut(body, recipe.source[1])))
-        named = None if recipe.body_rank is None else int(_cut(body, recipe.body_rank))
+        ns = None if recipe.source is None else (piece(body, recipe.source[0]), number(body, recipe.source[1]))
+        named = number(body, recipe.body_rank)
         self._signature_event(self.sigs.signatures[recipe.signature], groups, body, lineno, p.time_text, rank, local,
                               host, ns, named)
         return True
@@ -587,7 +586,7 @@ class _FileState:
             fields = (*fields, ("srun_task", str(rank)))
         failure = sig is not None and kind not in FACT_KINDS
         if failure:
-            fields = (*fields, ("accuses", sig.accuses))  # what engine.with_accuses would add, here once per shape
+            fields = (*fields, ("accuses", sig.accuses))  # what engine.with_accuses would add, without a copy
         self.events.append(Event(
             file=self.source.display, line=lineno, kind=kind, text=body[:2000], rank=rank, host=canonical(host),
             pid=pid, local_rank=local, time=time, time_family=family,
