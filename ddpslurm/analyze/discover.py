@@ -203,7 +203,9 @@ def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
             walk.skip(str(folder), f"folder cannot be listed ({error.strerror or error})")
             continue
         subdirs: list[Path] = []
-        for entry in entries:
+        entries.reverse()
+        while entries:  # each entry (and the stat it caches: ~0.7 KB) freed once read: 131k files, 90 MB at once
+            entry = entries.pop()
             try:
                 walk.entry(entry, depth, subdirs, relative)
             except OSError as error:
