@@ -68,24 +68,27 @@ def parse_time(text: str, year: int | None = None) -> tuple[float, str] | None:
         return None
     m = _ISO.search(text)
     if m:
-        base = _epoch(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        y, mo, d, h, mi, sec, frac, tz = m.groups()
+        base = _epoch(int(y), int(mo), int(d), int(h), int(mi), int(sec))
         if base is not None:
-            family = "iso-tz" if m["tz"] else "iso"
-            return base + _frac(m["frac"]) - _tz_offset(m["tz"]), family
+            return base + _frac(frac) - _tz_offset(tz), "iso-tz" if tz else "iso"
     fill = year or _dt.datetime.now(_dt.timezone.utc).year
     m = _GLOG.search(text)
     if m:
-        base = _epoch(fill, int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        mo, d, h, mi, sec, frac = m.groups()
+        base = _epoch(fill, int(mo), int(d), int(h), int(mi), int(sec))
         if base is not None:
-            return base + _frac(m["frac"]), "glog"
+            return base + _frac(frac), "glog"
     m = _CTIME.search(text)
     if m:
-        base = _epoch(int(m["y"]), _MONTHS[m["mon"]], int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        mon, d, h, mi, sec, frac, y = m.groups()
+        base = _epoch(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(sec))
         if base is not None:
-            return base + _frac(m["frac"]), "ctime"
+            return base + _frac(frac), "ctime"
     m = _SYSLOG.search(text)
     if m:
-        base = _epoch(fill, _MONTHS[m["mon"]], int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]))
+        mon, d, h, mi, sec = m.groups()
+        base = _epoch(fill, _MONTHS[mon], int(d), int(h), int(mi), int(sec))
         if base is not None:
             return base, "syslog"
     return None
