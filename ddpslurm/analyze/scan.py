@@ -321,8 +321,8 @@ class _FileState:
     def repeated_channel_line(self, raw: bytes) -> bool:
         """A channel line with the same head and NCCL rank as one read before: it can only repeat that line's
         rank-map fact (deduplicated anyway), so it is skipped before any decoding (NCCL prints one per channel
-        and peer: most of an INFO log's candidate lines)."""
-        if b"INFO Channel " not in raw or self.line_mode:
+        and peer: most of an INFO log's candidate lines). Asked only outside line mode."""
+        if b"INFO Channel " not in raw:
             return False
         m = _CHANNEL_LINE.search(raw)
         if m is None:
@@ -336,13 +336,14 @@ class _FileState:
 
     def handle(self, raw: bytes, lineno: int) -> None:
         key = None
-        if not self.line_mode and len(raw) <= UNTIMED_CHARS:
-            key = raw.translate(_DIGITS_TO_ZERO)
-            known = self.sigs.inert_lines.get(key)
-            if known is not None and self.still_inert(raw, *known):
+        if not self.line_mode:
+            if len(raw) <= UNTIMED_CHARS:
+                key = raw.translate(_DIGITS_TO_ZERO)
+                known = self.sigs.inert_lines.get(key)
+                if known is not None and self.still_inert(raw, *known):
+                    return
+            if self.repeated_channel_line(raw):
                 return
-        if self.repeated_channel_line(raw):
-            return
         if key is not None:
             recipe = self.sigs.line_recipes.get(key)
             if recipe is not None and self.replay(recipe, raw.decode("ascii"), lineno):
@@ -963,12 +964,18 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
             jobs.append((i, (source, years[i], start, end if parts > 1 else None, i < TAIL_FILES)))
     jobs.sort(key=lambda job: -((job[1][3] or job[1][0].size) - job[1][2]))
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    pieces: dict[int, list[tuple[int, tuple[list[Event], FileSummary]]]] = defaultdict(list)
+    out: list = [None] * len(sources)
+    pieces: dict[int, list[tuple[int, tuple[list[Event], FileSummary]]]] = defaultdict(list)  # files cut in ranges
     tasks = batches(jobs)
     with ctx.Pool(min(count, len(tasks)), initializer=_init_worker, initargs=(sigs,)) as pool:
         for task, results in zip(tasks, pool.imap(_scan_batch, [[a for _, a in t] for t in tasks]), strict=False):
             for (i, args), result in zip(task, results, strict=True):
-                pieces[i].append((args[2], result))
+                if args[3] is None:
+                    out[i] = result
+                else:
+                    pieces[i].append((args[2], result))
             if progress:
                 progress(sum((a[3] or a[0].size) - a[2] for _, a in task), sum(1 for _, a in task if a[2] == 0))
-    return [merge_parts([r for _, r in sorted(pieces[i], key=lambda p: p[0])]) for i in range(len(sources))]
+    for i, parts in pieces.items():
+        out[i] = merge_parts([r for _, r in sorted(parts, key=lambda p: p[0])])
+    return out
