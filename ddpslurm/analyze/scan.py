@@ -11,6 +11,7 @@ their events merged in input order.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import functools
 import gc
@@ -763,7 +764,7 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     lines = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
     summary.last_line = last_line_shape(lines)
     summary.tail = lines if keep_tail else []
-    return without_repeats(state.events), settled(summary)
+    return without_told_facts(without_repeats(state.events)), settled(summary)
 
 
 #: what an empty summary holds: shared, not one set and one list per file (32k files: 9 MB of empty containers)
@@ -813,6 +814,40 @@ def without_repeats(events: list[Event]) -> list[Event]:
             seen.add(key)
         out.append(e)
     return out
+
+
+#: facts of a process's NCCL rank that the engine reads for their values alone (resolve's maps, the timeline's host,
+#: pid and signs of life): never shown, never counted
+TOLD_KINDS = ("nccl_init", "nccl_rank_map")
+#: the facts of one process a later one is compared with (a process may init hundreds of communicators)
+TOLD_REACH = 8
+
+
+def without_told_facts(events: list[Event]) -> list[Event]:
+    """A file's events less the NCCL rank facts that only repeat an earlier one of the same process: both without a
+    time (the order of untimed lines is their place in the file), the later one's fields among the earlier one's,
+    and no failure in the file on the lines between them (a sign of life after a failure is news). NCCL tells a
+    rank twice per communicator (`Init START`, `Init COMPLETE`), and its tree line repeats the rank its `comm` line
+    gave: 16k ranks, 32k events."""
+    failures = sorted(e.line for e in events if e.role is not None)
+    told: dict[tuple, list[tuple[int, frozenset]]] = {}
+    out: list[Event] = []
+    for e in events:
+        if e.kind in TOLD_KINDS and e.time is None:
+            earlier = told.setdefault((e.kind, e.rank, e.host, e.pid, e.local_rank), [])
+            fields = frozenset(e.fields)
+            if any(fields <= seen and not _between(failures, line, e.line) for line, seen in earlier[-TOLD_REACH:]):
+                continue
+            earlier.append((e.line, fields))
+        out.append(e)
+    return out
+
+
+def _between(lines: list[int], a: int, b: int) -> bool:
+    """Whether a line of the sorted `lines` lies from line a to line b (in either order)."""
+    lo, hi = min(a, b), max(a, b)
+    i = bisect.bisect_left(lines, lo)
+    return i < len(lines) and lines[i] <= hi
 
 
 def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: _FileState, anchors: Sequence[bytes],
@@ -936,7 +971,7 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         merged.last_line = summary.last_line or merged.last_line
         merged.ends_with_newline = summary.ends_with_newline
     merged.lines = offset
-    return without_repeats(events), merged
+    return without_told_facts(without_repeats(events)), merged
 
 
 def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequence[int | None] | None = None,

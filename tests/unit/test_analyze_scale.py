@@ -56,6 +56,59 @@ def test_only_repeated_victim_facts_are_dropped() -> None:
     assert [e.line for e in scan.without_repeats(events)] == [1, 3, 4, 5, 6]
 
 
+def _fact(line: int, kind: str = "nccl_init", pid: int = 7, time: float | None = None, **fields: str) -> Event:
+    return Event(file="f", line=line, kind=kind, text="t", host="node-a", pid=pid, time=time,
+                 fields=tuple(sorted(fields.items())))
+
+
+def test_an_nccl_fact_that_repeats_an_earlier_one_of_its_process_is_dropped() -> None:
+    start, complete = _fact(2, nccl_rank="5", nranks="8", comm="0xa"), _fact(9, nccl_rank="5", nranks="8", comm="0xa")
+    comm, tree = _fact(3, "nccl_rank_map", nccl_rank="5", nranks="8"), _fact(4, "nccl_rank_map", nccl_rank="5")
+    assert scan.without_told_facts([start, comm, tree, complete]) == [start, comm]
+
+
+@pytest.mark.parametrize("later", [
+    _fact(9, nccl_rank="5", nranks="8", comm="0xb"),  # another communicator
+    _fact(9, nccl_rank="5", nranks="8", comm="0xa", cuda_dev="1"),  # tells more
+    _fact(9, pid=8, nccl_rank="5", nranks="8", comm="0xa"),  # another process
+    _fact(9, "nccl_rank_map", nccl_rank="5", nranks="8", comm="0xa"),  # another kind
+    _fact(9, time=1.0e9, nccl_rank="5", nranks="8", comm="0xa"),  # a time of its own
+])
+def test_an_nccl_fact_that_tells_something_else_is_kept(later: Event) -> None:
+    start = _fact(2, nccl_rank="5", nranks="8", comm="0xa")
+    assert scan.without_told_facts([start, later]) == [start, later]
+
+
+def test_an_nccl_fact_after_a_failure_is_kept_as_a_sign_of_life() -> None:
+    start, complete = _fact(2, nccl_rank="5", nranks="8", comm="0xa"), _fact(9, nccl_rank="5", nranks="8", comm="0xa")
+    failure = Event(file="f", line=5, kind="socket", text="t", role="either", cause="network_unreachable")
+    assert scan.without_told_facts([start, complete, failure]) == [start, complete, failure]  # emitted late
+    timed = _fact(1, time=1.0e9, nccl_rank="5", nranks="8", comm="0xa")
+    assert scan.without_told_facts([timed, complete]) == [timed, complete]  # an untimed line compares by place
+
+
+NCCL_INIT = ("{host}:{pid}:{pid} [0] NCCL INFO ncclCommInitRank comm 0x55{comm} rank {rank} nranks {n} cudaDev 0 "
+             "nvmlDev 0 busId 18000 commId 0x5f1d - Init {phase}\n")
+
+
+@settings(max_examples=25, deadline=None)
+@given(rank=st.integers(0, 65535), host=st.from_regex(r"[a-z]{1,8}-[0-9]{1,4}", fullmatch=True),
+       pid=st.integers(100, 4_000_000), comms=st.integers(1, 3), noise=st.integers(0, 3))
+def test_a_scanned_log_tells_each_communicator_once_per_process(tmp_path_factory, rank, host, pid, comms,
+                                                                 noise) -> None:
+    lines = []
+    for c in range(comms):
+        lines.append(NCCL_INIT.format(host=host, pid=pid, comm=c, rank=rank, n=rank + 1, phase="START"))
+        lines += [f"{host}:{pid}:{pid} [0] NCCL INFO Connected all rings step {i}\n" for i in range(noise)]
+        lines.append(NCCL_INIT.format(host=host, pid=pid, comm=c, rank=rank, n=rank + 1, phase="COMPLETE"))
+    path = tmp_path_factory.mktemp("told") / "node.log"
+    path.write_text("".join(lines))
+    events, _ = scan.scan_file(SourceFile(path=str(path), display=str(path)), load_signatures())
+    inits = [e for e in events if e.kind == "nccl_init"]
+    assert [e.get("comm") for e in inits] == [f"0x55{c}" for c in range(comms)]
+    assert {(e.host, e.pid, e.get("nccl_rank")) for e in inits} == {(host, pid, str(rank))}
+
+
 def _run_in_pty(code) -> bytes:
     pid, fd = pty.fork()
     if pid == 0:  # the child's fds 0-2 are the terminal; pytest's capture objects are not
