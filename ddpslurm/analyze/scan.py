@@ -817,28 +817,31 @@ def without_repeats(events: list[Event]) -> list[Event]:
 
 
 #: facts of a process's NCCL rank that the engine reads for their values alone (resolve's maps, the timeline's host,
-#: pid and signs of life): never shown, never counted
-TOLD_KINDS = ("nccl_init", "nccl_rank_map")
+#: pid and signs of life), never shown nor counted, and the kinds of earlier facts that tell all a fact of that kind
+#: does: an `Init` line is a rank-map line and more (a pid for the timeline, a sign the job initialized)
+TOLD_BY = {"nccl_init": ("nccl_init",), "nccl_rank_map": ("nccl_rank_map", "nccl_init")}
 #: the facts of one process a later one is compared with (a process may init hundreds of communicators)
 TOLD_REACH = 8
 
 
 def without_told_facts(events: list[Event]) -> list[Event]:
-    """A file's events less the NCCL rank facts that only repeat an earlier one of the same process: both without a
-    time (the order of untimed lines is their place in the file), the later one's fields among the earlier one's,
-    and no failure in the file on the lines between them (a sign of life after a failure is news). NCCL tells a
-    rank twice per communicator (`Init START`, `Init COMPLETE`), and its tree line repeats the rank its `comm` line
-    gave: 16k ranks, 32k events."""
+    """A file's events less the NCCL rank facts that only repeat an earlier one of the same process (`TOLD_BY`):
+    both without a time (the order of untimed lines is their place in the file), the later one's fields among the
+    earlier one's, and no failure in the file on the lines between them (a sign of life after a failure is news).
+    NCCL tells a rank twice per communicator (`Init START`, `Init COMPLETE`), and its `comm` and tree lines say
+    that rank again: 16k ranks, 48k events."""
     failures = sorted(e.line for e in events if e.role is not None)
-    told: dict[tuple, list[tuple[int, frozenset]]] = {}
+    told: dict[tuple, list[tuple[int, str, frozenset]]] = {}
     out: list[Event] = []
     for e in events:
-        if e.kind in TOLD_KINDS and e.time is None:
-            earlier = told.setdefault((e.kind, e.rank, e.host, e.pid, e.local_rank), [])
+        tellers = TOLD_BY.get(e.kind)
+        if tellers is not None and e.time is None:
+            earlier = told.setdefault((e.rank, e.host, e.pid, e.local_rank), [])
             fields = frozenset(e.fields)
-            if any(fields <= seen and not _between(failures, line, e.line) for line, seen in earlier[-TOLD_REACH:]):
+            if any(kind in tellers and fields <= seen and not _between(failures, line, e.line)
+                   for line, kind, seen in earlier[-TOLD_REACH:]):
                 continue
-            earlier.append((e.line, fields))
+            earlier.append((e.line, e.kind, fields))
         out.append(e)
     return out
 

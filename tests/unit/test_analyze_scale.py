@@ -64,14 +64,17 @@ def _fact(line: int, kind: str = "nccl_init", pid: int = 7, time: float | None =
 def test_an_nccl_fact_that_repeats_an_earlier_one_of_its_process_is_dropped() -> None:
     start, complete = _fact(2, nccl_rank="5", nranks="8", comm="0xa"), _fact(9, nccl_rank="5", nranks="8", comm="0xa")
     comm, tree = _fact(3, "nccl_rank_map", nccl_rank="5", nranks="8"), _fact(4, "nccl_rank_map", nccl_rank="5")
-    assert scan.without_told_facts([start, comm, tree, complete]) == [start, comm]
+    assert scan.without_told_facts([start, comm, tree, complete]) == [start]  # an Init line tells a rank map
+    assert scan.without_told_facts([comm, tree]) == [comm]
+    init_after = _fact(9, nccl_rank="5", nranks="8")
+    assert scan.without_told_facts([comm, init_after]) == [comm, init_after]  # a rank map does not tell an Init
 
 
 @pytest.mark.parametrize("later", [
     _fact(9, nccl_rank="5", nranks="8", comm="0xb"),  # another communicator
     _fact(9, nccl_rank="5", nranks="8", comm="0xa", cuda_dev="1"),  # tells more
     _fact(9, pid=8, nccl_rank="5", nranks="8", comm="0xa"),  # another process
-    _fact(9, "nccl_rank_map", nccl_rank="5", nranks="8", comm="0xa"),  # another kind
+    _fact(9, "interface", nccl_rank="5", nranks="8", comm="0xa"),  # another kind of fact
     _fact(9, time=1.0e9, nccl_rank="5", nranks="8", comm="0xa"),  # a time of its own
 ])
 def test_an_nccl_fact_that_tells_something_else_is_kept(later: Event) -> None:
@@ -96,17 +99,25 @@ NCCL_INIT = ("{host}:{pid}:{pid} [0] NCCL INFO ncclCommInitRank comm 0x55{comm} 
        pid=st.integers(100, 4_000_000), comms=st.integers(1, 3), noise=st.integers(0, 3))
 def test_a_scanned_log_tells_each_communicator_once_per_process(tmp_path_factory, rank, host, pid, comms,
                                                                  noise) -> None:
+    head = f"{host}:{pid}:{pid} [0] NCCL INFO"
+    rank_maps = [f"{head} comm 0x55{{c}} rank {rank} nRanks {rank + 1} nNodes 1 localRanks 1 localRank 0 MNNVL 0\n",
+                 f"{head} Trees [0] -1/-1/-1->{rank}->-1 [1] -1/-1/-1->{rank}->-1\n"]
     lines = []
     for c in range(comms):
         lines.append(NCCL_INIT.format(host=host, pid=pid, comm=c, rank=rank, n=rank + 1, phase="START"))
-        lines += [f"{host}:{pid}:{pid} [0] NCCL INFO Connected all rings step {i}\n" for i in range(noise)]
+        lines += [line.format(c=c) for line in rank_maps]
+        lines += [f"{head} Connected all rings step {i}\n" for i in range(noise)]
         lines.append(NCCL_INIT.format(host=host, pid=pid, comm=c, rank=rank, n=rank + 1, phase="COMPLETE"))
-    path = tmp_path_factory.mktemp("told") / "node.log"
-    path.write_text("".join(lines))
-    events, _ = scan.scan_file(SourceFile(path=str(path), display=str(path)), load_signatures())
-    inits = [e for e in events if e.kind == "nccl_init"]
-    assert [e.get("comm") for e in inits] == [f"0x55{c}" for c in range(comms)]
-    assert {(e.host, e.pid, e.get("nccl_rank")) for e in inits} == {(host, pid, str(rank))}
+    folder = tmp_path_factory.mktemp("told")
+    (folder / "node.log").write_text("".join(lines))
+    (folder / "old.log").write_text("".join(line.format(c=0) for line in rank_maps * 2))  # no Init lines
+    sigs = load_signatures()
+    events, _ = scan.scan_file(SourceFile(path=str(folder / "node.log"), display="node.log"), sigs)
+    assert [e.get("comm") for e in events] == [f"0x55{c}" for c in range(comms)]  # its Init lines tell the rest
+    assert {(e.kind, e.host, e.pid, e.get("nccl_rank")) for e in events} == {("nccl_init", host, pid, str(rank))}
+    events, _ = scan.scan_file(SourceFile(path=str(folder / "old.log"), display="old.log"), sigs)
+    assert [(e.kind, e.get("nccl_rank"), e.get("nranks")) for e in events] == [("nccl_rank_map", str(rank),
+                                                                                 str(rank + 1))]
 
 
 def _run_in_pty(code) -> bytes:
