@@ -764,7 +764,7 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     lines = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
     summary.last_line = last_line_shape(lines)
     summary.tail = lines if keep_tail else []
-    return without_told_facts(without_repeats(state.events)), settled(summary)
+    return told_once(state.events), settled(summary)
 
 
 #: what an empty summary holds: shared, not one set and one list per file (32k files: 9 MB of empty containers)
@@ -798,6 +798,11 @@ def last_lines(block: bytes | bytearray, count: int, end: int | None = None) -> 
     if pieces[-1] == b"":
         pieces.pop()  # after the block's last newline
     return pieces[-count:] if count else []
+
+
+def told_once(events: list[Event]) -> list[Event]:
+    """A file's events (or a file's ranges' merged) with each fact they repeat told once."""
+    return without_told_facts(without_repeats(events))
 
 
 def without_repeats(events: list[Event]) -> list[Event]:
@@ -974,7 +979,7 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         merged.last_line = summary.last_line or merged.last_line
         merged.ends_with_newline = summary.ends_with_newline
     merged.lines = offset
-    return without_told_facts(without_repeats(events)), merged
+    return told_once(events), merged
 
 
 def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequence[int | None] | None = None,
