@@ -78,7 +78,8 @@ class FileSummary:
     bytes: int = 0
     tail: list[str] | tuple[str, ...] = field(default_factory=list)  #: the last lines, of the first files only
     last_line: str | None = None  #: the last line (not ddpslurm's or submitit's own) with its numbers masked
-    ranks_seen: set[int] | frozenset[int] = field(default_factory=set)  #: a scan returns an empty one frozen
+    #: ranks the file's line prefixes name, but a log file's own rank (a scan returns an empty set frozen)
+    ranks_seen: set[int] | frozenset[int] = field(default_factory=set)
     binary: bool = False
     truncated_lines: int = 0
     error: str | None = None

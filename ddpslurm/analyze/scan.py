@@ -411,7 +411,8 @@ class _FileState:
         rank = p.rank if p.rank is not None else src.rank
         local = p.local_rank if p.local_rank is not None else src.local_rank
         host = p.host or src.host
-        if p.rank is not None and self.summary is not None and len(self.summary.ranks_seen) < 100_000:
+        if p.rank is not None and self.summary is not None and len(self.summary.ranks_seen) < 100_000 and \
+                (p.rank != src.rank or src.kind != "log"):  # resolve counts a log file's own rank present anyway
             self.summary.ranks_seen.add(p.rank)
         if slurm:
             rank, local, host = p.rank, p.local_rank, p.host  # srun/slurmstepd speak for the job, not this file's rank

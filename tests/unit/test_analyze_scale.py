@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from ddpslurm.analyze import scan
 from ddpslurm.analyze.events import Event, SourceFile
+from ddpslurm.analyze.resolve import resolve
 from ddpslurm.analyze.signatures import load_signatures
 from ddpslurm.errors import AnalyzeInputError
 
@@ -118,6 +119,17 @@ def test_a_scanned_log_tells_each_communicator_once_per_process(tmp_path_factory
     events, _ = scan.scan_file(SourceFile(path=str(folder / "old.log"), display="old.log"), sigs)
     assert [(e.kind, e.get("nccl_rank"), e.get("nranks")) for e in events] == [("nccl_rank_map", str(rank),
                                                                                  str(rank + 1))]
+
+
+@pytest.mark.parametrize(("kind", "seen"), [("log", {9}), ("json", {4, 9})])
+def test_a_log_file_does_not_hold_its_own_rank_among_the_ranks_its_lines_name(tmp_path: Path, kind, seen) -> None:
+    path = tmp_path / "5_4_log.err"
+    path.write_text(WATCHDOG.format(r=4) + WATCHDOG.format(r=9))
+    source = SourceFile(path=str(path), display=str(path), rank=4, kind=kind)
+    events, summary = scan.scan_file(source, load_signatures())
+    assert set(summary.ranks_seen) == seen
+    _, facts = resolve(events, [source], [summary], {})
+    assert facts.present == {4, 9}  # a log file's own rank is present by its name
 
 
 def _run_in_pty(code) -> bytes:
