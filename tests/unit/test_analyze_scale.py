@@ -1,4 +1,5 @@
-"""The scan side at scale: small files batched per worker task, repeated victim facts kept once, the progress bar."""
+"""The scan side at scale: small files batched per worker task, repeated victim facts and NCCL rank facts kept once,
+a log file's own rank not held per file, the progress bar."""
 
 from __future__ import annotations
 
