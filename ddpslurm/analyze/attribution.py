@@ -138,11 +138,18 @@ def prefix_spans(line: str, max_prefixes: int = 6) -> PrefixSpans:
             text, base = text[m.end():], base + m.end()
             break
         else:
-            m = EMBEDDED_RANK.search(text, 0, 160) if rank is None else None
+            m = EMBEDDED_RANK.search(text, 0, 160) if rank is None and _may_embed_rank(text) else None
             if m is None:
                 break
             rank, text, base = _span(m, "rank", base), text[m.end():], base + m.end()
     return PrefixSpans(start=base, rank=rank, local_rank=local_rank, host=host, time_text=time_text, label=label)
+
+
+def _may_embed_rank(text: str) -> bool:
+    """Whether `text` holds the literal EMBEDDED_RANK starts with (`[rank` or `[Rank`) where it is looked for: a
+    cheap test first, as most lines hold none (the search itself tries the lookbehind at every position)."""
+    head = text[:160]
+    return "[rank" in head or "[Rank" in head
 
 
 def _span(m: re.Match[str], group: str, base: int) -> Span | None:

@@ -867,6 +867,7 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: _FileState
     if extra and starts is not None:
         starts = sorted(set(starts) | set(extra))
     idx = 0
+    channels = state.channel_lines
     while cur < n:
         if not (every_line or state.line_mode):
             while idx < len(starts) and starts[idx] < cur:
@@ -875,6 +876,9 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: _FileState
                 lineno += block.count(b"\n", cur, n)
                 break
             nxt = starts[idx]
+            if channels and _told_channel_line(block, nxt, n, channels):
+                idx += 1  # its newline is counted with the next line read: `cur` stays
+                continue
             lineno += block.count(b"\n", cur, nxt)
             cur = nxt
         end = block.find(b"\n", cur, n)
@@ -888,6 +892,18 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: _FileState
         if stop_when_idle and not state.line_mode:
             break
     return lineno
+
+
+def _told_channel_line(block: bytes | bytearray, start: int, n: int, channels: set[tuple[bytes, bytes]]) -> bool:
+    """Whether the line at `start` is a channel line `_FileState.repeated_channel_line` would skip (one already
+    read with its head and NCCL rank): asked on the block, before the line is cut out and handled (NCCL prints
+    one per channel and peer, most of an INFO log's candidate lines). Overlong lines are left to `handle`."""
+    end = block.find(b"\n", start, n)
+    end = n if end < 0 else end
+    if end - start > MAX_LINE:
+        return False
+    m = _CHANNEL_LINE.search(block, start, end)
+    return m is not None and (bytes(block[start:m.start()]), m[1] if m[3] == b"send" else m[2]) in channels
 
 
 _WORKER_SIGS: SignatureSet | None = None
