@@ -1,18 +1,103 @@
-"""The scan's byte path: repeated NCCL channel lines skipped on the block as `handle` would skip them, and the
-embedded-rank prefix looked for only where its literal is."""
+"""The scan's byte path: line ends counted with numpy or bytes.count alike, repeated NCCL channel lines skipped on the
+block as `handle` would skip them, and the embedded-rank prefix looked for only where its literal is."""
 
 from __future__ import annotations
 
+import builtins
+import random
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpslurm.analyze import attribution, scan
+from ddpslurm.analyze import attribution, line_count, scan
 from ddpslurm.analyze.events import SourceFile
 from ddpslurm.analyze.signatures import load_signatures
 
 SIGS = load_signatures()
+
+
+@pytest.fixture
+def numpy_counts(monkeypatch):
+    """numpy's counting on for the test, and off again after it (the module keeps it for its process)."""
+    monkeypatch.setattr(line_count, "_numpy", None)
+    assert line_count.use_numpy()
+    yield
+    monkeypatch.setattr(line_count, "_numpy", None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(0, 100_000), seed=st.integers(0, 2**32), newline_every=st.integers(1, 3000),
+       cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
+def test_numpy_counts_the_line_ends_bytes_count_counts(size: int, seed: int, newline_every: int,
+                                                        cut: tuple[float, float]) -> None:
+    rng = random.Random(seed)
+    block = bytearray(rng.randbytes(size))
+    for i in range(rng.randrange(newline_every), size, newline_every):
+        block[i] = 10
+    start, end = sorted(int(c * size) for c in cut)
+    line_count._numpy = None
+    try:
+        assert line_count.use_numpy()
+        assert line_count.newlines(block, start, end) == block.count(b"\n", start, end)
+        assert line_count.newlines(bytes(block), 0, size) == block.count(b"\n")
+    finally:
+        line_count._numpy = None
+
+
+def test_without_numpy_bytes_count_counts(monkeypatch) -> None:
+    real_import = builtins.__import__
+
+    def no_numpy(name, *args, **kwargs):
+        if name == "numpy":
+            raise ImportError("no numpy here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(line_count, "_numpy", None)
+    monkeypatch.setattr(builtins, "__import__", no_numpy)
+    assert line_count.use_numpy() is False
+    block = b"a\n" * 40_000
+    assert line_count.newlines(block, 3, len(block)) == block.count(b"\n", 3)
+
+
+def _long_gap_log(tmp_path: Path) -> SourceFile:
+    """A log whose failure lines sit between long runs of lines without an anchor (the spans numpy counts)."""
+    rng = random.Random(7)
+    lines = []
+    for block in range(6):
+        lines += [f"step {i} | loss {rng.random():.4f} | tokens/s {rng.randint(1, 99999)}" for i in range(3000)]
+        lines.append(f"[rank{block}]:[E612 10:24:0{block}.2 ProcessGroupNCCL.cpp:1] [Rank {block}] Watchdog caught "
+                     "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                     "Timeout(ms)=600000) ran for 600038 milliseconds before timing out.")
+    path = tmp_path / "5_0_log.err"
+    path.write_text("\n".join(lines) + "\n")
+    return SourceFile(path=str(path), display=path.name, rank=0, size=path.stat().st_size)
+
+
+def test_a_scan_with_numpy_counts_gives_the_same_lines(tmp_path: Path, monkeypatch) -> None:
+    source = _long_gap_log(tmp_path)
+    monkeypatch.setattr(line_count, "_numpy", None)
+    plain_events, plain = scan.scan_file(source, SIGS)
+    assert line_count.use_numpy()
+    try:
+        events, summary = scan.scan_file(source, SIGS)
+    finally:
+        monkeypatch.setattr(line_count, "_numpy", None)
+    assert summary.lines == plain.lines == 6 * 3001
+    assert [(e.line, e.signature) for e in events] == [(e.line, e.signature) for e in plain_events]
+    assert [e.line for e in events if e.kind == "watchdog_timeout"][:2] == [3001, 6002]
+
+
+def test_only_a_large_input_turns_numpy_on(tmp_path: Path, monkeypatch) -> None:
+    source = _long_gap_log(tmp_path)
+    turned_on: list[bool] = []
+    monkeypatch.setattr(scan, "use_numpy", lambda: turned_on.append(True) or True)
+    scan.scan_files([source], SIGS, workers=1)
+    assert turned_on == []
+    monkeypatch.setattr(scan, "NUMPY_MIN_TOTAL", source.size)
+    scan.scan_files([source], SIGS, workers=1)
+    assert turned_on == [True]
 
 
 #: NCCL heads of two processes, and the lines a channel-heavy INFO log mixes with its channel lines
@@ -74,3 +159,24 @@ def test_the_embedded_rank_is_looked_for_wherever_it_can_be(before: str, tag: st
     assert not found or attribution._may_embed_rank(text)
     assert attribution._may_embed_rank(text) == (tag[:5] in text[:160])
 
+
+def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path: Path) -> None:
+    """The parent holds the job's events at its peak: numpy (10 MB) is imported in the workers only."""
+    source = _long_gap_log(tmp_path)
+    probe = (
+        "import sys\n"
+        "from ddpslurm.analyze import scan\n"
+        "from ddpslurm.analyze.events import SourceFile\n"
+        "from ddpslurm.analyze.signatures import load_signatures\n"
+        "scan.NUMPY_MIN_TOTAL = scan.PARALLEL_MIN_BYTES = 0\n"
+        f"s = SourceFile(path={source.path!r}, display='a', rank=0, size={source.size})\n"
+        "results = scan.scan_files([s, s, s], load_signatures(), workers=2)\n"
+        "print([summary.lines for _, summary in results], 'numpy' in sys.modules)\n"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[18006,", "18006,", "18006]", "False"]
