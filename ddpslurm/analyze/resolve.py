@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpslurm.analyze.events import Event, FileSummary, SourceFile
+from ddpslurm.analyze.events import Event, FileSummary, SourceFile, new_event
 
 #: the most ranks one `2-7`-style list may expand to (a real job has at most a few hundred thousand)
 MAX_RANK_LIST = 1 << 20
@@ -32,14 +32,10 @@ PID_KINDS = ("nccl_init", "nccl_rank_map", "start", "agent_failed", "elastic_fai
 
 def evolve(e: Event, **changes: Any) -> Event:
     """`dataclasses.replace` for the hot path: a copy of the frozen event with `changes` (no re-validation)."""
-    new = object.__new__(Event)
-    for name in EVENT_FIELDS:
-        _set(new, name, changes[name] if name in changes else getattr(e, name))
-    return new
+    return new_event(*[changes[name] if name in changes else getattr(e, name) for name in EVENT_FIELDS])
 
 
 EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(Event))
-_set = object.__setattr__
 
 
 def expand_ranks(text: str, limit: int = MAX_RANK_LIST) -> list[int]:

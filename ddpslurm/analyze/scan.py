@@ -41,7 +41,7 @@ from ddpslurm.analyze.attribution import (
     piece,
     prefix_spans,
 )
-from ddpslurm.analyze.events import Event, FileSummary, SourceFile
+from ddpslurm.analyze.events import Event, FileSummary, SourceFile, new_event
 from ddpslurm.analyze.line_count import newlines, use_numpy
 from ddpslurm.analyze.prefilter import candidate_starts
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, Signature, SignatureSet, remember
@@ -593,11 +593,10 @@ class _FileState:
         failure = sig is not None and kind not in FACT_KINDS
         if failure:
             fields = (*fields, ("accuses", sig.accuses))  # what engine.with_accuses would add, without a copy
-        self.events.append(Event(
-            file=self.source.display, line=lineno, kind=kind, text=body[:2000], rank=rank, host=canonical(host),
-            pid=pid, local_rank=local, time=time, time_family=family,
-            cause=sig.cause if failure else None, role=sig.role if failure else None,
-            signature=sig.id if sig else None, priority=sig.priority if sig else 0, fields=canonical_fields(fields)))
+        self.events.append(new_event(  # Event's fields, in order
+            self.source.display, lineno, kind, body[:2000], rank, canonical(host), pid, local, time, family,
+            sig.cause if failure else None, sig.role if failure else None, sig.id if sig else None,
+            sig.priority if sig else 0, canonical_fields(fields)))
 
     def _exception(self, exc: Exc, stream: object) -> None:
         rank, local, host = self.streams.get(stream, (self.source.rank, self.source.local_rank, self.source.host))

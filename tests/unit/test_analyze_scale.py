@@ -183,7 +183,31 @@ def test_an_event_pickles_with_every_field() -> None:
               enumerate(dataclasses.fields(Event))}
     values.update(time=1.5e9, fields=(("rank", "3"),))
     event = Event(**values)
-    assert pickle.loads(pickle.dumps(event)) == event
+    loaded = pickle.loads(pickle.dumps(event))
+    assert loaded == event and type(loaded) is Event
+    assert [getattr(loaded, name) for name in values] == list(values.values())
+
+
+def test_new_event_is_the_frozen_event_its_dataclass_builds() -> None:
+    """`new_event` (the hot paths' constructor) takes the dataclass's fields in order with its defaults, and gives
+    an event equal to `Event(...)`, hashed alike, and as frozen."""
+    import dataclasses
+    import inspect
+
+    from ddpslurm.analyze.events import Event, new_event
+
+    params = inspect.signature(new_event).parameters
+    fields = dataclasses.fields(Event)
+    assert list(params) == [f.name for f in fields]
+    assert [p.default for p in params.values()] == [
+        inspect.Parameter.empty if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        else (f.default if f.default is not dataclasses.MISSING else f.default_factory()) for f in fields]
+    values = [f"v{i}" if i % 2 else i for i in range(len(fields))]
+    made, built = new_event(*values), Event(*values)
+    assert made == built and hash(made) == hash(built) and repr(made) == repr(built)
+    assert new_event("f", 1, "k", "t") == Event("f", 1, "k", "t")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.rank = 3  # type: ignore[misc]
 
 
 @settings(max_examples=300, deadline=None)
