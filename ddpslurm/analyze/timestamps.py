@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as _dt
+import functools
 
 import regex
 
@@ -45,8 +46,17 @@ def _frac(text: str | None) -> float:
 
 
 def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
+    """`calendar.timegm` of these values (the day, hour and minute not checked, as it does), None where it refuses
+    the year or month; a month's first day is looked up once (every timed line of a job asks for a few months)."""
+    days = _month_start(y, mo)
+    return None if days is None else float((((days + d - 1) * 24 + h) * 60 + mi) * 60 + min(s, 59))
+
+
+@functools.lru_cache(maxsize=4096)
+def _month_start(y: int, mo: int) -> int | None:
+    """Days from 1970-01-01 to the first day of month `mo` of year `y`; None for no such month."""
     try:
-        return float(calendar.timegm((y, mo, d, h, mi, min(s, 59), 0, 0, 0)))
+        return calendar.timegm((y, mo, 1, 0, 0, 0, 0, 0, 0)) // 86400
     except (ValueError, OverflowError):
         return None
 

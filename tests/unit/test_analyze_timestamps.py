@@ -135,3 +135,15 @@ def test_year_less_times_move_by_day_as_each_line_would(lines: list[tuple[str, i
             continue
         moved = in_year(before.time, logs_year)
         assert after.time == (moved if moved is not None else parse_time(before.text, logs_year)[0])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(-5, 12000), st.integers(-1, 14), st.integers(0, 40), st.integers(0, 29), st.integers(0, 59),
+       st.integers(0, 69))
+def test_epoch_is_what_calendar_timegm_says(y: int, mo: int, d: int, h: int, mi: int, s: int) -> None:
+    """The month's first day is cached; the rest is timegm's own arithmetic, unchecked as it leaves it."""
+    try:
+        expected = float(calendar.timegm((y, mo, d, h, mi, min(s, 59), 0, 0, 0)))
+    except (ValueError, OverflowError):
+        expected = None
+    assert timestamps._epoch(y, mo, d, h, mi, s) == expected
