@@ -42,7 +42,7 @@ from ddpslurm.analyze.attribution import (
     prefix_spans,
 )
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile, new_event
-from ddpslurm.analyze.line_count import newlines, use_numpy
+from ddpslurm.analyze.line_count import newlines
 from ddpslurm.analyze.prefilter import candidate_starts
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, Signature, SignatureSet, remember
 from ddpslurm.analyze.timestamps import parse_time
@@ -52,8 +52,6 @@ CHUNK = 4 << 20
 MAX_LINE = 16 * 1024
 TAIL_LINES = 6
 PARALLEL_MIN_BYTES = 8 << 20
-#: inputs from this size count their line ends with numpy (line_count.py): its import repays itself on them
-NUMPY_MIN_TOTAL = 256 << 20
 SPLIT_MIN_BYTES = 32 << 20
 OVERRUN_BYTES = 4 << 20
 HEAD_BYTES = 64 << 10
@@ -911,15 +909,11 @@ def _told_channel_line(block: bytes | bytearray, start: int, n: int, channels: s
 _WORKER_SIGS: SignatureSet | None = None
 
 
-def _init_worker(sigs: SignatureSet, count_with_numpy: bool = False) -> None:
-    """Pool initializer: the compiled signatures reach each worker once (inherited on fork); numpy's line counting
-    is imported here, in each worker, and not in the parent, which holds the job's events (10 MB more at its peak
-    otherwise). A worker makes no reference cycles to speak of: its cycle collector stays off, as the parent's is
-    while it analyzes."""
+def _init_worker(sigs: SignatureSet) -> None:
+    """Pool initializer: the compiled signatures reach each worker once (inherited on fork). A worker makes no
+    reference cycles to speak of: its cycle collector stays off, as the parent's is while it analyzes."""
     global _WORKER_SIGS
     _WORKER_SIGS = sigs
-    if count_with_numpy:
-        use_numpy()
     gc.disable()
 
 
@@ -1012,10 +1006,7 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     years = list(years) if years is not None else [None] * len(sources)
     total = sum(s.size for s in sources)
     count = workers if workers is not None else min(os.cpu_count() or 1, 8)
-    numpy_counts = total >= NUMPY_MIN_TOTAL
     if count <= 1 or total < PARALLEL_MIN_BYTES:
-        if numpy_counts:
-            use_numpy()
         results = []
         for s, y in zip(sources, years, strict=False):
             results.append(scan_file(s, sigs, y, progress, keep_tail=len(results) < TAIL_FILES))
@@ -1036,7 +1027,7 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     out: list = [None] * len(sources)
     pieces: dict[int, list[tuple[int, tuple[list[Event], FileSummary]]]] = defaultdict(list)  # files cut in ranges
     tasks = batches(jobs)
-    with ctx.Pool(min(count, len(tasks)), initializer=_init_worker, initargs=(sigs, numpy_counts)) as pool:
+    with ctx.Pool(min(count, len(tasks)), initializer=_init_worker, initargs=(sigs,)) as pool:
         for task, results in zip(tasks, pool.imap(_scan_batch, [[a for _, a in t] for t in tasks]), strict=False):
             for (i, args), result in zip(task, results, strict=True):
                 if args[3] is None:

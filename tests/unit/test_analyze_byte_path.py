@@ -1,5 +1,6 @@
-"""The scan's byte path: line ends counted with numpy or bytes.count alike, repeated NCCL channel lines skipped on the
-block as `handle` would skip them, and the embedded-rank prefix looked for only where its literal is."""
+"""The scan's byte path: line ends counted with numpy or bytes.count alike (numpy imported once it pays),
+repeated NCCL channel lines skipped on the block as `handle` would skip them, and the embedded-rank prefix looked
+for only where its literal is."""
 
 from __future__ import annotations
 
@@ -19,12 +20,10 @@ SIGS = load_signatures()
 
 
 @pytest.fixture
-def numpy_counts(monkeypatch):
-    """numpy's counting on for the test, and off again after it (the module keeps it for its process)."""
+def fresh_counter(monkeypatch):
+    """The module's per-process state as a new process has it (no numpy yet, nothing counted)."""
     monkeypatch.setattr(line_count, "_numpy", None)
-    assert line_count.use_numpy()
-    yield
-    monkeypatch.setattr(line_count, "_numpy", None)
+    monkeypatch.setattr(line_count, "_counted", 0)
 
 
 @settings(max_examples=200, deadline=None)
@@ -32,33 +31,52 @@ def numpy_counts(monkeypatch):
        cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
 def test_numpy_counts_the_line_ends_bytes_count_counts(size: int, seed: int, newline_every: int,
                                                         cut: tuple[float, float]) -> None:
+    import numpy
+
     rng = random.Random(seed)
     block = bytearray(rng.randbytes(size))
     for i in range(rng.randrange(newline_every), size, newline_every):
         block[i] = 10
     start, end = sorted(int(c * size) for c in cut)
-    line_count._numpy = None
+    saved = line_count._numpy
+    line_count._numpy = numpy
     try:
-        assert line_count.use_numpy()
         assert line_count.newlines(block, start, end) == block.count(b"\n", start, end)
         assert line_count.newlines(bytes(block), 0, size) == block.count(b"\n")
     finally:
-        line_count._numpy = None
+        line_count._numpy = saved
 
 
-def test_without_numpy_bytes_count_counts(monkeypatch) -> None:
+def test_numpy_is_imported_once_long_spans_have_cost_its_import(fresh_counter, monkeypatch) -> None:
+    monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 50_000)
+    block = b"x" * 99 + b"\n"
+    block *= 1000  # 100 kB
+    for _ in range(100):  # short spans do not count towards it
+        assert line_count.newlines(block, 0, 1000) == 10
+    assert line_count._numpy is None and line_count._counted == 0
+    assert line_count.newlines(block, 0, 20_000) == 200
+    assert line_count._numpy is None and line_count._counted == 20_000
+    assert line_count.newlines(block, 20_000, 50_000) == 300  # the span that reaches it is counted with numpy
+    assert line_count._numpy is not None and line_count._counted is None
+
+
+def test_without_numpy_bytes_count_counts(fresh_counter, monkeypatch) -> None:
     real_import = builtins.__import__
+    tried: list[str] = []
 
     def no_numpy(name, *args, **kwargs):
         if name == "numpy":
+            tried.append(name)
             raise ImportError("no numpy here")
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(line_count, "_numpy", None)
+    monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 0)
     monkeypatch.setattr(builtins, "__import__", no_numpy)
-    assert line_count.use_numpy() is False
     block = b"a\n" * 40_000
     assert line_count.newlines(block, 3, len(block)) == block.count(b"\n", 3)
+    assert line_count.newlines(block, 0, len(block)) == 40_000
+    assert tried == ["numpy"]  # looked for once, not at every span
+    assert line_count._numpy is None
 
 
 def _long_gap_log(tmp_path: Path) -> SourceFile:
@@ -75,29 +93,18 @@ def _long_gap_log(tmp_path: Path) -> SourceFile:
     return SourceFile(path=str(path), display=path.name, rank=0, size=path.stat().st_size)
 
 
-def test_a_scan_with_numpy_counts_gives_the_same_lines(tmp_path: Path, monkeypatch) -> None:
+def test_a_scan_with_numpy_counts_gives_the_same_lines(tmp_path: Path, fresh_counter, monkeypatch) -> None:
+    import numpy
+
     source = _long_gap_log(tmp_path)
-    monkeypatch.setattr(line_count, "_numpy", None)
+    monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 1 << 40)
     plain_events, plain = scan.scan_file(source, SIGS)
-    assert line_count.use_numpy()
-    try:
-        events, summary = scan.scan_file(source, SIGS)
-    finally:
-        monkeypatch.setattr(line_count, "_numpy", None)
+    assert line_count._numpy is None
+    monkeypatch.setattr(line_count, "_numpy", numpy)
+    events, summary = scan.scan_file(source, SIGS)
     assert summary.lines == plain.lines == 6 * 3001
     assert [(e.line, e.signature) for e in events] == [(e.line, e.signature) for e in plain_events]
     assert [e.line for e in events if e.kind == "watchdog_timeout"][:2] == [3001, 6002]
-
-
-def test_only_a_large_input_turns_numpy_on(tmp_path: Path, monkeypatch) -> None:
-    source = _long_gap_log(tmp_path)
-    turned_on: list[bool] = []
-    monkeypatch.setattr(scan, "use_numpy", lambda: turned_on.append(True) or True)
-    scan.scan_files([source], SIGS, workers=1)
-    assert turned_on == []
-    monkeypatch.setattr(scan, "NUMPY_MIN_TOTAL", source.size)
-    scan.scan_files([source], SIGS, workers=1)
-    assert turned_on == [True]
 
 
 #: NCCL heads of two processes, and the lines a channel-heavy INFO log mixes with its channel lines
@@ -161,17 +168,19 @@ def test_the_embedded_rank_is_looked_for_wherever_it_can_be(before: str, tag: st
 
 
 def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path: Path) -> None:
-    """The parent holds the job's events at its peak: numpy (10 MB) is imported in the workers only."""
+    """The parent holds the job's events at its peak: numpy (10 MB) is imported by the processes that count."""
     source = _long_gap_log(tmp_path)
     probe = (
         "import sys\n"
-        "from ddpslurm.analyze import scan\n"
+        "from ddpslurm.analyze import line_count, scan\n"
         "from ddpslurm.analyze.events import SourceFile\n"
         "from ddpslurm.analyze.signatures import load_signatures\n"
-        "scan.NUMPY_MIN_TOTAL = scan.PARALLEL_MIN_BYTES = 0\n"
+        "scan.PARALLEL_MIN_BYTES = line_count.NUMPY_AFTER_BYTES = 0\n"
         f"s = SourceFile(path={source.path!r}, display='a', rank=0, size={source.size})\n"
         "results = scan.scan_files([s, s, s], load_signatures(), workers=2)\n"
         "print([summary.lines for _, summary in results], 'numpy' in sys.modules)\n"
+        "results = scan.scan_files([s], load_signatures(), workers=1)\n"
+        "print('numpy' in sys.modules)\n"
     )
     import subprocess
     import sys
@@ -179,4 +188,4 @@ def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["[18006,", "18006,", "18006]", "False"]
+    assert done.stdout.split() == ["[18006,", "18006,", "18006]", "False", "True"]
