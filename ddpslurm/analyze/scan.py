@@ -71,6 +71,12 @@ _CHANNEL_LINE = re.compile(rb" NCCL INFO Channel \d+(?:/\d+)? : (\d+)\[[0-9a-fA-
                            rb"\[(send|receive)\] via")
 #: distinct (line head, NCCL rank) pairs a file remembers to skip repeated channel lines
 MAX_CHANNEL_KEYS = 10_000
+
+
+def channel_key(head: bytes, m: re.Match[bytes]) -> tuple[bytes, bytes]:
+    """What a channel line `_CHANNEL_LINE` matched tells: its head (the bytes before the match) and the printing
+    process's NCCL rank (the sender's on [send], the receiver's on [receive])."""
+    return head, m[1] if m[3] == b"send" else m[2]
 _SUBMITIT_ENV = re.compile(r"JobEnvironment\(job_id=[^,]*, hostname=(?P<host>[^,]+), local_rank=(?P<local>\d+)\(\d+\), "
                            r"node=(?P<node>\d+)\(\d+\), global_rank=(?P<rank>\d+)\((?P<world>\d+)\)\)")
 
@@ -329,7 +335,7 @@ class _FileState:
         m = _CHANNEL_LINE.search(raw)
         if m is None:
             return False
-        key = (raw[:m.start()], m[1] if m[3] == b"send" else m[2])
+        key = channel_key(raw[:m.start()], m)
         if key in self.channel_lines:
             return True
         if len(self.channel_lines) < MAX_CHANNEL_KEYS:
@@ -903,7 +909,7 @@ def _told_channel_line(block: bytes | bytearray, start: int, n: int, channels: s
     if end - start > MAX_LINE:
         return False
     m = _CHANNEL_LINE.search(block, start, end)
-    return m is not None and (bytes(block[start:m.start()]), m[1] if m[3] == b"send" else m[2]) in channels
+    return m is not None and channel_key(bytes(block[start:m.start()]), m) in channels
 
 
 _WORKER_SIGS: SignatureSet | None = None
