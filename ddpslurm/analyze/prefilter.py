@@ -1,14 +1,16 @@
 """The scanner's prefilter: the lines of a block that hold at least one anchor, in one pass over the bytes.
 
-The engine is a multi-pattern automaton (`ahocorasick_rs`, Rust aho-corasick with a SIMD prefilter: about 0.18 CPU s
-per GB for the 45 shipped anchors, benchmarks/README.md), whatever the number of anchors. Where its wheel is
-missing (a platform or Python it has no build for), `AnchorFinder`, pure Python through each anchor's rarest byte,
-finds exactly the same lines, 10-20x slower.
+The engine is a multi-pattern automaton (`ahocorasick_rs`, Rust aho-corasick with a SIMD prefilter): 0.14-0.48 CPU s
+per GB for the 48 shipped anchors, depending on their order, which `tune` picks on a sample of a large input
+(benchmarks/README.md). Where its wheel is missing (a platform or Python it has no build for), `AnchorFinder`, pure
+Python through each anchor's rarest byte, finds exactly the same lines, 10-20x slower.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+import time
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 #: what the finders search: bytes, or a reused read buffer
@@ -24,12 +26,19 @@ class Finder(Protocol):
     def starts(self, block: Buffer, end: int | None = None) -> list[int]: ...
 
 
+def minimal(anchors: Sequence[bytes]) -> tuple[bytes, ...]:
+    """The anchors, once each and in their order, less those that hold another: every line holding one of those
+    holds the shorter one, so the same lines are found with less to look for."""
+    uniq = [a for a in dict.fromkeys(anchors) if a]
+    return tuple(a for a in uniq if not any(b != a and b in a for b in uniq))
+
+
 class AutomatonFinder:
     """All anchors in one automaton; a line is reported once, whatever it holds."""
 
     def __init__(self, anchors: Sequence[bytes]) -> None:
         assert _ahocorasick is not None
-        self.anchors = tuple(a for a in dict.fromkeys(anchors) if a)
+        self.anchors = minimal(anchors)
         self.automaton = _ahocorasick.BytesAhoCorasick(list(self.anchors),
                                                       matchkind=_ahocorasick.MATCHKIND_LEFTMOST_FIRST)
 
@@ -87,8 +96,7 @@ class AnchorFinder:
     """
 
     def __init__(self, anchors: Sequence[bytes]) -> None:
-        uniq = [a for a in dict.fromkeys(anchors) if a]
-        self.anchors = tuple(a for a in uniq if not any(b != a and b in a for b in uniq))
+        self.anchors = minimal(anchors)
         self.slow: list[bytes] = []  # anchors looked for with bytes.find
         self.pivots: dict[int, list[tuple[bytes, int]]] = {}  # pivot byte -> (anchor, offset of the pivot in it)
         self.seen: dict[int, int] = {}  # pivot byte -> occurrences so far
@@ -176,6 +184,41 @@ def anchor_finder(anchors: Sequence[bytes], pure: bool = False) -> Finder:
         automaton = not key[1] and all(b"\n" not in a for a in usable)
         finder = _FINDERS[key] = AutomatonFinder(usable) if automaton else AnchorFinder(usable)
     return finder
+
+
+#: anchor orders `tune` times (the given one, then seeded shuffles), and the sample of the input it times them on
+TUNE_ORDERS = 8
+TUNE_SAMPLE_BYTES = 1 << 20
+
+
+def tune(anchors: Sequence[bytes], sample: bytes,
+         seconds: Callable[[AutomatonFinder, bytes], float] | None = None) -> Finder:
+    """Make this process's finder of `anchors` the automaton whose anchor order scans `sample` fastest.
+
+    The automaton's SIMD prefilter (Teddy) puts anchors into buckets by their order, and every position whose
+    bytes pass a bucket's masks is checked against the anchors in it: an order whose buckets mix anchors that
+    log text often nearly matches costs up to three times another over the same bytes (0.14 to 0.48 ns a byte
+    over the 1 GB benchmark job, benchmarks/README.md). Which order is cheap depends on the text, so a few are
+    timed on a sample of it. Every order finds the same lines; the pure-Python finder has no order to tune."""
+    key = (tuple(anchors), False)
+    if _ahocorasick is None or not sample or any(b"\n" in a for a in key[0]):
+        return anchor_finder(anchors)
+    timer = seconds or _scan_seconds
+    given = minimal(anchors)
+    orders = [given, *(tuple(random.Random(seed).sample(given, len(given))) for seed in range(1, TUNE_ORDERS))]
+    finders = [AutomatonFinder(order) for order in orders]
+    _FINDERS[key] = best = min(finders, key=lambda f: timer(f, sample))
+    return best
+
+
+def _scan_seconds(finder: AutomatonFinder, sample: bytes) -> float:
+    """The automaton's quickest of two passes over `sample`."""
+    best = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        finder.automaton.find_matches_as_indexes(sample)
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def candidate_starts(block: Buffer, anchors: Sequence[bytes], end: int | None = None) -> list[int]:

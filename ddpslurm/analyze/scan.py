@@ -43,7 +43,7 @@ from ddpslurm.analyze.attribution import (
 )
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile, new_event
 from ddpslurm.analyze.line_count import newlines
-from ddpslurm.analyze.prefilter import candidate_starts
+from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, Signature, SignatureSet, remember
 from ddpslurm.analyze.timestamps import parse_time
 from ddpslurm.analyze.tracebacks import ElasticBlock, Exc, TracebackAssembler
@@ -52,6 +52,9 @@ CHUNK = 4 << 20
 MAX_LINE = 16 * 1024
 TAIL_LINES = 6
 PARALLEL_MIN_BYTES = 8 << 20
+#: inputs from this size on have the prefilter's anchor order timed on a sample of them first (prefilter.tune:
+#: ~8 ms, which a 0.1-0.3 ns a byte faster prefilter earns back over ~50 MB)
+TUNE_MIN_BYTES = 64 << 20
 SPLIT_MIN_BYTES = 32 << 20
 OVERRUN_BYTES = 4 << 20
 HEAD_BYTES = 64 << 10
@@ -960,6 +963,25 @@ def batches(jobs: list[tuple[int, ScanJob]]) -> list[list[tuple]]:
     return out
 
 
+def prefilter_sample(sources: Sequence[SourceFile], size: int = TUNE_SAMPLE_BYTES) -> bytes:
+    """The first bytes of the largest files, `size` in all and a quarter of it at most from one file: the text the
+    prefilter's anchor orders are timed on. Files that cannot be read now, and binary ones, give nothing."""
+    pieces: list[bytes] = []
+    left = size
+    for source in sorted(sources, key=lambda s: -s.size):
+        if left <= 0:
+            break
+        try:
+            with _Reader(source.path, READ_DEADLINE) as handle:
+                piece = handle.read(min(left, size // 4))
+        except OSError:
+            continue
+        if piece and not is_binary(piece[:8192]):
+            pieces.append(piece)
+            left -= len(piece)
+    return b"".join(pieces)
+
+
 def split_points(path: str, size: int, parts: int) -> list[int]:
     """Byte offsets cutting a file into `parts` ranges at line starts: [0, b1, ..., size]."""
     cuts = [0]
@@ -1021,6 +1043,8 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
         return results
     import multiprocessing
 
+    if total >= TUNE_MIN_BYTES:
+        tune(sigs.anchors, prefilter_sample(sources))  # before the fork: the workers inherit the automaton
     # big files are cut into ranges at line starts so that one huge log also uses every core
     jobs: list[tuple[int, ScanJob]] = []
     for i, source in enumerate(sources):

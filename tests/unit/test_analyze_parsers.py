@@ -216,3 +216,43 @@ def test_an_overlong_line_inside_a_block_is_counted_when_it_is_read(tmp_path: Pa
     _events, summary = scan.scan_file(SourceFile(path=str(log), display=log.name, size=log.stat().st_size),
                                       load_signatures())
     assert (summary.truncated_lines, summary.lines) == (cut, 3)
+
+
+def test_the_prefilter_sample_is_the_head_of_the_largest_readable_text_files(tmp_path: Path) -> None:
+    import ddpslurm.analyze.scan as scan
+
+    def source(name: str, data: bytes) -> SourceFile:
+        (tmp_path / name).write_bytes(data)
+        return SourceFile(path=str(tmp_path / name), display=name, size=len(data))
+
+    small = source("small.log", b"s" * 100)
+    big = source("big.log", b"b" * 5000)
+    binary = source("model.pt", b"\x00\x01" * 8000)
+    gone = SourceFile(path=str(tmp_path / "gone.log"), display="gone.log", size=9000)
+    sample = scan.prefilter_sample([small, gone, big, binary], size=4096)
+    assert sample == b"b" * 1024 + b"s" * 100  # a quarter at most from one file; largest first; the rest skipped
+
+
+def test_a_tuned_prefilter_scans_a_large_input_in_workers_as_one_process_does(tmp_path: Path, sigs,
+                                                                               monkeypatch) -> None:
+    import ddpslurm.analyze.prefilter as prefilter
+    import ddpslurm.analyze.scan as scan
+
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(scan, "TUNE_MIN_BYTES", 0)
+    monkeypatch.setattr(prefilter, "_FINDERS", {})
+    tuned: list[int] = []
+    monkeypatch.setattr(scan, "tune", lambda anchors, sample: tuned.append(len(sample)) or
+                        prefilter.tune(anchors, sample))
+    filler = "".join(f"node1:1:2 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[0] via P2P/IPC\n" for i in range(60))
+    sources = []
+    for i in range(4):
+        path = tmp_path / f"{i}.log"
+        path.write_text(filler + INTERLEAVED + filler + ELASTIC)
+        sources.append(SourceFile(path=str(path), display=path.name, size=path.stat().st_size))
+    alone = [scan_file(s, sigs) for s in sources]
+    together = scan.scan_files(sources, sigs, workers=2)
+    assert tuned == [sum(s.size for s in sources)]
+    assert [sorted((e.line, e.kind, e.rank, e.text) for e in evs) for evs, _ in together] == \
+        [sorted((e.line, e.kind, e.rank, e.text) for e in evs) for evs, _ in alone]
+    assert [s.lines for _, s in together] == [s.lines for _, s in alone]

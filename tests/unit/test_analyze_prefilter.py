@@ -98,3 +98,50 @@ def test_literals_in_survives_pickling_for_a_spawned_worker() -> None:
     sigs.match("RuntimeError: boom")  # builds the index and its automaton
     again = pickle.loads(pickle.dumps(sigs))
     assert again.match("RuntimeError: boom")[0].id == "python-exception"
+
+
+@pytest.mark.skipif(prefilter._ahocorasick is None, reason="the automaton's order is tuned only with the wheel")
+@settings(max_examples=200, deadline=None)
+@given(text=st.lists(words, max_size=60), anchors=st.lists(words.filter(lambda w: b"\n" not in w), min_size=1,
+                                                           max_size=6), seed=st.integers(0, 1000))
+def test_every_anchor_order_finds_the_same_lines(text: list[bytes], anchors: list[bytes], seed: int) -> None:
+    """`tune` may build the automaton with any order of the anchors: the lines found do not depend on it."""
+    import random
+
+    block = b"".join(text) + b"\n"
+    shuffled = random.Random(seed).sample(anchors, len(anchors))
+    assert AutomatonFinder(shuffled).starts(block) == AutomatonFinder(anchors).starts(block) == \
+        brute_force(block, anchors)
+
+
+def test_minimal_drops_the_anchors_that_hold_another_and_keeps_the_order() -> None:
+    found = prefilter.minimal([b"Segmentation fault", b"rror", b"", b"egmentation", b"rror", b"Error", b"oom"])
+    assert found == (b"rror", b"egmentation", b"oom")
+
+
+@pytest.mark.skipif(prefilter._ahocorasick is None, reason="the automaton's order is tuned only with the wheel")
+def test_tune_installs_the_order_that_scanned_the_sample_fastest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prefilter, "_FINDERS", {})
+    anchors = [b"rror", b"imeout", b"Killed", b"oom", b"Traceback", b"WARN"]
+    timed: list[tuple[bytes, ...]] = []
+
+    def seconds(finder: AutomatonFinder, sample: bytes) -> float:
+        timed.append(finder.anchors)
+        return 1.0 if len(timed) != 5 else 0.5  # the fifth order tried is the fastest
+
+    best = prefilter.tune(anchors, b"an Error\nfine\n", seconds)
+    assert len(timed) == prefilter.TUNE_ORDERS
+    assert timed[0] == tuple(anchors)  # the given order is one of those tried
+    assert all(sorted(order) == sorted(anchors) for order in timed)
+    assert best.anchors == timed[4]
+    assert anchor_finder(anchors) is best  # what the scan uses from now on in this process (and forked workers)
+    assert prefilter.candidate_starts(b"fine\nan Error\nok\nOOM oom\n", anchors) == [5, 17]
+
+
+def test_tune_leaves_the_pure_finder_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prefilter, "_ahocorasick", None)
+    monkeypatch.setattr(prefilter, "_FINDERS", {})
+    calls: list[int] = []
+    finder = prefilter.tune([b"rror"], b"an Error\n", lambda f, s: calls.append(1) or 0.0)
+    assert isinstance(finder, AnchorFinder) and not calls
+    assert finder.starts(b"x\nan Error\n") == [2]
