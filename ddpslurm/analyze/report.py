@@ -181,10 +181,13 @@ def to_markdown(diagnosis: Diagnosis) -> str:
         out += ["```", ""]
     if d.ranks:
         out += ["### Ranks", "", "| rank | host | role | first error |", "|---|---|---|---|"]
-        for label, row, count in collapse_rows(d.ranks)[:MAX_ROWS]:
+        groups = collapse_rows(d.ranks)
+        for label, row, count in groups[:MAX_ROWS]:
             role = _role(row, count)
             error = _md(one_line(row.first_error or "-")[:160])
             out.append(f"| {label} | {_md(_hosts(d.ranks, label, row))} | {_md(role)} | {error} |")
+        if len(groups) > MAX_ROWS:
+            out.append(f"| ... | | {len(groups) - MAX_ROWS} more groups | see `--json` |")
         out.append("")
     if d.advice:
         out += ["### What to do", ""] + [f"- {_md(a)}" for a in d.advice] + [""]

@@ -44,6 +44,7 @@ from ddpslurm.analyze.attribution import (
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile, new_event
 from ddpslurm.analyze.line_count import newlines
 from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
+from ddpslurm.analyze.resolve import MAX_RANK_LIST
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, Signature, SignatureSet, remember
 from ddpslurm.analyze.timestamps import parse_time
 from ddpslurm.analyze.tracebacks import ElasticBlock, Exc, TracebackAssembler
@@ -421,7 +422,7 @@ class _FileState:
         rank = p.rank if p.rank is not None else src.rank
         local = p.local_rank if p.local_rank is not None else src.local_rank
         host = p.host or src.host
-        if p.rank is not None and self.summary is not None and len(self.summary.ranks_seen) < 100_000 and \
+        if p.rank is not None and self.summary is not None and len(self.summary.ranks_seen) < MAX_RANK_LIST and \
                 (p.rank != src.rank or src.kind != "log"):  # resolve counts a log file's own rank present anyway
             self.summary.ranks_seen.add(p.rank)
         if slurm:
@@ -533,7 +534,7 @@ class _FileState:
             local = small_int(groups.get("local_rank"))
         if sig.kind == "nccl_rank_map":
             key = (ev_host, pid, groups.get("nccl_rank"), groups.get("nranks"))
-            if key in self.rank_maps or len(self.rank_maps) > 10_000:
+            if key in self.rank_maps:
                 return False
             self.rank_maps.add(key)
         if sig.kind == "interface" and "ip" in groups:

@@ -245,3 +245,33 @@ def test_the_cycle_collector_is_paused_while_analyzing_and_left_as_it_was(tmp_pa
     finally:
         gc.enable()
     assert seen == [False]
+
+
+def test_a_merged_log_keeps_every_process_rank_map_fact_past_ten_thousand(tmp_path: Path) -> None:
+    """One slurm-%j.out for a 10k-rank job: every process's NCCL rank is told once, none dropped at a cap."""
+    n = 10_050
+    path = tmp_path / "slurm-1.out"
+    with path.open("w") as handle:
+        for r in range(n):
+            handle.write(f"node{r // 8:05d}:{100000 + r}:{100000 + r} [{r % 8}] NCCL INFO Channel 00/0 : {r}[{r % 8}]"
+                         f" -> {(r + 1) % n}[{(r + 1) % 8}] [send] via NET/IB/0\n")
+            if r % 1000 == 7:  # the same process again, another channel: already told
+                handle.write(f"node{r // 8:05d}:{100000 + r}:{100000 + r} [{r % 8}] NCCL INFO Channel 01/0 : "
+                             f"{r}[{r % 8}] -> {(r + 1) % n}[{(r + 1) % 8}] [send] via NET/IB/1\n")
+    events, _ = scan.scan_file(SourceFile(path=str(path), display=path.name, size=path.stat().st_size),
+                               load_signatures())
+    told = {(e.host, e.pid, e.get("nccl_rank")) for e in events if e.kind == "nccl_rank_map"}
+    assert len(events) == len(told) == n
+    assert (f"node{(n - 1) // 8:05d}", 100000 + n - 1, str(n - 1)) in told
+
+
+def test_the_ranks_a_file_names_are_kept_up_to_the_bound_resolve_keeps(tmp_path: Path, monkeypatch) -> None:
+    from ddpslurm.analyze import resolve as resolve_module
+
+    assert scan.MAX_RANK_LIST == resolve_module.MAX_RANK_LIST  # a file's rank set and the job's share one bound
+    monkeypatch.setattr(scan, "MAX_RANK_LIST", 50)
+    path = tmp_path / "slurm-1.out"
+    path.write_text("".join(WATCHDOG.format(r=r) for r in range(60)))
+    _, summary = scan.scan_file(SourceFile(path=str(path), display=path.name, size=path.stat().st_size),
+                                load_signatures())
+    assert summary.ranks_seen == set(range(50))

@@ -104,3 +104,16 @@ def test_multi_line_text_keeps_newlines_only() -> None:
 def test_markdown_and_code_text() -> None:
     assert markdown("a|b [x](y) <s> `c` *d* _e_") == "a\\|b \\[x\\](y) \\<s\\> \\`c\\` \\*d\\* \\_e\\_"
     assert code_text("x ``` y\nz") == "x ''' y z"
+
+
+def test_markdown_says_how_many_rank_groups_it_leaves_out() -> None:
+    from ddpslurm.analyze.report import MAX_ROWS
+
+    rows = [RankRow(r, f"n{r}", "victim" if r % 2 else "unknown", None) for r in range(MAX_ROWS + 7)]
+    d = Diagnosis(cause="unknown", first_failing_rank=None, first_failing_host=None, confidence="low",
+                  summary="s", advice=[], evidence=[], ranks=rows, retry="unknown", exclude_nodes=[], notes=[])
+    table = [line for line in to_markdown(d).splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + MAX_ROWS + 1  # the header, the rows shown, the line saying what is not
+    assert table[-1] == "| ... | | 7 more groups | see `--json` |"
+    few = Diagnosis(**{**d.__dict__, "ranks": rows[:3]})
+    assert not any("more groups" in line for line in to_markdown(few).splitlines())
