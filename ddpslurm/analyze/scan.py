@@ -244,6 +244,8 @@ class _Pending:
     text: str
     time_text: str | None = None
     signature: str | None = None  #: a join's head matched this signature without its tail (the exit code)
+    #: how many events the file had when the head was read: the head's own events come after (a join drops them)
+    events_at: int = 0
 
 
 def small_int(text: str | None) -> int | None:
@@ -505,14 +507,15 @@ class _FileState:
         """The signature event of one line (a fact of its kind, or a failure), if any signature matches; the match."""
         hit = self.sigs.match(body)
         if (hit is None or hit[0].kind != "watchdog_timeout") and WRAPPED_HEAD.search(body):
-            self.pending = _Pending("join", stream, lineno, body, time_text)
+            self.pending = _Pending("join", stream, lineno, body, time_text, events_at=len(self.events))
         if hit is None:
             return None
         sig, m = hit
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
         if sig.kind == "agent_failed" and "exitcode" in m.re.groupindex and "exitcode" not in groups:
             # a launcher's report hard-wrapped before its exit code (a terminal or a paste): the next line may end it
-            self.pending = _Pending("join", stream, lineno, body, time_text, signature=sig.id)
+            self.pending = _Pending("join", stream, lineno, body, time_text, signature=sig.id,
+                                    events_at=len(self.events))
         emitted = self._signature_event(sig, groups, body, lineno, time_text, rank, local, host, nccl_source(body),
                                         body_rank(body))
         if emitted and "ChildFailedError" in body:
@@ -555,7 +558,9 @@ class _FileState:
             if not wanted or lineno - pending.line > 1 or (pending.signature and "exitcode" not in
                                                            {k for k, v in hit[1].groupdict().items() if v}):
                 return False
-            self.events[:] = [e for e in self.events if e.line != pending.line or e.file != self.source.display]
+            # the head's own events, read alone: only those after the mark (a merged log of 16k ranks' wrapped
+            # heads made the whole list filtered once per head, quadratic)
+            self.events[pending.events_at:] = [e for e in self.events[pending.events_at:] if e.line != pending.line]
             rank, local, host = self.streams.get(pending.stream, (None, None, None))
             self._match_line(joined, pending.line, pending.time_text, rank, local, host, pending.stream)
             self.pending = None

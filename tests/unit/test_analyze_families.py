@@ -319,6 +319,25 @@ def test_watchdog_head_wrapped_over_two_lines_is_read_whole(tmp_path: Path, sigs
         [(2, "watchdog_timeout", 3, "15", "14")]
 
 
+def test_many_ranks_wrapped_heads_in_one_log_are_each_read_whole_beside_other_failures(tmp_path: Path,
+                                                                                        sigs) -> None:
+    """A merged log of many ranks whose watchdog heads a collector wrapped: each head joins its own next line, and
+    the other failures around them (an OOM, a traceback of another rank) stay as they were."""
+    blocks = []
+    for r in range(40):
+        blocks.append(WRAPPED.replace("rank3", f"rank{r}").replace("Rank 3", f"Rank {r}"))
+        if r % 10 == 4:
+            blocks.append(f"[rank{100 + r}]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+        if r % 10 == 7:
+            blocks.append(f'[rank{200 + r}]:Traceback (most recent call last):\n[rank{200 + r}]:  File "t.py", line 1\n'
+                          f"[rank{200 + r}]:ValueError: bad\n")
+    events = scan_text(tmp_path, sigs, "".join(blocks))
+    heads = [(e.rank, e.get("last_completed")) for e in events if e.kind == "watchdog_timeout"]
+    assert heads == [(r, "14") for r in range(40)]
+    assert sorted(e.rank for e in events if e.cause == "cuda_oom") == [104, 114, 124, 134]
+    assert sorted(e.rank for e in events if e.kind == "exception" and e.cause != "cuda_oom") == [207, 217, 227, 237]
+
+
 SPAWN = """\
 Traceback (most recent call last):
   File "train.py", line 30, in <module>
