@@ -380,8 +380,8 @@ class _FileState:
             if consumed:
                 return
         consumed, finished = self.tracebacks.feed(stream, body, lineno)
-        for exc in finished:
-            self._exception(exc, stream)
+        for ended, exc in finished:
+            self._exception(exc, ended)  # a stream's own rank: another stream's traceback may end on this line
         if consumed:
             return
         if "RESTART_COUNT" in body:

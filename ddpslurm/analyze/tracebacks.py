@@ -71,15 +71,16 @@ class TracebackAssembler:
         """Whether some stream is inside a traceback (the scanner then reads every line)."""
         return bool(self.open)
 
-    def feed(self, stream: object, text: str, lineno: int) -> tuple[bool, list[Exc]]:
-        """Returns (consumed, finished): `consumed` means the line belongs to a traceback."""
-        finished: list[Exc] = []
+    def feed(self, stream: object, text: str, lineno: int) -> tuple[bool, list[tuple[object, Exc]]]:
+        """Returns (consumed, finished): `consumed` means the line belongs to a traceback; `finished` holds each
+        exception that ended with the stream it was read from (another stream's, left idle, may end here)."""
+        finished: list[tuple[object, Exc]] = []
         for key in list(self.open):
             if key != stream:
                 state = self.open[key]
                 state.idle += 1
                 if state.idle > self.max_idle:
-                    finished.extend(self._close(key))
+                    finished.extend(self._closed(key))
         if _START in text:
             state = self.open.get(stream)
             if state and state.awaiting_chain:
@@ -88,7 +89,7 @@ class TracebackAssembler:
                 state.awaiting_chain, state.exc, state.chained = False, None, True
                 state.wrapper_gap = 0
             else:
-                finished.extend(self._close(stream))
+                finished.extend(self._closed(stream))
                 self.open[stream] = _Open(start_line=lineno)
             # a header mid-line (a paste that lost its newlines): the text before it is still a line of its own
             return not text[:text.index(_START)].strip(), finished
@@ -107,7 +108,7 @@ class TracebackAssembler:
         frame = _FRAME.match(text)
         if frame:
             if state.exc is not None:
-                finished.extend(self._close(stream))
+                finished.extend(self._closed(stream))
                 return False, finished
             state.where = f'{frame["file"]}:{frame["line"]}' + (f' in {frame["func"]}' if frame["func"] else "")
             return True, finished
@@ -119,7 +120,7 @@ class TracebackAssembler:
             return True, finished
         if state.wrapper_gap > 0:
             return self._inside_wrapper(state, stripped), finished
-        finished.extend(self._close(stream))
+        finished.extend(self._closed(stream))
         return False, finished
 
     @staticmethod
@@ -150,11 +151,15 @@ class TracebackAssembler:
                     chained=state.chained, wrapped_by=state.wrapper if nested else None,
                     process=state.process if nested else None)]
 
+    def _closed(self, stream: object) -> list[tuple[object, Exc]]:
+        """`_close`, each exception with its stream."""
+        return [(stream, exc) for exc in self._close(stream)]
+
     def close_all(self) -> list[tuple[object, Exc]]:
         """End of input: finish every open traceback."""
         out: list[tuple[object, Exc]] = []
         for key in list(self.open):
-            out.extend((key, exc) for exc in self._close(key))
+            out.extend(self._closed(key))
         return out
 
 

@@ -6,6 +6,8 @@ import io
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ddpslurm.analyze.api import analyze_paths
 from ddpslurm.analyze.events import SourceFile
@@ -80,7 +82,8 @@ def test_c_plus_plus_lines_do_not_end_a_traceback() -> None:
     out = []
     for i, line in enumerate(feed, 1):
         out += asm.feed("s", line, i)[1]
-    assert [(e.text, e.line) for e in out] == [("torch.distributed.DistBackendError: NCCL error", 5)]
+    assert [(stream, e.text, e.line) for stream, e in out] == \
+        [("s", "torch.distributed.DistBackendError: NCCL error", 5)]
 
 
 ELASTIC = """\
@@ -256,3 +259,21 @@ def test_a_tuned_prefilter_scans_a_large_input_in_workers_as_one_process_does(tm
     assert [sorted((e.line, e.kind, e.rank, e.text) for e in evs) for evs, _ in together] == \
         [sorted((e.line, e.kind, e.rank, e.text) for e in evs) for evs, _ in alone]
     assert [s.lines for _, s in together] == [s.lines for _, s in alone]
+
+
+@settings(max_examples=40, deadline=None)
+@given(culprit=st.integers(0, 99_999), other=st.integers(0, 99_999), after=st.integers(0, 450),
+       label=st.sampled_from(["{r}: ", "[rank{r}]:", "[default0]:[rank{r}]:"]))
+def test_a_traceback_left_open_by_a_silent_rank_stays_that_ranks(tmp_path_factory, sigs, culprit: int, other: int,
+                                                                    after: int, label: str) -> None:
+    """A rank dies after its traceback and writes nothing more; the others go on logging (hundreds of lines, more
+    than a traceback waits idle). Its exception is its own, however many lines later it is given up on."""
+    from hypothesis import assume
+
+    assume(culprit != other)
+    mine, theirs = label.format(r=culprit), label.format(r=other)
+    text = (f"{mine}Traceback (most recent call last):\n{mine}  File \"train.py\", line 9, in <module>\n"
+            f"{mine}    step()\n{mine}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+            + "".join(f"{theirs}still training, step {i}\n" for i in range(after)))
+    events, _ = scan_text(tmp_path_factory.mktemp("log"), sigs, text)
+    assert [(e.kind, e.rank, e.line) for e in events if e.cause == "cuda_oom"] == [("exception", culprit, 4)]
