@@ -119,3 +119,6 @@ class FileSummary:
     match_timeouts: int = 0  # lines on which a signature's regex ran past its timeout (that signature skipped)
     torchrun: bool = False  # the file shows a torchrun agent (then srun task ids are nodes)
     ends_with_newline: bool | None = None  # its last byte, as the scan saw it (None: not known, look at the file)
+    #: a byte range's scan only: lines after its end it read to finish a traceback or block open there (the next
+    #: range reads them too, out of context; scan.merge_parts keeps this range's reading of them)
+    read_past_end: int = 0

@@ -57,6 +57,9 @@ PARALLEL_MIN_BYTES = 8 << 20
 #: ~8 ms, which a 0.1-0.3 ns a byte faster prefilter earns back over ~50 MB)
 TUNE_MIN_BYTES = 64 << 20
 SPLIT_MIN_BYTES = 32 << 20
+#: the most ranges one file is cut into: ranges of SPLIT_MIN_BYTES up to this many, so that the workers share a file
+#: whose costly lines sit in one part (a merged log's NCCL start-up of every rank at its head) and not only its bytes
+MAX_RANGES = 64
 OVERRUN_BYTES = 4 << 20
 HEAD_BYTES = 64 << 10
 #: seconds one file may take to read (a hung network filesystem, an endless pseudo-file): then the rest is skipped
@@ -73,8 +76,10 @@ _RESTART = re.compile(r"SLURM_RESTART_COUNT\s*[=:]\s*(\d+)")
 #: printing process is the sender's on [send], the receiver's on [receive]
 _CHANNEL_LINE = re.compile(rb" NCCL INFO Channel \d+(?:/\d+)? : (\d+)\[[0-9a-fA-F]+\] -> (\d+)\[[0-9a-fA-F]+\] "
                            rb"\[(send|receive)\] via")
-#: distinct (line head, NCCL rank) pairs a file remembers to skip repeated channel lines
-MAX_CHANNEL_KEYS = 10_000
+#: distinct (line head, NCCL rank) pairs a file remembers to skip repeated channel lines: one per process and
+#: communicator (a merged log of a 16k-rank job holds 16k; at 10,000 its channel lines past them were each read in
+#: full, 8.0 -> 5.8 s for its start-up part); past this a line is read, not skipped, so nothing is lost
+MAX_CHANNEL_KEYS = 1_000_000
 
 
 def channel_key(head: bytes, m: re.Match[bytes]) -> tuple[bytes, bytes]:
@@ -769,6 +774,7 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
                     lineno = _scan_block(block, size, lineno, state, anchors, every_line, stop_when_idle=True)
                     if not state.line_mode:
                         break
+                summary.read_past_end = lineno - in_range
             lineno = in_range
     except OSError as error:
         summary.error = error.strerror or str(error)
@@ -1003,21 +1009,22 @@ def split_points(path: str, size: int, parts: int) -> list[int]:
 
 
 def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Event], FileSummary]:
-    """One file's ranges back together: line numbers shifted, events a range read past its end deduplicated."""
+    """One file's ranges back together: line numbers shifted, and the lines a range read past its end (to finish a
+    traceback or block open there) taken from that range, which read them in context, not from the next one, which
+    read them from the middle of that block (a failure block's entries read as lines of their own)."""
     if len(parts) == 1:
         return parts[0]
-    from dataclasses import replace
-
     events: list[Event] = []
     seen: set[tuple[int, str]] = set()
     merged = FileSummary(file=parts[0][1].file)
-    offset = 0
+    offset = covered = 0  # covered: the last line (of the whole file) an earlier range has read
     for part_events, summary in parts:
         for e in part_events:
-            e = replace(e, line=e.line + offset) if offset else e
-            if (e.line, e.kind) not in seen:
+            e = _shifted(e, offset) if offset else e
+            if e.line > covered and (e.line, e.kind) not in seen:
                 seen.add((e.line, e.kind))
                 events.append(e)
+        covered = max(covered, offset + summary.lines + summary.read_past_end)
         offset += summary.lines
         merged.bytes += summary.bytes
         merged.truncated_lines += summary.truncated_lines
@@ -1031,6 +1038,21 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         merged.ends_with_newline = summary.ends_with_newline
     merged.lines = offset
     return told_once(events), merged
+
+
+#: fields that hold a line number of the file (a traceback's first line)
+LINE_FIELDS = ("traceback_line",)
+
+
+def _shifted(e: Event, offset: int) -> Event:
+    """A range's event with its line numbers counted from the file's start instead of the range's."""
+    from dataclasses import replace
+
+    fields = e.fields
+    if any(name in LINE_FIELDS for name, _ in fields):
+        fields = tuple((name, str(int(value) + offset)) if name in LINE_FIELDS and value.isdigit() else (name, value)
+                       for name, value in fields)
+    return replace(e, line=e.line + offset, fields=fields)
 
 
 def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequence[int | None] | None = None,
@@ -1054,7 +1076,7 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     # big files are cut into ranges at line starts so that one huge log also uses every core
     jobs: list[tuple[int, ScanJob]] = []
     for i, source in enumerate(sources):
-        parts = min(count * 2, source.size // SPLIT_MIN_BYTES) if source.size >= 2 * SPLIT_MIN_BYTES else 1
+        parts = min(MAX_RANGES, source.size // SPLIT_MIN_BYTES) if source.size >= 2 * SPLIT_MIN_BYTES else 1
         cuts = split_points(source.path, source.size, parts) if parts > 1 else [0, None]
         for start, end in itertools.pairwise(cuts):
             jobs.append((i, (source, years[i], start, end if parts > 1 else None, i < TAIL_FILES)))

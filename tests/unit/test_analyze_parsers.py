@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 from pathlib import Path
 
 import pytest
@@ -277,3 +278,30 @@ def test_a_traceback_left_open_by_a_silent_rank_stays_that_ranks(tmp_path_factor
             + "".join(f"{theirs}still training, step {i}\n" for i in range(after)))
     events, _ = scan_text(tmp_path_factory.mktemp("log"), sigs, text)
     assert [(e.kind, e.rank, e.line) for e in events if e.cause == "cuda_oom"] == [("exception", culprit, 4)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(order=st.lists(st.sampled_from(["filler", "interleaved", "elastic", "oom"]), min_size=1, max_size=8),
+       cuts=st.lists(st.floats(0.0, 1.0), max_size=6))
+def test_a_file_cut_anywhere_into_ranges_reads_as_the_whole_file(tmp_path_factory, sigs, order: list[str],
+                                                                  cuts: list[float]) -> None:
+    """Ranges cut at any line start, inside a traceback or a torchelastic block too: merged, their events are the
+    whole file's (a range that starts inside a block leaves those lines to the range that read the block)."""
+    import ddpslurm.analyze.scan as scan
+
+    pieces = {"filler": "".join(f"node1:1:2 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[0] via P2P/IPC\n"
+                                for i in range(5)),
+              "interleaved": INTERLEAVED, "elastic": ELASTIC,
+              "oom": "[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"}
+    text = "".join(pieces[p] for p in order)
+    path = tmp_path_factory.mktemp("log") / "big.log"
+    path.write_text(text)
+    data = text.encode()
+    starts = sorted({data.rfind(b"\n", 0, int(c * len(data))) + 1 for c in cuts} - {0, len(data)})
+    bounds = [0, *starts, len(data)]
+    source = SourceFile(path=str(path), display="big.log", size=len(data))
+    whole = scan_file(source, sigs)
+    parts = scan.merge_parts([scan_file(source, sigs, start=a, end=b) for a, b in itertools.pairwise(bounds)])
+    key = lambda events: [(e.line, e.kind, e.rank, e.text, e.fields) for e in events]  # noqa: E731
+    assert key(parts[0]) == key(whole[0])
+    assert parts[1].lines == whole[1].lines == text.count("\n")
