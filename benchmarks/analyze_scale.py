@@ -56,7 +56,8 @@ def job_folder(root: Path, spec: str) -> Path:
 
 
 def log_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.name.endswith(("_log.out", "_log.err")))
+    return sorted(p for p in folder.iterdir() if p.name.endswith(("_log.out", "_log.err"))
+                  or (p.name.startswith("slurm-") and p.name.endswith(".out")))
 
 
 def measure_job(folder: Path, runs: int, jobs: int | None) -> dict:

@@ -1,11 +1,13 @@
 """Generate a large, realistic failed-job folder for the analyzer benchmark.
 
     python benchmarks/make_big_job.py --ranks 512 --gb 1.0 --out .bench/big_job [--seed 7] [--gpus-per-node 8]
-                                      [--layout submitit|torchrun] [--culprit R] [--scenario oom|straggler]
+                                      [--layout submitit|torchrun|merged] [--culprit R] [--scenario oom|straggler]
 
 `--layout submitit` (default) writes `<jobid>_<rank>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it;
 `--layout torchrun` writes one pair per node (srun one task per node running torchrun --tee: lines prefixed
-`[defaultL]:[rankR]:`, the agent's SIGTERM lines at the end). Per rank: an NCCL_DEBUG=INFO init of a few hundred
+`[defaultL]:[rankR]:`, the agent's SIGTERM lines at the end); `--layout merged` writes one `slurm-<jobid>.out` for
+the whole job (sbatch's default output with srun --label: every line `R: `, start-up, training, then errors). Per
+rank: an NCCL_DEBUG=INFO init of a few hundred
 lines (bootstrap, NET/IB, Channel/Ring/Tree, Init COMPLETE with the comm rank mapping), training progress lines
 with timestamps up to the requested size, occasional benign warnings, and one planted failure on `--culprit`
 (default ranks/2 + 3; any rank, e.g. past the 20,000th file): a CUDA OOM (`oom`) or silence (`straggler`), with
@@ -202,11 +204,12 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
 
     layout `submitit`: one `<job>_<rank>_log.out/.err` pair per rank. layout `torchrun`: one pair per node
     (`<job>_<node>_log.*`, srun one task per node), each rank's lines prefixed `[defaultL]:` (torchrun --tee) and
-    C++ lines `[rankR]:`, the agent's SIGTERM lines at the end. scenario `oom`: a CUDA OOM on `culprit`, watchdog
+    C++ lines `[rankR]:`, the agent's SIGTERM lines at the end. layout `merged`: one `slurm-<job>.out` (`_merged`).
+    scenario `oom`: a CUDA OOM on `culprit`, watchdog
     timeouts everywhere else; `straggler`: `culprit` says nothing while every other rank times out.
     """
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob(f"{JOB_ID}_*_log.*"):
+    for old in [*out.glob(f"{JOB_ID}_*_log.*"), *out.glob("slurm-*.out")]:
         old.unlink()
     rng = random.Random(seed)
     culprit = ranks // 2 + 3 if culprit is None else culprit
@@ -218,7 +221,9 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     blocks = [progress_block(999999, k * 500, 500, random.Random(seed + k)) for k in range(8)]
     node_out: list[str] = []
     node_err: list[str] = []
-    for r in range(ranks):
+    if layout == "merged":
+        _merged(out, ranks, gpn, per_rank, blocks, rng, culprit, scenario, when)
+    for r in range(ranks if layout != "merged" else 0):
         text, err = rank_texts(r, ranks, gpn, per_rank, blocks, rng, culprit, scenario, when, layout == "submitit")
         if r == 0:
             err += srun_lines(ranks, gpn, culprit, layout)
@@ -245,6 +250,31 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     return planted
 
 
+def _merged(out: Path, ranks: int, gpn: int, per_rank: int, blocks: list[str], rng: random.Random, culprit: int,
+            scenario: str, when: datetime) -> None:
+    """One `slurm-<job>.out` for the whole job (sbatch's default output, srun --label: every line `R: `): every
+    rank's start-up lines, then every rank's training lines, then every rank's errors, then srun's exit lines, as
+    time orders them. Written rank by rank, phase by phase, so that memory holds one rank's text at a time."""
+    path = out / f"slurm-{JOB_ID}.out"
+    texts = {}
+    with path.open("w") as handle:
+        for phase in ("init", "train", "errors"):
+            for r in range(ranks):
+                label = f"{r}: "
+                if phase == "errors":
+                    err = texts.pop(r)
+                    handle.write("".join(label + line + "\n" for line in err))
+                    continue
+                text, err = rank_texts(r, ranks, gpn, per_rank, blocks, random.Random(r), culprit, scenario, when,
+                                       False)
+                texts[r] = err
+                cut = text.find("INFO train")
+                cut = text.rfind("\n", 0, cut) + 1 if cut >= 0 else len(text)
+                part = text[:cut] if phase == "init" else text[cut:]
+                handle.write(label + part[:-1].replace("\n", "\n" + label) + "\n" if part else "")
+        handle.write("\n".join(srun_lines(ranks, gpn, culprit, "merged")) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Generate a large failed-job folder for the analyzer benchmark.")
     parser.add_argument("--ranks", type=int, default=512)
@@ -252,8 +282,9 @@ def main() -> None:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path(".bench/big_job"))
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--layout", choices=("submitit", "torchrun"), default="submitit",
-                        help="one file pair per rank (submitit) or per node (srun one task per node + torchrun --tee)")
+    parser.add_argument("--layout", choices=("submitit", "torchrun", "merged"), default="submitit",
+                        help="one file pair per rank (submitit), per node (srun one task per node + torchrun --tee), "
+                             "or one slurm-<job>.out for every rank (srun --label)")
     parser.add_argument("--culprit", type=int, default=None, help="the failing rank [default: ranks/2 + 3]")
     parser.add_argument("--scenario", choices=("oom", "straggler"), default="oom",
                         help="a CUDA OOM on the culprit, or a culprit that is silent while every other rank times out")
