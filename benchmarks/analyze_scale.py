@@ -9,8 +9,8 @@ hits both).
 Printed per job: files, bytes, analyze wall (median) and CPU (user+sys of the process tree, median), grep wall and
 CPU (median), wall and CPU ratios, peak RSS of the largest process and of the process tree (max over runs), and
 whether every run named the planted cause, rank and host. The default jobs are the issue's: 512 ranks / 1 GB,
-4,096 and 16,384 ranks with the culprit past the 20,000th file where there is one, 65,536 ranks, and 256 ranks in
-torchrun per-node logs with a silent straggler.
+4,096 and 16,384 ranks with the culprit past the 20,000th file where there is one, 65,536 ranks, 256 ranks in
+torchrun per-node logs with a silent straggler, and 16,384 ranks in one merged `slurm-<job>.out` (srun --label).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ throughput = _load("analyze_throughput")
 
 #: ranks, GB, layout, scenario, culprit (-1: the generator's default, ranks/2 + 3)
 DEFAULT_JOBS = ("512:1.0:submitit:oom:-1", "4096:0.4:submitit:oom:4000", "16384:0.5:submitit:oom:11000",
-                "65536:1.0:submitit:oom:60001", "256:0.5:torchrun:straggler:77")
+                "65536:1.0:submitit:oom:60001", "256:0.5:torchrun:straggler:77", "16384:0.5:merged:oom:11000")
 
 
 def job_folder(root: Path, spec: str) -> Path:
