@@ -42,12 +42,15 @@ class Exc:
 @dataclass
 class _Open:
     start_line: int
+    #: the assembler's count of lines fed when this stream last went on with it (it waits idle since)
+    last_fed: int = 0
+    #: its place among the tracebacks opened (tracebacks ending on one line end in that order)
+    seq: int = 0
     where: str | None = None
     exc: str | None = None
     exc_line: int = 0
     chained: bool = False
     awaiting_chain: bool = False
-    idle: int = 0
     wrapper: str | None = None
     wrapper_gap: int = 0
     process: str | None = None
@@ -60,12 +63,28 @@ class _Open:
             self.process = m["proc"] or m["task"]
 
 
+#: lines of other streams a traceback waits for its own next line, at least (a process may die mid-traceback) ...
+MAX_IDLE = 200
+#: ... and per stream the log interleaves: N ranks writing at once put N lines between two of one rank's
+IDLE_PER_STREAM = 4
+
+
 @dataclass
 class TracebackAssembler:
-    """Feed (stream, text, line number); get finished exceptions back."""
+    """Feed (stream, text, line number); get finished exceptions back.
 
-    max_idle: int = 200
+    A traceback left idle (its stream writes nothing more while others go on) ends after MAX_IDLE lines of the
+    others, or IDLE_PER_STREAM lines per stream seen, whichever is more: in a merged log of thousands of ranks
+    printing at once, one rank's next line comes thousands of lines later. Open tracebacks are kept in the order
+    they last went on, so a line checks only the longest idle ones (a line per open traceback was quadratic)."""
+
+    max_idle: int = MAX_IDLE
+    #: open tracebacks by stream, least recently continued first
     open: dict[object, _Open] = field(default_factory=dict)
+    #: the streams fed so far
+    seen: set[object] = field(default_factory=set)
+    fed: int = 0
+    opened: int = 0
 
     def is_open(self) -> bool:
         """Whether some stream is inside a traceback (the scanner then reads every line)."""
@@ -74,13 +93,10 @@ class TracebackAssembler:
     def feed(self, stream: object, text: str, lineno: int) -> tuple[bool, list[tuple[object, Exc]]]:
         """Returns (consumed, finished): `consumed` means the line belongs to a traceback; `finished` holds each
         exception that ended with the stream it was read from (another stream's, left idle, may end here)."""
-        finished: list[tuple[object, Exc]] = []
-        for key in list(self.open):
-            if key != stream:
-                state = self.open[key]
-                state.idle += 1
-                if state.idle > self.max_idle:
-                    finished.extend(self._closed(key))
+        self.fed += 1
+        if stream not in self.seen:
+            self.seen.add(stream)
+        finished = self._idle_ones(stream) if self.open else []
         if _START in text:
             state = self.open.get(stream)
             if state and state.awaiting_chain:
@@ -90,13 +106,15 @@ class TracebackAssembler:
                 state.wrapper_gap = 0
             else:
                 finished.extend(self._closed(stream))
-                self.open[stream] = _Open(start_line=lineno)
+                self.opened += 1
+                self.open[stream] = _Open(start_line=lineno, last_fed=self.fed, seq=self.opened)
             # a header mid-line (a paste that lost its newlines): the text before it is still a line of its own
             return not text[:text.index(_START)].strip(), finished
-        state = self.open.get(stream)
+        state = self.open.pop(stream, None)
         if state is None:
             return False, finished
-        state.idle = 0
+        state.last_fed = self.fed
+        self.open[stream] = state  # now the most recently continued
         stripped = text.strip()
         if not stripped:
             return True, finished
@@ -151,6 +169,22 @@ class TracebackAssembler:
                     chained=state.chained, wrapped_by=state.wrapper if nested else None,
                     process=state.process if nested else None)]
 
+    def _idle_ones(self, stream: object) -> list[tuple[object, Exc]]:
+        """Close the tracebacks of other streams that waited longer than allowed; in the order they were opened."""
+        limit = self.fed - max(self.max_idle, IDLE_PER_STREAM * len(self.seen))
+        idle = []
+        for key, state in self.open.items():
+            if state.last_fed >= limit:
+                if key != stream:
+                    break
+                continue  # the stream of this line: it goes on (or ends) below
+            if key != stream:
+                idle.append((state.seq, key))
+        out: list[tuple[object, Exc]] = []
+        for _seq, key in sorted(idle, key=lambda item: item[0]):
+            out.extend(self._closed(key))
+        return out
+
     def _closed(self, stream: object) -> list[tuple[object, Exc]]:
         """`_close`, each exception with its stream."""
         return [(stream, exc) for exc in self._close(stream)]
@@ -158,7 +192,7 @@ class TracebackAssembler:
     def close_all(self) -> list[tuple[object, Exc]]:
         """End of input: finish every open traceback."""
         out: list[tuple[object, Exc]] = []
-        for key in list(self.open):
+        for key in sorted(self.open, key=lambda k: self.open[k].seq):
             out.extend(self._closed(key))
         return out
 

@@ -305,3 +305,22 @@ def test_a_file_cut_anywhere_into_ranges_reads_as_the_whole_file(tmp_path_factor
     key = lambda events: [(e.line, e.kind, e.rank, e.text, e.fields) for e in events]  # noqa: E731
     assert key(parts[0]) == key(whole[0])
     assert parts[1].lines == whole[1].lines == text.count("\n")
+
+
+@settings(max_examples=12, deadline=None)
+@given(count=st.sampled_from([2, 49, 60, 250, 700]), seed=st.integers(0, 1000),
+       label=st.sampled_from(["{r}: ", "[rank{r}]:"]))
+def test_tracebacks_of_many_ranks_interleaved_line_by_line_are_each_read_whole(tmp_path_factory, sigs, count: int,
+                                                                                seed: int, label: str) -> None:
+    """Every rank of a merged log prints its traceback at once, the lines interleaved: one rank's next line comes
+    as many lines later as there are ranks. Each traceback is still read whole, where it was raised included."""
+    import random
+
+    ranks = random.Random(seed).sample(range(100_000), count)
+    frames = ['Traceback (most recent call last):', '  File "train.py", line 50, in <module>', "    main()",
+              '  File "train.py", line 40, in main', "    step()", "ValueError: the batch is empty"]
+    text = "".join(f"{label.format(r=r)}{line}\n" for line in frames for r in ranks)
+    events, _ = scan_text(tmp_path_factory.mktemp("log"), sigs, text)
+    got = sorted((e.rank, e.get("where"), e.line) for e in events if e.kind == "exception")
+    first_exception_line = 5 * len(ranks) + 1
+    assert got == sorted((r, "train.py:40 in main", first_exception_line + i) for i, r in enumerate(ranks))
