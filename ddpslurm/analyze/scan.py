@@ -47,7 +47,7 @@ from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
 from ddpslurm.analyze.resolve import MAX_RANK_LIST
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, Signature, SignatureSet, remember
 from ddpslurm.analyze.timestamps import parse_time
-from ddpslurm.analyze.tracebacks import ElasticBlock, Exc, TracebackAssembler
+from ddpslurm.analyze.tracebacks import IDLE_PER_STREAM, ElasticBlock, Exc, TracebackAssembler
 
 CHUNK = 4 << 20
 MAX_LINE = 16 * 1024
@@ -251,6 +251,9 @@ class _Pending:
     signature: str | None = None  #: a join's head matched this signature without its tail (the exit code)
     #: how many events the file had when the head was read: the head's own events come after (a join drops them)
     events_at: int = 0
+    #: a `Last error:` line's place among the lines read, in all and of its stream (_FileState.handled)
+    handled: int = 0
+    own: int = 0
 
 
 def small_int(text: str | None) -> int | None:
@@ -326,8 +329,16 @@ class _FileState:
     last_time: tuple[float, str] | None = None
     label_rank: int | None = None
     prefix_rank: int | None = None
-    #: a line whose meaning is on the next one: torch's `Last error:` (NCCL's reason follows), a wrapped head
+    #: a wrapped head: its meaning is on the next line
     pending: _Pending | None = None
+    #: torch's `Last error:` lines waiting for their stream's next line (NCCL's reason), oldest first
+    waiting: dict[object, _Pending] = field(default_factory=dict)
+    #: lines read so far (handled or replayed), in all and per stream, and the stream of the line at hand
+    handled: int = 0
+    stream_lines: dict[object, int] = field(default_factory=dict)
+    stream_now: object = None
+    #: per stream, its last generic NCCL error events: [index in events, handled, stream's lines, the event]
+    generic: dict[object, list[list]] = field(default_factory=dict)
     #: (host, pid, NCCL rank, nranks) already told by a rank-map line: one event each, not one per channel line
     rank_maps: set[tuple] = field(default_factory=set)
     #: (bytes before NCCL's "NCCL INFO Channel", the printer's NCCL rank) of the channel lines read so far
@@ -335,7 +346,7 @@ class _FileState:
 
     @property
     def line_mode(self) -> bool:
-        return self.tracebacks.is_open() or self.elastic.active or self.pending is not None
+        return self.tracebacks.is_open() or self.elastic.active or self.pending is not None or bool(self.waiting)
 
     def repeated_channel_line(self, raw: bytes) -> bool:
         """A channel line with the same head and NCCL rank as one read before: it can only repeat that line's
@@ -409,11 +420,15 @@ class _FileState:
                 return
         if body.startswith("frame #"):
             return  # C++ stack frames of a c10 exception: the message came before them
+        if self.waiting and self._reason_of(stream, body, lineno):
+            return
         pending, self.pending = self.pending, None
         if pending is not None and self._follow(pending, body, stream, lineno):
             return
         if body.rstrip() == LAST_ERROR:
-            self.pending = _Pending("last_error", stream, lineno, body)
+            self.waiting.pop(stream, None)
+            self.waiting[stream] = _Pending("last_error", stream, lineno, body, handled=self.handled,
+                                            own=self.stream_lines[stream])
             return
         hit = self._match_line(body, lineno, p.time_text, rank, local, host, stream)
         if key is None:
@@ -438,6 +453,9 @@ class _FileState:
         self.prefix_rank = None if p.rank_from_label else p.rank
         stream = (p.rank, p.local_rank, p.host)
         self.streams[stream] = (rank, local, host)
+        self.handled += 1
+        self.stream_lines[stream] = self.stream_lines.get(stream, 0) + 1
+        self.stream_now = stream
         return rank, local, host, stream
 
     def note_recipe(self, key: bytes, raw: bytes, text: str, spans: PrefixSpans,
@@ -552,7 +570,7 @@ class _FileState:
         return True
 
     def _follow(self, pending: _Pending, body: str, stream: object, lineno: int) -> bool:
-        """The line after a `Last error:` or a wrapped head: True when it was read as that line's rest."""
+        """The line after a wrapped head: True when it was read as that line's rest."""
         if lineno - pending.line > PENDING_REACH:
             return False
         if pending.what == "join":
@@ -570,30 +588,56 @@ class _FileState:
             self._match_line(joined, pending.line, pending.time_text, rank, local, host, pending.stream)
             self.pending = None
             return True
-        if stream != pending.stream:
-            self.pending = pending  # another rank's line in between: still waiting
+        return False
+
+    def _reason_of(self, stream: object, body: str, lineno: int) -> bool:
+        """Whether this line is NCCL's reason after its stream's `Last error:` (then it explains that stream's
+        errors). A `Last error:` whose stream wrote nothing more is given up after PENDING_REACH lines, or
+        IDLE_PER_STREAM per stream the log interleaves, whichever is more."""
+        reach = max(PENDING_REACH, IDLE_PER_STREAM * len(self.streams))
+        while self.waiting:
+            first = next(iter(self.waiting.values()))
+            if lineno - first.line <= reach:
+                break
+            del self.waiting[first.stream]
+        pending = self.waiting.pop(stream, None)
+        if pending is None:
             return False
-        self._explain_last_error(body.strip(), lineno, pending.line)
+        self._explain_last_error(body.strip(), lineno, pending)
         return True
 
-    def _explain_last_error(self, reason: str, lineno: int, head_line: int) -> None:
+    def _note_generic(self, stream: object) -> None:
+        """The event about to be appended is a generic NCCL error of `stream`: a `Last error:` may explain it."""
+        found = self.generic.setdefault(stream, [])
+        found.append([len(self.events), self.handled, self.stream_lines.get(stream, 0), None])
+        del found[:-5]
+
+    def _explain_last_error(self, reason: str, lineno: int, pending: _Pending) -> None:
         """NCCL's own reason (the line after torch's `Last error:`) decides what the generic NCCL error lines
-        just above it mean: a refused connect, a lost peer, a full /dev/shm, not an "internal error"."""
+        of the same stream just above it mean: a refused connect, a lost peer, a full /dev/shm, not an "internal
+        error". "Just above" is LAST_ERROR_REACH lines of that stream: the lines between, less the other streams'
+        lines read between (an interleaved log of many ranks puts theirs in between)."""
         hit = self.sigs.match(reason)
-        generic = [i for i in range(len(self.events) - 1, max(-1, len(self.events) - 6), -1)
-                   if head_line - LAST_ERROR_REACH <= self.events[i].line < head_line
-                   and self.events[i].signature in GENERIC_NCCL_SIGNATURES]
-        for i in generic:
+        generic = []
+        for record in reversed(self.generic.get(pending.stream, ())):
+            index, handled, own, e = record
+            if index >= len(self.events) or self.events[index] is not e:
+                continue  # dropped since (a joined head's own reading)
+            others = (pending.handled - handled) - (pending.own - own)
+            if e.line < pending.line and pending.line - e.line - others <= LAST_ERROR_REACH:
+                generic.append((index, record))
+        for i, record in generic:
             e = self.events[i]
             kept = tuple(f for f in e.fields if f[0] != "accuses")  # `_emit` put it last: it stays last
             if hit is None:
                 accuses = tuple(f for f in e.fields if f[0] == "accuses")
-                self.events[i] = replace(e, fields=(*kept, ("last_error", reason[:500]), *accuses))
+                self.events[i] = record[3] = replace(e, fields=(*kept, ("last_error", reason[:500]), *accuses))
                 continue
             sig, m = hit
             groups = tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None))
-            self.events[i] = replace(e, cause=sig.cause, role=sig.role, signature=sig.id, priority=sig.priority,
-                                     fields=(*kept, *groups, ("last_error", reason[:500]), ("accuses", sig.accuses)))
+            self.events[i] = record[3] = replace(
+                e, cause=sig.cause, role=sig.role, signature=sig.id, priority=sig.priority,
+                fields=(*kept, *groups, ("last_error", reason[:500]), ("accuses", sig.accuses)))
 
     def _time(self, time_text: str | None, body: str) -> tuple[float | None, str | None]:
         found = parse_time(time_text, self.year) if time_text else None
@@ -602,7 +646,7 @@ class _FileState:
 
     def _emit(self, lineno: int, kind: str, body: str, rank: int | None, host: str | None, pid: int | None,
               local: int | None, time_text: str | None, sig=None, fields: tuple = (), time: float | None = None,
-              family: str | None = None) -> None:
+              family: str | None = None, stream: object = None) -> None:
         if time is None:
             time, family = self._time(time_text, body)
         if rank is not None and (rank == self.label_rank or (self.source.task_file and self.prefix_rank is None
@@ -611,10 +655,14 @@ class _FileState:
         failure = sig is not None and kind not in FACT_KINDS
         if failure:
             fields = (*fields, ("accuses", sig.accuses))  # what engine.with_accuses would add, without a copy
+        if sig is not None and sig.id in GENERIC_NCCL_SIGNATURES:
+            self._note_generic(stream if stream is not None else self.stream_now)
         self.events.append(new_event(  # Event's fields, in order
             self.source.display, lineno, kind, body[:2000], rank, canonical(host), pid, local, time, family,
             sig.cause if failure else None, sig.role if failure else None, sig.id if sig else None,
             sig.priority if sig else 0, canonical_fields(fields)))
+        if sig is not None and sig.id in GENERIC_NCCL_SIGNATURES:
+            self.generic[stream if stream is not None else self.stream_now][-1][3] = self.events[-1]
 
     def _exception(self, exc: Exc, stream: object) -> None:
         rank, local, host = self.streams.get(stream, (self.source.rank, self.source.local_rank, self.source.host))
@@ -627,10 +675,12 @@ class _FileState:
             sig, m = hit
             groups = tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None))
             kind = sig.kind if sig.kind != "signature" else "exception"
-            self._emit(exc.line, kind, exc.text, rank, host, None, local, None, sig=sig, fields=groups + extra)
+            self._emit(exc.line, kind, exc.text, rank, host, None, local, None, sig=sig, fields=groups + extra,
+                       stream=stream)
         else:
             sig = self.sigs.by_id("python-exception")
-            self._emit(exc.line, "exception", exc.text, rank, host, None, local, None, sig=sig, fields=extra)
+            self._emit(exc.line, "exception", exc.text, rank, host, None, local, None, sig=sig, fields=extra,
+                       stream=stream)
         if "ChildFailedError" in exc.text:
             self.elastic.start()
 

@@ -548,3 +548,35 @@ def test_a_channel_line_inside_a_traceback_is_read_as_part_of_it(tmp_path: Path,
                       "ValueError: bad batch"]) + "\n"
     events = scan_text(tmp_path, sigs, text)
     assert [e.signature for e in events if e.role is not None] == ["python-exception"]
+
+
+LAST_ERROR_REASONS = [("Call to posix_fallocate failed : No space left on device", "shm_error"),
+                      ("socketStartConnect: Connect to 10.0.0.7<41233> failed : Connection refused",
+                       "network_unreachable")]
+
+
+@settings(max_examples=25, deadline=None)
+@given(count=st.sampled_from([2, 3, 17, 90]), seed=st.integers(0, 1000), label=st.sampled_from(["{r}: ",
+                                                                                               "[rank{r}]:"]))
+def test_each_rank_of_an_interleaved_log_gets_its_own_last_error_reason(tmp_path_factory, sigs, count: int,
+                                                                        seed: int, label: str) -> None:
+    """Ranks of a merged log print torch's generic NCCL error, `Last error:` and NCCL's reason at once, their lines
+    interleaved in any order (each rank's own lines in order): every rank's error is explained by its own reason,
+    never by a neighbour's."""
+    import random
+
+    rng = random.Random(seed)
+    ranks = rng.sample(range(100_000), count)
+    reason = {r: LAST_ERROR_REASONS[rng.randrange(2)] for r in ranks}
+    queues = {r: [f"{label.format(r=r)}{line}\n" for line in (
+        "RuntimeError: NCCL error: unhandled system error, NCCL version 2.18.1", "Last error:", reason[r][0])]
+        for r in ranks}
+    lines = []
+    while queues:
+        r = rng.choice(sorted(queues))
+        lines.append(queues[r].pop(0))
+        if not queues[r]:
+            del queues[r]
+    events = scan_text(tmp_path_factory.mktemp("log"), sigs, "".join(lines))
+    got = {e.rank: (e.cause, e.get("last_error")) for e in events if e.kind != "interface"}
+    assert got == {r: (reason[r][1], reason[r][0]) for r in ranks}
