@@ -325,7 +325,9 @@ class _FileState:
     summary: FileSummary | None = None
     tracebacks: TracebackAssembler = field(default_factory=TracebackAssembler)
     elastic: ElasticBlock = field(default_factory=ElasticBlock)
-    streams: dict[object, tuple[int | None, int | None, str | None]] = field(default_factory=dict)
+    #: per stream: the rank, local rank and host its lines speak for, and its label_rank and prefix_rank
+    streams: dict[object, tuple[int | None, int | None, str | None, int | None, int | None]] = \
+        field(default_factory=dict)
     last_time: tuple[float, str] | None = None
     label_rank: int | None = None
     prefix_rank: int | None = None
@@ -452,7 +454,7 @@ class _FileState:
         self.label_rank = p.rank if p.rank_from_label else None
         self.prefix_rank = None if p.rank_from_label else p.rank
         stream = (p.rank, p.local_rank, p.host)
-        self.streams[stream] = (rank, local, host)
+        self.streams[stream] = (rank, local, host, self.label_rank, self.prefix_rank)
         self.handled += 1
         self.stream_lines[stream] = self.stream_lines.get(stream, 0) + 1
         self.stream_now = stream
@@ -584,8 +586,11 @@ class _FileState:
             # the head's own events, read alone: only those after the mark (a merged log of 16k ranks' wrapped
             # heads made the whole list filtered once per head, quadratic)
             self.events[pending.events_at:] = [e for e in self.events[pending.events_at:] if e.line != pending.line]
-            rank, local, host = self.streams.get(pending.stream, (None, None, None))
+            line_labels = self.label_rank, self.prefix_rank
+            rank, local, host, self.label_rank, self.prefix_rank = self.streams.get(
+                pending.stream, (None, None, None, None, None))
             self._match_line(joined, pending.line, pending.time_text, rank, local, host, pending.stream)
+            self.label_rank, self.prefix_rank = line_labels
             self.pending = None
             return True
         return False
@@ -665,7 +670,16 @@ class _FileState:
             self.generic[stream if stream is not None else self.stream_now][-1][3] = self.events[-1]
 
     def _exception(self, exc: Exc, stream: object) -> None:
-        rank, local, host = self.streams.get(stream, (self.source.rank, self.source.local_rank, self.source.host))
+        """The event of a finished traceback, for the stream that wrote it (which may not be the stream of the line
+        at hand: a traceback another stream's lines left idle, the end of the file)."""
+        line_labels = self.label_rank, self.prefix_rank
+        rank, local, host, self.label_rank, self.prefix_rank = self.streams.get(
+            stream, (self.source.rank, self.source.local_rank, self.source.host, None, None))
+        self._exception_event(exc, stream, rank, local, host)
+        self.label_rank, self.prefix_rank = line_labels
+
+    def _exception_event(self, exc: Exc, stream: object, rank: int | None, local: int | None,
+                         host: str | None) -> None:
         hit = self.sigs.match(exc.text)
         extra = (("where", exc.where),) if exc.where else ()
         extra += (("traceback_line", str(exc.start_line)),)

@@ -324,3 +324,16 @@ def test_tracebacks_of_many_ranks_interleaved_line_by_line_are_each_read_whole(t
     got = sorted((e.rank, e.get("where"), e.line) for e in events if e.kind == "exception")
     first_exception_line = 5 * len(ranks) + 1
     assert got == sorted((r, "train.py:40 in main", first_exception_line + i) for i, r in enumerate(ranks))
+
+
+@pytest.mark.parametrize("after", [0, 3, 250])
+def test_a_labelled_traceback_ended_by_another_streams_line_keeps_its_label(tmp_path: Path, sigs, after: int) -> None:
+    """srun --label's `N: ` may number torchrun's nodes, not ranks: an exception carries the label it came from
+    (resolve reads `srun_task`), also when the file ends, or another stream's line ends the wait, on a line with
+    another label or none."""
+    text = ("1: Traceback (most recent call last):\n1:   File \"run.py\", line 3, in <module>\n1:     main()\n"
+            "1: torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n"
+            + "".join(f"2: [rank9]:still waiting {i}\n" for i in range(after)) + "no label at all\n")
+    events, _ = scan_text(tmp_path, sigs, text)
+    closed = [e for e in events if "RendezvousClosedError" in e.text]
+    assert [(e.rank, e.get("srun_task")) for e in closed] == [(1, "1")]
