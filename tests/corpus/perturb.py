@@ -937,26 +937,36 @@ def _time_key(line: str, last: float) -> float:
     return found[0] if found else last
 
 
-def merge_ranks(facts: CaseFacts, dest: Path) -> Perturbed:
-    """Per-rank (or per-task) logs merged into one slurm-J.out with `srun --label` prefixes, in time order."""
+def merge_ranks(facts: CaseFacts, dest: Path, interleave: bool = False) -> Perturbed:
+    """Per-rank (or per-task) logs merged into one slurm-J.out with `srun --label` prefixes, in time order.
+
+    `interleave`: as ranks writing at once reach srun: the lines of one second (and the untimed lines after it) of
+    different ranks alternate one by one, each rank's own lines in their order (tracebacks, NCCL's `Last error:`
+    blocks and agents' reports of several ranks then cross). srun's and slurmstepd's own lines of that second come
+    after the ranks' (they report tasks that ended)."""
     task_files = [rel for rel in facts.files if _FILE_TASK.match(rel.name)]
     rank_files = [rel for rel in facts.files if _FILE_RANK.match(rel.name) and not is_record(rel)]
     chosen = task_files or rank_files
     if len({_task_of(rel) for rel in chosen}) < 2:
         raise Unsupported("fewer than two per-rank logs to merge")
     width = len(str(max(_task_of(rel) for rel in chosen)))
-    rows: list[tuple[float, int, int, str]] = []
+    rows: list[tuple[float, bool, int, int, int, str]] = []
     for order, rel in enumerate(chosen):
         last = float("-inf")
+        run = 0  # the line's place among its rank's lines of the same second
         for i, line in enumerate(facts.text(rel).split("\n")):
             if not line:
                 continue
-            last = _time_key(line, last)
-            rows.append((last, order, i, f"{str(_task_of(rel)).rjust(width)}: {line}"))
-    rows.sort(key=lambda row: row[:3])
+            key = _time_key(line, last)
+            run = run + 1 if interleave and (key // 1 == last // 1 or key == last) else 0
+            last = key
+            slurm = interleave and line.startswith(("srun: ", "srun:", "slurmstepd"))
+            rows.append((key // 1 if interleave else key, slurm, run, order, i,
+                         f"{str(_task_of(rel)).rjust(width)}: {line}"))
+    rows.sort(key=lambda row: row[:5])
     job = re.match(r"\d+", chosen[0].name)
     merged = PurePath(chosen[0].parent, f"slurm-{job[0] if job else 1}.out")
-    extra = [(merged, "\n".join(row[3] for row in rows) + "\n")]
+    extra = [(merged, "\n".join(row[5] for row in rows) + "\n")]
     root = write_copy(facts, dest, lambda rel, text: None if rel in chosen else text, extra=extra)
     return Perturbed(root=root, label=dict(facts.label))
 
@@ -981,4 +991,5 @@ PERTURBATIONS: dict[str, Callable[[CaseFacts, Path], Perturbed]] = {
     "truncate_tails": truncate_tails,
     "split_file": split_file,
     "merge_ranks": merge_ranks,
+    "interleave_ranks": lambda facts, dest: merge_ranks(facts, dest, interleave=True),
 }

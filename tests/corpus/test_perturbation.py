@@ -65,7 +65,7 @@ def applies(case: Path, name: str) -> bool:
         return perturb.world_size(perturb.load_facts(case, {})) >= 3
     if name == "delete_records":
         return any(n.endswith(perturb.RECORD_SUFFIXES) or n == perturb.JOB_RECORD for n in names)
-    if name == "merge_ranks":
+    if name in ("merge_ranks", "interleave_ranks"):
         tasks = {n for n in names if perturb._FILE_TASK.match(n)}
         ranks = {n for n in names if perturb._FILE_RANK.match(n) and not n.endswith(".json")}
         return len(tasks or ranks) >= 2
