@@ -328,7 +328,6 @@ class _FileState:
     #: per stream: the rank, local rank and host its lines speak for, and its label_rank and prefix_rank
     streams: dict[object, tuple[int | None, int | None, str | None, int | None, int | None]] = \
         field(default_factory=dict)
-    last_time: tuple[float, str] | None = None
     label_rank: int | None = None
     prefix_rank: int | None = None
     #: a wrapped head: its meaning is on the next line
