@@ -87,6 +87,13 @@ def new_event(file: str, line: int, kind: str, text: str, rank: int | None = Non
     return e
 
 
+def moved(e: Event, line: int, fields: tuple[tuple[str, str], ...]) -> Event:
+    """The event at another line number (with these fields): what a file's ranges, merged, need for every event of
+    a range after the first (115k events of a 16k-rank merged log: 0.7 s through `dataclasses.replace`)."""
+    return new_event(e.file, line, e.kind, e.text, e.rank, e.host, e.pid, e.local_rank, e.time, e.time_family,
+                     e.cause, e.role, e.signature, e.priority, fields)
+
+
 @dataclass(slots=True)
 class SourceFile:
     """A file to scan, with what its path tells about the writer (rank, host, attempt)."""

@@ -41,7 +41,7 @@ from ddpslurm.analyze.attribution import (
     piece,
     prefix_spans,
 )
-from ddpslurm.analyze.events import Event, FileSummary, SourceFile, new_event
+from ddpslurm.analyze.events import Event, FileSummary, SourceFile, moved, new_event
 from ddpslurm.analyze.line_count import newlines
 from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
 from ddpslurm.analyze.resolve import MAX_RANK_LIST
@@ -1109,13 +1109,11 @@ LINE_FIELDS = ("traceback_line",)
 
 def _shifted(e: Event, offset: int) -> Event:
     """A range's event with its line numbers counted from the file's start instead of the range's."""
-    from dataclasses import replace
-
     fields = e.fields
     if any(name in LINE_FIELDS for name, _ in fields):
         fields = tuple((name, str(int(value) + offset)) if name in LINE_FIELDS and value.isdigit() else (name, value)
                        for name, value in fields)
-    return replace(e, line=e.line + offset, fields=fields)
+    return moved(e, e.line + offset, fields)
 
 
 def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequence[int | None] | None = None,

@@ -210,6 +210,19 @@ def test_new_event_is_the_frozen_event_its_dataclass_builds() -> None:
         made.rank = 3  # type: ignore[misc]
 
 
+def test_moved_is_the_event_replaced_at_another_line() -> None:
+    """`moved` (merging a file's ranges) changes the line and fields and keeps every other field."""
+    import dataclasses
+
+    from ddpslurm.analyze.events import Event, moved
+
+    fields = dataclasses.fields(Event)
+    values = {f.name: f"v{i}" if i % 2 else i for i, f in enumerate(fields)}
+    event = Event(**values)
+    new_fields = (("traceback_line", "12"),)
+    assert moved(event, 99, new_fields) == dataclasses.replace(event, line=99, fields=new_fields)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(alphabet="ab\r \t", max_size=30), max_size=12), st.integers(0, 8), st.booleans())
 def test_last_lines_are_the_blocks_last_lines(lines: list[str], count: int, long_head: bool) -> None:
