@@ -324,7 +324,8 @@ class _FileState:
     events: list[Event] = field(default_factory=list)
     summary: FileSummary | None = None
     tracebacks: TracebackAssembler = field(default_factory=TracebackAssembler)
-    elastic: ElasticBlock = field(default_factory=ElasticBlock)
+    #: torchelastic failure blocks being read, by the stream that wrote them (agents of a merged log report at once)
+    elastic: dict[object, ElasticBlock] = field(default_factory=dict)
     #: per stream: the rank, local rank and host its lines speak for, and its label_rank and prefix_rank
     streams: dict[object, tuple[int | None, int | None, str | None, int | None, int | None]] = \
         field(default_factory=dict)
@@ -347,7 +348,7 @@ class _FileState:
 
     @property
     def line_mode(self) -> bool:
-        return self.tracebacks.is_open() or self.elastic.active or self.pending is not None or bool(self.waiting)
+        return self.tracebacks.is_open() or bool(self.elastic) or self.pending is not None or bool(self.waiting)
 
     def repeated_channel_line(self, raw: bytes) -> bool:
         """A channel line with the same head and NCCL rank as one read before: it can only repeat that line's
@@ -390,8 +391,11 @@ class _FileState:
         torchrun = _TORCHRUN.search(body) is not None
         if torchrun and self.summary is not None:
             self.summary.torchrun = True
-        if self.elastic.active:
-            consumed, entries = self.elastic.feed(body, lineno)
+        block = self.elastic.get(stream) if self.elastic else None
+        if block is not None:
+            consumed, entries = block.feed(body, lineno)
+            if not block.active:
+                del self.elastic[stream]
             for entry in entries:
                 self._elastic_event(entry, host)
             if consumed:
@@ -543,7 +547,7 @@ class _FileState:
         emitted = self._signature_event(sig, groups, body, lineno, time_text, rank, local, host, nccl_source(body),
                                         body_rank(body))
         if emitted and "ChildFailedError" in body:
-            self.elastic.start()
+            self.elastic.setdefault(stream, ElasticBlock()).start()
         return hit
 
     def _signature_event(self, sig: Signature, groups: dict[str, str], body: str, lineno: int,
@@ -695,7 +699,7 @@ class _FileState:
             self._emit(exc.line, "exception", exc.text, rank, host, None, local, None, sig=sig, fields=extra,
                        stream=stream)
         if "ChildFailedError" in exc.text:
-            self.elastic.start()
+            self.elastic.setdefault(stream, ElasticBlock()).start()
 
     def _elastic_event(self, entry: dict[str, str], host: str | None) -> None:
         from ddpslurm.analyze.timestamps import parse_record_time
@@ -714,8 +718,11 @@ class _FileState:
                    family="iso" if when is not None else None)
 
     def finish(self) -> None:
-        for entry in self.elastic.finish() if self.elastic.active else []:
-            self._elastic_event(entry, self.source.host)
+        for stream, block in list(self.elastic.items()):
+            host = self.streams.get(stream, (None, None, self.source.host))[2]
+            for entry in block.finish():
+                self._elastic_event(entry, host or self.source.host)
+        self.elastic.clear()
         for stream, exc in self.tracebacks.close_all():
             self._exception(exc, stream)
 

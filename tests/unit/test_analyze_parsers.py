@@ -337,3 +337,25 @@ def test_a_labelled_traceback_ended_by_another_streams_line_keeps_its_label(tmp_
     events, _ = scan_text(tmp_path, sigs, text)
     closed = [e for e in events if "RendezvousClosedError" in e.text]
     assert [(e.rank, e.get("srun_task")) for e in closed] == [(1, "1")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), labels=st.sampled_from([("1: ", "4: "), ("node02: ", "node05: ")]))
+def test_two_agents_failure_blocks_interleaved_are_each_read_whole(tmp_path_factory, sigs, seed: int,
+                                                                  labels: tuple[str, str]) -> None:
+    """Two torchrun agents of a merged log print their ChildFailedError blocks at once, lines interleaved in any
+    order (each block's own in order): every entry keeps its rank, host, exit code and section."""
+    import random
+
+    other = (ELASTIC.replace("node02", "node05").replace(": 11 (", ": 41 (").replace(": 10 (", ": 40 (")
+             .replace("1234", "5678").replace("1235", "5679"))
+    queues = [[labels[0] + line for line in ELASTIC.splitlines()], [labels[1] + line for line in other.splitlines()]]
+    rng, lines = random.Random(seed), []
+    while any(queues):
+        queue = rng.choice([q for q in queues if q])
+        lines.append(queue.pop(0))
+    events, _ = scan_text(tmp_path_factory.mktemp("log"), sigs, "\n".join(lines) + "\n")
+    entries = sorted((e.rank, e.host, e.get("exitcode"), e.get("section")) for e in events
+                     if e.kind == "elastic_failure")
+    assert entries == [(10, "node02", "-9", "root"), (11, "node02", "-15", "other"), (40, "node05", "-9", "root"),
+                       (41, "node05", "-15", "other")]
