@@ -615,9 +615,9 @@ class _FileState:
         return True
 
     def _note_generic(self, stream: object) -> None:
-        """The event about to be appended is a generic NCCL error of `stream`: a `Last error:` may explain it."""
+        """The event just appended is a generic NCCL error of `stream`: a `Last error:` of it may explain it."""
         found = self.generic.setdefault(stream, [])
-        found.append([len(self.events), self.handled, self.stream_lines.get(stream, 0), None])
+        found.append([len(self.events) - 1, self.handled, self.stream_lines.get(stream, 0), self.events[-1]])
         del found[:-5]
 
     def _explain_last_error(self, reason: str, lineno: int, pending: _Pending) -> None:
@@ -663,14 +663,12 @@ class _FileState:
         failure = sig is not None and kind not in FACT_KINDS
         if failure:
             fields = (*fields, ("accuses", sig.accuses))  # what engine.with_accuses would add, without a copy
-        if sig is not None and sig.id in GENERIC_NCCL_SIGNATURES:
-            self._note_generic(stream if stream is not None else self.stream_now)
         self.events.append(new_event(  # Event's fields, in order
             self.source.display, lineno, kind, body[:2000], rank, canonical(host), pid, local, time, family,
             sig.cause if failure else None, sig.role if failure else None, sig.id if sig else None,
             sig.priority if sig else 0, canonical_fields(fields)))
         if sig is not None and sig.id in GENERIC_NCCL_SIGNATURES:
-            self.generic[stream if stream is not None else self.stream_now][-1][3] = self.events[-1]
+            self._note_generic(stream if stream is not None else self.stream_now)
 
     def _exception(self, exc: Exc, stream: object) -> None:
         """The event of a finished traceback, for the stream that wrote it (which may not be the stream of the line
