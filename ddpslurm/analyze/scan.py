@@ -12,6 +12,7 @@ their events merged in input order.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import functools
 import gc
@@ -589,11 +590,8 @@ class _FileState:
             # the head's own events, read alone: only those after the mark (a merged log of 16k ranks' wrapped
             # heads made the whole list filtered once per head, quadratic)
             self.events[pending.events_at:] = [e for e in self.events[pending.events_at:] if e.line != pending.line]
-            line_labels = self.label_rank, self.prefix_rank
-            rank, local, host, self.label_rank, self.prefix_rank = self.streams.get(
-                pending.stream, (None, None, None, None, None))
-            self._match_line(joined, pending.line, pending.time_text, rank, local, host, pending.stream)
-            self.label_rank, self.prefix_rank = line_labels
+            with self._speaking_for(pending.stream) as (rank, local, host):
+                self._match_line(joined, pending.line, pending.time_text, rank, local, host, pending.stream)
             self.pending = None
             return True
         return False
@@ -670,14 +668,23 @@ class _FileState:
         if sig is not None and sig.id in GENERIC_NCCL_SIGNATURES:
             self._note_generic(stream if stream is not None else self.stream_now)
 
-    def _exception(self, exc: Exc, stream: object) -> None:
-        """The event of a finished traceback, for the stream that wrote it (which may not be the stream of the line
-        at hand: a traceback another stream's lines left idle, the end of the file)."""
+    @contextlib.contextmanager
+    def _speaking_for(self, stream: object) -> Iterator[tuple[int | None, int | None, str | None]]:
+        """The rank, local rank and host `stream`'s lines speak for, with its srun label the one `_emit` reads
+        meanwhile: for an event of another stream than the line at hand's (a traceback another stream's lines left
+        idle or the file's end closed, a wrapped head joined)."""
         line_labels = self.label_rank, self.prefix_rank
         rank, local, host, self.label_rank, self.prefix_rank = self.streams.get(
             stream, (self.source.rank, self.source.local_rank, self.source.host, None, None))
-        self._exception_event(exc, stream, rank, local, host)
-        self.label_rank, self.prefix_rank = line_labels
+        try:
+            yield rank, local, host
+        finally:
+            self.label_rank, self.prefix_rank = line_labels
+
+    def _exception(self, exc: Exc, stream: object) -> None:
+        """The event of a finished traceback, for the stream that wrote it."""
+        with self._speaking_for(stream) as (rank, local, host):
+            self._exception_event(exc, stream, rank, local, host)
 
     def _exception_event(self, exc: Exc, stream: object, rank: int | None, local: int | None,
                          host: str | None) -> None:
@@ -717,9 +724,9 @@ class _FileState:
 
     def finish(self) -> None:
         for stream, block in list(self.elastic.items()):
-            host = self.streams.get(stream, (None, None, self.source.host))[2]
+            host = (self.streams.get(stream) or (None, None, None))[2] or self.source.host
             for entry in block.finish():
-                self._elastic_event(entry, host or self.source.host)
+                self._elastic_event(entry, host)
         self.elastic.clear()
         for stream, exc in self.tracebacks.close_all():
             self._exception(exc, stream)

@@ -94,8 +94,7 @@ class TracebackAssembler:
         """Returns (consumed, finished): `consumed` means the line belongs to a traceback; `finished` holds each
         exception that ended with the stream it was read from (another stream's, left idle, may end here)."""
         self.fed += 1
-        if stream not in self.seen:
-            self.seen.add(stream)
+        self.seen.add(stream)
         finished = self._idle_ones(stream) if self.open else []
         if _START in text:
             state = self.open.get(stream)
