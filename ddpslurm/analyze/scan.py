@@ -903,19 +903,42 @@ def told_once(events: list[Event]) -> list[Event]:
 
 
 def without_repeats(events: list[Event]) -> list[Event]:
-    """A file's events less the victim facts it repeats: the same signature saying the same about the same rank
-    again (torch logs a watchdog timeout up to four times per rank: 16k ranks, 64k events). The first is kept;
-    facts of no known rank are all kept (a merged log may hold several ranks' identical lines)."""
+    """A file's events less the victim facts it repeats: a later victim line of a rank that says nothing an
+    earlier one of the same kind did not (torch logs a watchdog timeout four times per rank, in three wordings:
+    16k ranks, 64k events). The first is kept; facts of no known rank are all kept (a merged log may hold several
+    ranks' identical lines)."""
     seen: set[tuple] = set()
+    told: dict[tuple, list[Event]] = {}
     out: list[Event] = []
     for e in events:
         if e.role == "victim" and e.rank is not None:
             key = (e.signature, e.rank, e.host, e.pid, e.fields)
             if key in seen:
                 continue
+            earlier = told.setdefault((e.kind, e.cause, e.rank, e.host, e.pid, e.local_rank), [])
+            if any(says_no_more(e, f) for f in earlier[-TOLD_REACH:]):
+                continue
             seen.add(key)
+            earlier.append(e)
         out.append(e)
     return out
+
+
+#: fields that tell how a line was read, not what it says
+READING_FIELDS = ("srun_task",)
+
+
+def says_no_more(later: Event, earlier: Event) -> bool:
+    """Whether victim event `later` says nothing `earlier` (same kind, cause and rank) did not: none of its fields
+    is new, and no time of its own. Its srun task id (the rank from the file's name) is no news when its own text
+    names that rank (`[Rank N]`), or when `earlier` was read the same way."""
+    if later.time is not None and later.time != earlier.time:
+        return False
+    fields = set(earlier.fields)
+    if later.get("srun_task") is not None and earlier.get("srun_task") is None and \
+            later.get("rank") != str(later.rank):
+        return False
+    return all(pair in fields for pair in later.fields if pair[0] not in READING_FIELDS)
 
 
 #: facts of a process's NCCL rank that the engine reads for their values alone (resolve's maps, the timeline's host,

@@ -58,6 +58,32 @@ def test_only_repeated_victim_facts_are_dropped() -> None:
     assert [e.line for e in scan.without_repeats(events)] == [1, 3, 4, 5, 6]
 
 
+def _victim(line: int, sig: str = "v1", time: float | None = None, who: int = 4, **fields: str) -> Event:
+    return Event(file="f", line=line, kind="watchdog_timeout", text="t", rank=who, time=time, role="victim",
+                 cause="collective_timeout", signature=sig, fields=tuple(fields.items()))
+
+
+def test_a_victim_line_that_says_no_more_than_an_earlier_one_of_its_rank_is_dropped() -> None:
+    """torch's watchdog tells one timeout in three wordings: a later one with no field and no time of its own
+    adds nothing; one with a new field, its own time or another rank does."""
+    first = _victim(2, time=5.0, seq="9", op="ALLREDUCE", rank="4")
+    generic = _victim(5, "generic", time=5.0)
+    progress = _victim(3, "v2", time=5.0, seq="9", last_completed="8")
+    later = _victim(9, "generic", time=7.0)
+    other_rank = _victim(6, "generic", time=5.0, who=5)
+    assert scan.without_repeats([first, progress, generic, later, other_rank]) == [first, progress, later,
+                                                                                   other_rank]
+
+
+@pytest.mark.parametrize(("fields", "dropped"), [({"seq": "9"}, False), ({"seq": "9", "rank": "4"}, True)])
+def test_a_victim_read_by_its_file_task_id_is_news_unless_its_text_names_the_rank(fields, dropped) -> None:
+    """The rank of a line without a rank prefix comes from the file's srun task id, which numbers nodes under
+    torchrun: it repeats a prefixed line of that rank only when its own text names the rank."""
+    first = _victim(2, time=5.0, seq="9", rank="4")
+    untimed = _victim(8, **fields, srun_task="4")
+    assert scan.without_repeats([first, untimed]) == ([first] if dropped else [first, untimed])
+
+
 def _fact(line: int, kind: str = "nccl_init", pid: int = 7, time: float | None = None, **fields: str) -> Event:
     return Event(file="f", line=line, kind=kind, text="t", host="node-a", pid=pid, time=time,
                  fields=tuple(sorted(fields.items())))
