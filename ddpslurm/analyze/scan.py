@@ -941,20 +941,24 @@ def says_no_more(later: Event, earlier: Event) -> bool:
     return all(pair in fields for pair in later.fields if pair[0] not in READING_FIELDS)
 
 
-#: facts of a process's NCCL rank that the engine reads for their values alone (resolve's maps, the timeline's host,
-#: pid and signs of life), never shown nor counted, and the kinds of earlier facts that tell all a fact of that kind
+#: facts of a process that the engine reads for their values alone (resolve's maps, the timeline's host, pid and
+#: signs of life; the interface a process picked), and the kinds of earlier facts that tell all a fact of that kind
 #: does: an `Init` line is a rank-map line and more (a pid for the timeline, a sign the job initialized)
-TOLD_BY = {"nccl_init": ("nccl_init",), "nccl_rank_map": ("nccl_rank_map", "nccl_init")}
+TOLD_BY = {"nccl_init": ("nccl_init",), "nccl_rank_map": ("nccl_rank_map", "nccl_init"), "interface": ("interface",)}
+#: of these kinds, the fields the engine reads (producers.interface_picks: the interface and address picked); the
+#: others say how the line put it (NCCL names its bootstrap and its transport's out-of-band interface: one pick)
+TOLD_FIELDS = {"interface": ("ifname", "ip", "srun_task")}
 #: the facts of one process a later one is compared with (a process may init hundreds of communicators)
 TOLD_REACH = 8
 
 
 def without_told_facts(events: list[Event]) -> list[Event]:
-    """A file's events less the NCCL rank facts that only repeat an earlier one of the same process (`TOLD_BY`):
-    both without a time (the order of untimed lines is their place in the file), the later one's fields among the
-    earlier one's, and no failure in the file on the lines between them (a sign of life after a failure is news).
-    NCCL tells a rank twice per communicator (`Init START`, `Init COMPLETE`), and its `comm` and tree lines say
-    that rank again: 16k ranks, 48k events."""
+    """A file's events less the facts that only repeat an earlier one of the same process (`TOLD_BY`): both without
+    a time (the order of untimed lines is their place in the file), the later one's fields (those the engine reads,
+    `TOLD_FIELDS`) among the earlier one's, and no failure in the file on the lines between them (a sign of life
+    after a failure is news). NCCL tells a rank twice per communicator (`Init START`, `Init COMPLETE`), and its
+    `comm` and tree lines say that rank again: 16k ranks, 48k events; its bootstrap and transport lines name the
+    same interface: 16k more."""
     failures = sorted(e.line for e in events if e.role is not None)
     told: dict[tuple, list[tuple[int, str, frozenset]]] = {}
     out: list[Event] = []
@@ -963,7 +967,9 @@ def without_told_facts(events: list[Event]) -> list[Event]:
         if tellers is not None and e.time is None:
             earlier = told.setdefault((e.rank, e.host, e.pid, e.local_rank), [])
             fields = frozenset(e.fields)
-            if any(kind in tellers and fields <= seen and not _between(failures, line, e.line)
+            read = TOLD_FIELDS.get(e.kind)
+            told_fields = fields if read is None else frozenset(p for p in e.fields if p[0] in read)
+            if any(kind in tellers and told_fields <= seen and not _between(failures, line, e.line)
                    for line, kind, seen in earlier[-TOLD_REACH:]):
                 continue
             earlier.append((e.line, e.kind, fields))

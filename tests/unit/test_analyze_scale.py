@@ -98,6 +98,16 @@ def test_an_nccl_fact_that_repeats_an_earlier_one_of_its_process_is_dropped() ->
     assert scan.without_told_facts([comm, init_after]) == [comm, init_after]  # a rank map does not tell an Init
 
 
+def test_an_interface_pick_that_repeats_an_earlier_one_of_its_process_is_dropped() -> None:
+    """NCCL's bootstrap line and its transport's out-of-band line name one interface: one pick, whatever else
+    each line lists; another interface or address of the same process is news."""
+    boot = _fact(3, "interface", ifname="ib0", ip="10.0.0.5", via="Bootstrap", ifnames="ib0")
+    oob = _fact(6, "interface", ifname="ib0", ip="10.0.0.5", via="NET/IB", ifnames="ib0,mlx5_0")
+    other = _fact(7, "interface", ifname="lo", ip="127.0.0.1", via="NET/Socket")
+    assert scan.without_told_facts([boot, oob, other]) == [boot, other]
+    assert scan.without_told_facts([boot, _fact(8, "interface", pid=8, ifname="ib0", ip="10.0.0.5")])[1].pid == 8
+
+
 @pytest.mark.parametrize("later", [
     _fact(9, nccl_rank="5", nranks="8", comm="0xb"),  # another communicator
     _fact(9, nccl_rank="5", nranks="8", comm="0xa", cuda_dev="1"),  # tells more
