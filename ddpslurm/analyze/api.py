@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ddpslurm.analyze import stream_ends
 from ddpslurm.analyze.diagnosis import Diagnosis
 from ddpslurm.analyze.discover import apply_skipped, check_readable, discover_all, is_record, scan_skips, select_attempt
 from ddpslurm.analyze.engine import diagnose
@@ -89,6 +90,12 @@ def _analyze_paths(paths: Sequence[str | Path], *, workers: int | None, progress
     truncated = sum(s.truncated_lines for s in summaries)
     if truncated:
         diagnosis.notes.append(f"truncated {truncated} overlong line(s)")
+    untallied = [s.file for s in summaries if s.streams_untallied]
+    if untallied:
+        diagnosis.notes.append(
+            f"where each rank's lines end was not compared in {', '.join(untallied[:3])}"
+            f"{f' and {len(untallied) - 3} more' if len(untallied) > 3 else ''} (srun --label logs over "
+            f"{stream_ends.MAX_BYTES >> 20} MB): a rank that went silent there is found by its peers' lines alone")
     return diagnosis
 
 

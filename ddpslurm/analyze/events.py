@@ -129,3 +129,7 @@ class FileSummary:
     #: a byte range's scan only: lines after its end it read to finish a traceback or block open there (the next
     #: range reads them too, out of context; scan.merge_parts keeps this range's reading of them)
     read_past_end: int = 0
+    #: a log srun --label merged (stream_ends): per label, its lines and its last line with its numbers masked
+    streams: dict[int, tuple[int, str | None]] = field(default_factory=dict)
+    #: a log srun --label merged, too big to tally its streams (stream_ends.MAX_BYTES): its ranks' ends not compared
+    streams_untallied: bool = False

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import regex
 
+from ddpslurm.analyze import stream_ends
 from ddpslurm.analyze.attribution import (
     BODY_RANK,
     NCCL_SOURCE,
@@ -823,12 +824,18 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     timeouts = sum(sigs.timeouts.values())
     try:
         with _Reader(source.path, READ_DEADLINE) as handle:
+            tally = None
             if start == 0:
                 head = handle.read(8192)
                 if is_binary(head):
                     summary.binary = True
                     return [], settled(summary)
                 handle.seek(0)
+                if stream_ends.looks_labelled(head):
+                    if end is None and handle.size <= stream_ends.MAX_BYTES:
+                        tally = stream_ends.StreamTally()
+                    else:
+                        summary.streams_untallied = True
             reader = handle if end is None else _Window(handle, start, end)
             first = start == 0
             for block, size, truncated in iter_blocks(reader):
@@ -837,6 +844,8 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
                 head = candidate_starts(block, HEAD_ANCHOR_BYTES, min(size, HEAD_BYTES)) if first else ()
                 lineno = _scan_block(block, size, lineno, state, anchors, every_line, head)
                 first = False
+                if tally is not None:
+                    tally.feed(block, size)
                 for piece in last_lines(block, TAIL_LINES, size):
                     tail.append(piece[:400])
                 if on_bytes:
@@ -860,12 +869,15 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     summary.lines = lineno
     lines = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
     summary.last_line = last_line_shape(lines)
+    if tally is not None:
+        summary.streams = tally.ends(last_line_shape) or NO_STREAMS
     summary.tail = lines if keep_tail else []
     return told_once(state.events), settled(summary)
 
 
 #: what an empty summary holds: shared, not one set and one list per file (32k files: 9 MB of empty containers)
 NO_RANKS: frozenset[int] = frozenset()
+NO_STREAMS: dict[int, tuple[int, str | None]] = {}
 
 
 def settled(summary: FileSummary) -> FileSummary:
@@ -874,6 +886,8 @@ def settled(summary: FileSummary) -> FileSummary:
         summary.ranks_seen = NO_RANKS
     if not summary.tail:
         summary.tail = ()
+    if not summary.streams:
+        summary.streams = NO_STREAMS
     return summary
 
 
@@ -1135,6 +1149,7 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         merged.match_timeouts += summary.match_timeouts
         merged.ranks_seen |= summary.ranks_seen
         merged.binary = merged.binary or summary.binary
+        merged.streams_untallied = merged.streams_untallied or summary.streams_untallied
         merged.torchrun = merged.torchrun or summary.torchrun
         merged.error = merged.error or summary.error
         merged.tail = summary.tail or merged.tail

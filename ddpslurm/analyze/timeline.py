@@ -146,7 +146,7 @@ def build_timeline(events: list[Event], facts: JobFacts, sources: Sequence[Sourc
         tl.exit = facts.exited.get(tl.rank)
         tl.failures.sort(key=_order_key(tl.failures))
         tl.recovered = recovered_failures(tl, by_rank.get(tl.rank, []), initialized) if tl.failures else []
-    _mark_log_ends(ranks, sources, summaries)
+    _mark_log_ends(ranks, sources, summaries, labels_are_ranks=not facts.torchrun)
     return JobTimeline(facts=facts, ranks=ranks, job_events=job_events, tasks=task_statuses(events, facts),
                        unranked=unranked, events=events)
 
@@ -238,8 +238,9 @@ def _task_status(e: Event) -> str:
 
 
 def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile],
-                   summaries: Sequence[FileSummary]) -> None:
-    """Line counts per rank, and the ranks whose log ends unlike most ranks' logs or far shorter."""
+                   summaries: Sequence[FileSummary], labels_are_ranks: bool = True) -> None:
+    """Line counts per rank, and the ranks whose log ends unlike most ranks' logs or far shorter. A rank without a
+    log of its own is read from its stream in a log srun --label merged (not under torchrun: labels number nodes)."""
     rank_of = {s.display: s.rank for s in sources if s.rank is not None and s.kind == "log"}
     last: dict[int, str] = {}
     for summary in summaries:
@@ -249,6 +250,14 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
         ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += summary.lines
         if summary.last_line is not None:
             last[rank] = summary.last_line
+    own = set(rank_of.values())
+    for summary in summaries if labels_are_ranks else ():
+        for rank, (lines, shape) in summary.streams.items():
+            if summary.file in rank_of or rank in own:
+                continue
+            ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += lines
+            if shape is not None:
+                last[rank] = shape
     for rank in stopped_early(last, {r: tl.log_lines for r, tl in ranks.items() if r in last}):
         ranks[rank].stopped_early = True
 

@@ -1,0 +1,60 @@
+"""How each rank's stream ends in one log that `srun --label` merged: its line count and its last line's shape.
+
+A per-rank log tells where its rank stopped by its last line (timeline.stopped_early compares it with its peers'
+last lines). A merged log holds every rank's lines, `3: ` first: the scan reads only the candidate lines of it,
+so the lines of each label are tallied here, at the regex engine's speed, for merged logs up to MAX_BYTES.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections import Counter
+
+from ddpslurm.analyze.attribution import clean
+
+#: a line srun --label wrote: the task id, right-aligned, then `: ` (attribution's `label` prefix rule)
+LABELLED = re.compile(rb"(?m)^ *(\d{1,6}): ([^\n]+)")
+#: merged logs are tallied up to this size (about 0.5 us a line, 230 MB/s: 32 MB, ~0.15 s of a worker)
+MAX_BYTES = 32 << 20
+#: a file is tallied when one of its first lines is labelled (an sbatch script may echo a few lines first)
+HEAD_LINES = 8
+_LABEL_AT = re.compile(rb" *\d{1,6}: [^\n]")
+_FIRST = operator.itemgetter(0)
+
+
+def looks_labelled(head: bytes | bytearray) -> bool:
+    """Whether one of the first lines of a file's head is a line that srun --label wrote (a per-rank log's are
+    not: asked of every file, so only line starts are tried)."""
+    start = 0
+    for _ in range(HEAD_LINES):
+        if _LABEL_AT.match(head, start):
+            return True
+        start = head.find(b"\n", start) + 1
+        if not start:
+            return False
+    return False
+
+
+class StreamTally:
+    """Lines per srun label and each label's last line, fed block by block (blocks of whole lines)."""
+
+    def __init__(self) -> None:
+        self.lines: Counter[bytes] = Counter()
+        self.last: dict[bytes, bytes] = {}
+        self.all_lines = 0
+
+    def feed(self, block: bytes | bytearray, end: int) -> None:
+        pairs = LABELLED.findall(block, 0, end)
+        self.lines.update(map(_FIRST, pairs))
+        self.last.update(pairs)
+        self.all_lines += block.count(b"\n", 0, end)
+
+    def ends(self, shape) -> dict[int, tuple[int, str | None]]:
+        """Label -> (its lines, `shape` of its last line), when the file is a merged log: two labels or more, and
+        labelled lines at least half of its lines. Else empty."""
+        labelled = sum(self.lines.values())
+        if len(self.lines) < 2 or labelled * 2 < self.all_lines:
+            return {}
+        return {int(label): (count, shape([clean(self.last[label].decode("utf-8", errors="replace"))]))
+                for label, count in self.lines.items()}
