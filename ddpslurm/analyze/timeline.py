@@ -182,10 +182,16 @@ def recovered_failures(tl: RankTimeline, own_events: list[Event], job_initialize
     for f in tl.failures:
         if f.cause not in RETRIED_CAUSES or (f.role == "culprit" and f.kind != "socket"):
             continue
-        if any(_later(f, e) for e in own_events if _got_past(f, e)) or tl.exit_status == "ok" or \
-                (job_initialized and f.kind == "socket"):
+        if any(_later(f, e) or (_needs_connected(f, e) and not _later(e, f)) for e in own_events if _got_past(f, e)) \
+                or tl.exit_status == "ok" or (job_initialized and f.kind == "socket"):
             out.append(f)
     return out
+
+
+def _needs_connected(failure: Event, e: Event) -> bool:
+    """`e` could only happen once the connect that `failure` reports went through (a store wait, init done, a
+    collective): it shows the retry succeeded even where the two lines cannot be ordered (no times, two files)."""
+    return failure.kind == "socket" and (e.kind in ALIVE_KINDS or e.kind == "store_barrier")
 
 
 def _got_past(failure: Event, e: Event) -> bool:

@@ -90,6 +90,24 @@ def test_a_connect_refusal_followed_by_the_store_barrier_or_another_error_was_re
     assert timeline([refused, same]).rank(2).recovered == []  # its final error is the same failure
 
 
+@pytest.mark.parametrize(("sign", "recovered", "recovered_when_first"), [
+    (dict(kind="store_barrier", role="victim", cause="rendezvous_timeout"), True, False),  # a store wait
+    (dict(kind="nccl_init", role=None), True, True),  # init done: the job initialized, every rank connected
+    (dict(kind="exception", role="either", cause="nccl_internal_error"), False, False),  # either side of it
+])
+def test_a_connect_refusal_that_cannot_be_ordered_is_retried_through_when_the_rank_got_connected(
+        sign: dict, recovered: bool, recovered_when_first: bool) -> None:
+    """The refusal has no time and sits in the rank's other file: its order with the rank's later lines is
+    unknown. A store wait or an init could only happen once the connect went through; another error could be
+    either side of it. A store wait known to come first says nothing of after."""
+    refused = ev("socket", "either", 2, cause="network_unreachable", priority=55, file="r2.out", line=1)
+    kind, role = sign.pop("kind"), sign.pop("role")
+    later = ev(kind, role, 2, file="r2.err", line=7, time=T0, **sign)
+    assert timeline([refused, later]).rank(2).recovered == ([refused] if recovered else [])
+    before = ev(kind, role, 2, file="r2.out", line=0, **sign)
+    assert timeline([before, refused]).rank(2).recovered == ([refused] if recovered_when_first else [])
+
+
 def test_a_log_that_goes_on_past_the_others_did_not_stop_early() -> None:
     last = {0: "step N loss N", 1: "RuntimeError: timeout", 2: "RuntimeError: timeout", 3: "RuntimeError: timeout"}
     assert stopped_early(last, {0: 500, 1: 100, 2: 100, 3: 100}) == set()
