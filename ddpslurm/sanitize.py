@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 #: ESC-introduced sequences (CSI, OSC/DCS/APC/PM/SOS strings, two-byte escapes) and 8-bit CSI/OSC.
@@ -90,5 +91,25 @@ def json_safe(value: Any) -> Any:
 
 def json_dumps(value: Any, *, indent: int | None = 2) -> str:
     """Strict JSON (no NaN), valid UTF-8, with C0, C1, DEL, line separators and bidi controls as `\\uXXXX`."""
-    text = json.dumps(json_safe(value), indent=indent, ensure_ascii=False, allow_nan=False)
+    return "".join(json_pieces(value, indent=indent))
+
+
+def json_pieces(value: Any, *, indent: int | None = 2, size: int = 1 << 16) -> Iterator[str]:
+    """`json_dumps(value)` in pieces of about `size` characters: a big object (a 65k-rank job's report) is written
+    without its whole text held at once, twice (the text, then its encoded bytes). Escaping is per character, so
+    it holds across pieces."""
+    encoder = json.JSONEncoder(indent=indent, ensure_ascii=False, allow_nan=False)
+    held: list[str] = []
+    count = 0
+    for chunk in encoder.iterencode(json_safe(value)):
+        held.append(chunk)
+        count += len(chunk)
+        if count >= size:
+            yield _escape_risky("".join(held))
+            held, count = [], 0
+    if held:
+        yield _escape_risky("".join(held))
+
+
+def _escape_risky(text: str) -> str:
     return _JSON_RISKY.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from ddpslurm import sanitize
 from ddpslurm.analyze.diagnosis import Diagnosis, RankRow
@@ -45,7 +45,12 @@ def evidence_root(files: Sequence[str]) -> str:
 
 def to_json(diagnosis: Diagnosis) -> str:
     """The `--json` object, one per run."""
-    return sanitize.json_dumps(diagnosis.to_dict())
+    return "".join(json_pieces(diagnosis))
+
+
+def json_pieces(diagnosis: Diagnosis) -> Iterator[str]:
+    """`to_json` in pieces, to write a 65k-rank job's report (23 MB) without holding it whole."""
+    return sanitize.json_pieces(diagnosis.to_dict())
 
 
 def collapse_rows(rows: Iterable[RankRow], max_rows: int = MAX_ROWS) -> list[tuple[str, RankRow, int]]:

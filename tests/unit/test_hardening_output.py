@@ -13,7 +13,7 @@ import pytest
 
 from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow
 from ddpslurm.analyze.report import to_json, to_markdown
-from ddpslurm.sanitize import code_text, json_dumps, markdown, terminal
+from ddpslurm.sanitize import code_text, json_dumps, json_pieces, markdown, terminal
 
 REPO = Path(__file__).resolve().parents[2]
 RAW_CONTROLS = [chr(c) for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]]
@@ -86,6 +86,19 @@ def test_json_keeps_the_data_it_escapes() -> None:
     assert json.loads(json_dumps({"t": "a\u009bb\x1bc"})) == {"t": "a\u009bb\x1bc"}
     assert json.loads(json_dumps({"t": "x\udcffy"})) == {"t": "x\\xffy"}
     assert json.loads(json_dumps({"t": float("nan")})) == {"t": None}
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 1 << 16])
+def test_json_written_in_pieces_is_the_same_text_and_escapes_across_their_edges(size: int) -> None:
+    """A 65k-rank report is written piece by piece: the pieces make the same text, every risky character escaped
+    wherever a piece ends, and none is much bigger than asked."""
+    value = {"ranks": [{"rank": r, "first_error": f"x\u009b[2J\u202e{r}\u2028\x7f" * 3} for r in range(40)],
+             "nan": float("nan"), "bytes": "\udcff"}
+    pieces = list(json_pieces(value, size=size))
+    assert "".join(pieces) == json_dumps(value)
+    assert not any(ch in piece for piece in pieces for ch in "\u009b\u202e\u2028\x7f")
+    assert len(pieces) > 1 if size < 1 << 16 else len(pieces) == 1
+    assert max(map(len, pieces)) < size + 200
 
 
 @pytest.mark.parametrize(("text", "shown"), [
