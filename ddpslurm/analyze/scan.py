@@ -870,7 +870,7 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     lines = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
     summary.last_line = last_line_shape(lines)
     if tally is not None:
-        summary.streams = tally.ends(last_line_shape) or NO_STREAMS
+        summary.streams = tally.ends(last_line_shape)
     summary.tail = lines if keep_tail else []
     return told_once(state.events), settled(summary)
 

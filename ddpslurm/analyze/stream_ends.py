@@ -13,13 +13,15 @@ from collections import Counter
 
 from ddpslurm.analyze.attribution import clean
 
-#: a line srun --label wrote: the task id, right-aligned, then `: ` (attribution's `label` prefix rule)
-LABELLED = re.compile(rb"(?m)^ *(\d{1,6}): ([^\n]+)")
+#: srun --label's prefix: the task id, right-aligned, then `: ` (attribution's `label` prefix rule)
+_LABEL = rb" *(\d{1,6}): "
+#: a line srun --label wrote: its task id and its text
+LABELLED = re.compile(rb"(?m)^" + _LABEL + rb"([^\n]+)")
 #: merged logs are tallied up to this size (about 0.5 us a line, 230 MB/s: 32 MB, ~0.15 s of a worker)
 MAX_BYTES = 32 << 20
 #: a file is tallied when one of its first lines is labelled (an sbatch script may echo a few lines first)
 HEAD_LINES = 8
-_LABEL_AT = re.compile(rb" *\d{1,6}: [^\n]")
+_LABEL_AT = re.compile(_LABEL + rb"[^\n]")
 _FIRST = operator.itemgetter(0)
 
 
