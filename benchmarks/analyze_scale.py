@@ -40,7 +40,8 @@ throughput = _load("analyze_throughput")
 
 #: ranks, GB, layout, scenario, culprit (-1: the generator's default, ranks/2 + 3)
 DEFAULT_JOBS = ("512:1.0:submitit:oom:-1", "4096:0.4:submitit:oom:4000", "16384:0.5:submitit:oom:11000",
-                "65536:1.0:submitit:oom:60001", "256:0.5:torchrun:straggler:77", "16384:0.5:merged:oom:11000")
+                "65536:1.0:submitit:oom:60001", "256:0.5:torchrun:straggler:77", "16384:0.5:merged:oom:11000",
+                "16384:0.5:submitit:straggler:13001", "16384:0.5:torchrun:oom:9001")
 
 
 def job_folder(root: Path, spec: str) -> Path:
@@ -80,7 +81,7 @@ def measure_job(folder: Path, runs: int, jobs: int | None) -> dict:
     cpu = statistics.median(r.cpu_seconds for r in analyze_runs)
     gwall = statistics.median(r.seconds for r in grep_runs)
     gcpu = statistics.median(r.cpu_seconds for r in grep_runs)
-    return {"ranks": planted["ranks"], "layout": planted.get("layout", "submitit"),
+    return {"ranks": planted["ranks"], "layout": planted.get("layout", "submitit"), "scenario": planted.get("scenario"),
             "culprit": planted["first_failing_rank"], "files": len(files),
             "bytes": sum(p.stat().st_size for p in files), "wall": wall, "cpu": cpu, "grep_wall": gwall,
             "grep_cpu": gcpu, "rss_max": max(r.max_rss_mb for r in analyze_runs),
@@ -97,12 +98,13 @@ def main() -> None:
     args = parser.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, python "
           f"{sys.version.split()[0]}, medians of {args.runs} alternating runs, warm page cache")
-    print("| ranks | layout | culprit | files | GB | analyze wall s | analyze CPU s | grep wall s | grep CPU s | "
-          "ratio wall | ratio CPU | RSS MB max proc / tree | diagnosis |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| ranks | layout | scenario | culprit | files | GB | analyze wall s | analyze CPU s | grep wall s | "
+          "grep CPU s | ratio wall | ratio CPU | RSS MB max proc / tree | diagnosis |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for spec in args.job or DEFAULT_JOBS:
         r = measure_job(job_folder(args.root, spec), args.runs, args.jobs)
-        print(f"| {r['ranks']:,} | {r['layout']} | {r['culprit']} | {r['files']:,} | {r['bytes'] / 1e9:.2f} | "
+        print(f"| {r['ranks']:,} | {r['layout']} | {r['scenario']} | {r['culprit']} | {r['files']:,} | "
+              f"{r['bytes'] / 1e9:.2f} | "
               f"{r['wall']:.2f} | {r['cpu']:.2f} | {r['grep_wall']:.2f} | {r['grep_cpu']:.2f} | "
               f"{r['wall'] / r['grep_wall']:.1f}x | {r['cpu'] / max(r['grep_cpu'], 1e-3):.1f}x | "
               f"{r['rss_max']:.0f} / {r['rss_tree']:.0f} | {'RIGHT' if r['right'] else 'WRONG'} |", flush=True)

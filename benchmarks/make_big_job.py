@@ -1,7 +1,8 @@
 """Generate a large, realistic failed-job folder for the analyzer benchmark.
 
     python benchmarks/make_big_job.py --ranks 512 --gb 1.0 --out .bench/big_job [--seed 7] [--gpus-per-node 8]
-                                      [--layout submitit|torchrun|merged] [--culprit R] [--scenario oom|straggler]
+                                      [--layout submitit|torchrun|merged] [--culprit R]
+                                      [--scenario oom|straggler|memkill]
 
 `--layout submitit` (default) writes `<jobid>_<rank>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it;
 `--layout torchrun` writes one pair per node (srun one task per node running torchrun --tee: lines prefixed
@@ -169,7 +170,12 @@ def rank_texts(r: int, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
         written += len(parts[-1])
         k += 1
     err = [WARNINGS[0]]
-    if r == culprit and scenario == "oom":
+    if scenario == "memkill":
+        if r == culprit:  # SIGKILLed mid-training: its log stops early, slurmstepd tells why
+            parts = parts[:max(1, len(parts) // 2)]
+            err.append(f"slurmstepd: error: Detected 1 oom_kill event in StepId={JOB_ID}.0. Some of the step tasks "
+                       "have been OOM Killed.")  # a production build names no node (`slurmstepd-<node>`: test builds)
+    elif r == culprit and scenario == "oom":
         err += oom(r, when)
     elif r == culprit:
         err.append(f"{when:%Y-%m-%d %H:%M:%S},000 INFO train [rank {r}]: evaluating and saving a checkpoint...")
@@ -178,13 +184,32 @@ def rank_texts(r: int, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
     return "".join(parts), err
 
 
-def srun_lines(ranks: int, gpn: int, culprit: int, layout: str) -> list[str]:
+def srun_lines(ranks: int, gpn: int, culprit: int, layout: str, scenario: str = "oom") -> list[str]:
     """srun's exit lines: task ids are ranks (submitit) or node indexes (torchrun, one task per node)."""
+    if scenario == "memkill":
+        return memkill_srun_lines(ranks, gpn, culprit)
     if layout == "torchrun":
         node = culprit // gpn
         return [f"srun: error: {host_of(culprit, gpn)}: task {node}: Exited with exit code 1"]
     return [f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Exited with exit code 1",
             f"srun: error: {host_of(0, gpn)}: tasks 0-{gpn - 1}: Aborted (core dumped)"]
+
+
+def memkill_srun_lines(ranks: int, gpn: int, culprit: int) -> list[str]:
+    """srun after the kernel's OOM killer, inside the step's memory cgroup, killed `culprit` (--kill-on-bad-exit):
+    that task Out Of Memory, then every other task Terminated, one line per node (its task ids as ranges)."""
+    lines = [f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Out Of Memory",
+             "srun: Job step aborted: Waiting up to 32 seconds for job step to finish."]
+    for node in range(ranks // gpn):
+        first, last = node * gpn, node * gpn + gpn - 1
+        if first <= culprit <= last:
+            ids = [f"{first}-{culprit - 1}" if culprit - 1 > first else str(first)] if culprit > first else []
+            ids += [f"{culprit + 1}-{last}" if last > culprit + 1 else str(last)] if culprit < last else []
+            tasks = ",".join(ids)
+        else:
+            tasks = f"{first}-{last}"
+        lines.append(f"srun: error: {host_of(first, gpn)}: tasks {tasks}: Terminated")
+    return lines
 
 
 def agent_lines(node: int, gpn: int) -> list[str]:
@@ -205,8 +230,10 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     layout `submitit`: one `<job>_<rank>_log.out/.err` pair per rank. layout `torchrun`: one pair per node
     (`<job>_<node>_log.*`, srun one task per node), each rank's lines prefixed `[defaultL]:` (torchrun --tee) and
     C++ lines `[rankR]:`, the agent's SIGTERM lines at the end. layout `merged`: one `slurm-<job>.out` (`_merged`).
-    scenario `oom`: a CUDA OOM on `culprit`, watchdog
-    timeouts everywhere else; `straggler`: `culprit` says nothing while every other rank times out.
+    scenario `oom`: a CUDA OOM on `culprit`, watchdog timeouts everywhere else; `straggler`: `culprit` says nothing
+    while every other rank times out; `memkill`: the OOM killer of the step's memory cgroup SIGKILLs `culprit`
+    mid-training (slurmstepd says so in its log) and srun terminates every other task at once (no rank logs an
+    error: NCCL's watchdog never fires).
     """
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob(f"{JOB_ID}_*_log.*"), *out.glob("slurm-*.out")]:
@@ -215,6 +242,8 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     culprit = ranks // 2 + 3 if culprit is None else culprit
     if not 0 <= culprit < ranks:
         raise ValueError(f"culprit {culprit} is not a rank of a {ranks}-rank job")
+    if scenario == "memkill" and layout == "torchrun":
+        raise ValueError("scenario memkill is written for srun tasks that are ranks (submitit, merged), not torchrun's")
     per_rank = int(gb * 1e9 / ranks)
     when = T0 + timedelta(minutes=5, seconds=40000 * 1.5 + 0.8)
     # a few distinct progress blocks, re-used with the rank substituted: fast and still varied
@@ -226,7 +255,7 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     for r in range(ranks if layout != "merged" else 0):
         text, err = rank_texts(r, ranks, gpn, per_rank, blocks, rng, culprit, scenario, when, layout == "submitit")
         if r == 0:
-            err += srun_lines(ranks, gpn, culprit, layout)
+            err += srun_lines(ranks, gpn, culprit, layout, scenario)
         if layout == "submitit":
             (out / f"{JOB_ID}_{r}_log.out").write_text(text)
             (out / f"{JOB_ID}_{r}_log.err").write_text("\n".join(err) + "\n")
@@ -243,7 +272,7 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
             node_err += agent_lines(node, gpn)
             (out / f"{JOB_ID}_{node}_log.err").write_text("\n".join(node_err) + "\n")
             node_out, node_err = [], []
-    cause = "cuda_oom" if scenario == "oom" else "collective_timeout"
+    cause = {"oom": "cuda_oom", "memkill": "host_oom"}.get(scenario, "collective_timeout")
     planted = {"cause": cause, "first_failing_rank": culprit, "first_failing_host": host_of(culprit, gpn),
                "ranks": ranks, "gpus_per_node": gpn, "seed": seed, "layout": layout, "scenario": scenario}
     (out / "PLANTED.json").write_text(json.dumps(planted, indent=2) + "\n")
@@ -272,7 +301,7 @@ def _merged(out: Path, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
                 cut = text.rfind("\n", 0, cut) + 1 if cut >= 0 else len(text)
                 part = text[:cut] if phase == "init" else text[cut:]
                 handle.write(label + part[:-1].replace("\n", "\n" + label) + "\n" if part else "")
-        handle.write("\n".join(srun_lines(ranks, gpn, culprit, "merged")) + "\n")
+        handle.write("\n".join(srun_lines(ranks, gpn, culprit, "merged", scenario)) + "\n")
 
 
 def main() -> None:
@@ -286,8 +315,9 @@ def main() -> None:
                         help="one file pair per rank (submitit), per node (srun one task per node + torchrun --tee), "
                              "or one slurm-<job>.out for every rank (srun --label)")
     parser.add_argument("--culprit", type=int, default=None, help="the failing rank [default: ranks/2 + 3]")
-    parser.add_argument("--scenario", choices=("oom", "straggler"), default="oom",
-                        help="a CUDA OOM on the culprit, or a culprit that is silent while every other rank times out")
+    parser.add_argument("--scenario", choices=("oom", "straggler", "memkill"), default="oom",
+                        help="a CUDA OOM on the culprit, a culprit that is silent while every other rank times out, "
+                             "or a culprit SIGKILLed by its cgroup's OOM killer while srun terminates the others")
     args = parser.parse_args()
     if args.ranks < 2 or args.ranks % args.gpus_per_node:
         raise SystemExit("--ranks must be a multiple of --gpus-per-node and at least 2")

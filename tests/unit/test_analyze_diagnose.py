@@ -194,3 +194,23 @@ def test_rank_whose_log_stops_early_is_the_suspect(tmp_path: Path) -> None:
     (tmp_path / "slurm-1.out").write_text("srun: error: n1: tasks 0-3: Killed\n")
     got = diagnose([*paths, tmp_path / "slurm-1.out"])
     assert got["first_failing_rank"] == 2
+
+
+@pytest.mark.parametrize(("culprit", "host", "stepd"), [(37, "gpu-0005", "slurmstepd"), (2, "cn17", "slurmstepd-cn17")])
+def test_task_out_of_memory_names_the_task_and_says_what_srun_meant(tmp_path: Path, culprit: int, host: str,
+                                                                     stepd: str) -> None:
+    """A cgroup OOM kill: the task's log just stops (no error of its own), slurmstepd's oom_kill line (no host on a
+    production build, `slurmstepd-<node>` on a multiple-slurmd one) sits in some task's file, srun says `Out Of
+    Memory` once and terminates the rest. The answer names the task srun named, and says what that status means
+    rather than guessing between the OOM killer and a memory limit."""
+    texts = {r: f"step {r} ok\n" for r in range(48)}
+    texts[culprit] += f"{stepd}: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been " \
+                      "OOM Killed.\n"
+    texts[0] += f"srun: error: {host}: task {culprit}: Out Of Memory\n" \
+                "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n" + \
+                "".join(f"srun: error: node{n:02d}: tasks {n * 8}-{n * 8 + 7}: Terminated\n" for n in range(6)
+                        if not n * 8 <= culprit < n * 8 + 8)
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("host_oom", culprit, host)
+    assert f"task {culprit} on {host} Out Of Memory" in got["summary"]
+    assert "most often" not in got["summary"]
