@@ -12,9 +12,11 @@ rank: an NCCL_DEBUG=INFO init of a few hundred
 lines (bootstrap, NET/IB, Channel/Ring/Tree, Init COMPLETE with the comm rank mapping), training progress lines
 with timestamps up to the requested size, occasional benign warnings, and one planted failure on `--culprit`
 (default ranks/2 + 3; any rank, e.g. past the 20,000th file): a CUDA OOM (`oom`) or silence (`straggler`), with
-torch 2.4 watchdog timeouts on every other rank and srun's exit lines. The planted answer is written to
-`PLANTED.json` (outside the log layout's name patterns) so the benchmark can check the diagnosis. Generated data
-stays out of git (.bench/).
+torch 2.4 watchdog timeouts on every other rank and srun's exit lines; or (`memkill`, not under torchrun) its memory
+cgroup's OOM killer: its log stops mid-training, slurmstepd's `Detected 1 oom_kill event` line, srun's
+`task R: Out Of Memory` and one `tasks A-B: Terminated` line per other node, and no error from any other rank.
+The planted answer is written to `PLANTED.json` (outside the log layout's name patterns) so the benchmark can check
+the diagnosis. Generated data stays out of git (.bench/).
 """
 
 from __future__ import annotations
