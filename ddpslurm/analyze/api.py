@@ -16,6 +16,7 @@ from ddpslurm.analyze.discover import apply_skipped, check_readable, discover_al
 from ddpslurm.analyze.engine import diagnose
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
 from ddpslurm.analyze.records import record_events
+from ddpslurm.analyze.render import fill
 from ddpslurm.analyze.scan import scan_files
 from ddpslurm.analyze.signatures import SignatureSet, load_signatures
 from ddpslurm.errors import AnalyzeInputError, JobNotFoundError
@@ -250,7 +251,7 @@ def apply_accounting(diagnosis: Diagnosis, accounting: dict[str, Any], signature
     diagnosis.cause = cause
     diagnosis.first_failing_rank = None
     if info is not None:
-        diagnosis.summary = info.summary.format_map({"rank": "?", "host": diagnosis.first_failing_host or "?"}) + \
+        diagnosis.summary = fill(info.summary, {"host": diagnosis.first_failing_host}) + \
             " (from sacct: the logs show no error.)"
         diagnosis.advice = list(info.advice)
         diagnosis.retry = info.retry

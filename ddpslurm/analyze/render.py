@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
     if sig is not None and sig.cause != verdict.cause:
         sig = None
     values: dict[str, Any] = dict(chosen.fields) if chosen is not None else {}
-    values.update({"rank": verdict.rank if verdict.rank is not None else "?", "host": verdict.host or "?"})
+    values.update({"rank": verdict.rank, "host": verdict.host or None})
     template = (sig.summary if sig and sig.summary else None) or (info.summary if info else
                                                                    verdict.cause.replace("_", " "))
     summary = fill(template, values) + _ordering_note(verdict, tl)
@@ -51,14 +52,27 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
                      job_events=[to_evidence(e) for e in tl.job_events[:MAX_EVIDENCE]])
 
 
+#: an optional part of a summary or advice template: `[[with {field}|without it|...]]`, the first alternative whose
+#: fields are all known is used, none (an empty string) when none is
+_OPTIONAL = re.compile(r"\[\[(.*?)\]\]", re.S)
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
 def fill(template: str, values: dict[str, Any]) -> str:
-    """`template` with `{name}` fields filled; a missing field reads `?`."""
+    """`template` with `{name}` fields filled from `values` (None is unknown). A part that needs a field the logs did
+    not give is written `[[Rank {rank}|A rank]]`: the first alternative with every field known. A field left
+    unknown outside such a part reads `?` (a site's template; the shipped ones have none)."""
+    known = {k: v for k, v in values.items() if v is not None}
+
+    def choose(m: re.Match[str]) -> str:
+        return next((alt for alt in m[1].split("|") if all(f in known for f in _FIELD.findall(alt))), "")
+
     class _Safe(dict):
         def __missing__(self, key: str) -> str:
             return "?"
 
     try:
-        return template.format_map(_Safe(values))
+        return _OPTIONAL.sub(choose, template).format_map(_Safe(known))
     except (ValueError, IndexError, AttributeError):
         return template
 
