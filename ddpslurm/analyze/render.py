@@ -59,10 +59,10 @@ _FIELD = re.compile(r"\{(\w+)\}")
 
 
 def fill(template: str, values: dict[str, Any]) -> str:
-    """`template` with `{name}` fields filled from `values` (None is unknown). A part that needs a field the logs did
-    not give is written `[[Rank {rank}|A rank]]`: the first alternative with every field known. A field left
-    unknown outside such a part reads `?` (a site's template; the shipped ones have none)."""
-    known = {k: v for k, v in values.items() if v is not None}
+    """`template` with `{name}` fields filled from `values` (None or empty is unknown). A part that needs a field the
+    logs did not give is written `[[Rank {rank}|A rank]]`: the first alternative with every field known. A field
+    left unknown outside such a part reads `?` (a site's template; the shipped ones have none)."""
+    known = {k: v for k, v in values.items() if v is not None and v != ""}
 
     def choose(m: re.Match[str]) -> str:
         return next((alt for alt in m[1].split("|") if all(f in known for f in _FIELD.findall(alt))), "")

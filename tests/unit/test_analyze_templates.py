@@ -30,7 +30,7 @@ TEMPLATES = shipped_templates()
 def test_the_first_alternative_whose_fields_are_known_is_used() -> None:
     template = "[[Rank {rank} on {host}|Rank {rank}|A rank on {host}|A rank]] failed[[ ({signal})]]."
     assert fill(template, {"rank": 3, "host": "n1", "signal": "Killed"}) == "Rank 3 on n1 failed (Killed)."
-    assert fill(template, {"rank": 0, "host": None}) == "Rank 0 failed."
+    assert fill(template, {"rank": 0, "host": None, "signal": ""}) == "Rank 0 failed."
     assert fill(template, {"host": "gpu-0005"}) == "A rank on gpu-0005 failed."
     assert fill(template, {}) == "A rank failed."
 
