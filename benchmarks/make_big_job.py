@@ -209,8 +209,10 @@ def memkill_srun_lines(ranks: int, gpn: int, culprit: int) -> list[str]:
             ids += [f"{culprit + 1}-{last}" if last > culprit + 1 else str(last)] if culprit < last else []
             tasks = ",".join(ids)
         else:
-            tasks = f"{first}-{last}"
-        lines.append(f"srun: error: {host_of(first, gpn)}: tasks {tasks}: Terminated")
+            tasks = f"{first}-{last}" if last > first else str(first)
+        if tasks:  # a node whose only task was the culprit has nothing left to terminate
+            lines.append(f"srun: error: {host_of(first, gpn)}: {'tasks' if '-' in tasks or ',' in tasks else 'task'} "
+                         f"{tasks}: Terminated")
     return lines
 
 

@@ -79,3 +79,37 @@ def test_case_layout(tmp_path: Path, files: list[str], expected: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x\n")
     assert case_index.layout(tmp_path) == expected
+
+
+@pytest.mark.parametrize(("layout", "scenario", "gpn", "culprit"), [
+    ("submitit", "straggler", 8, 11), ("torchrun", "oom", 8, 9), ("merged", "straggler", 4, 6),
+    ("submitit", "memkill", 8, 8), ("submitit", "memkill", 8, 15), ("merged", "memkill", 4, 5),
+    ("submitit", "memkill", 1, 3),
+])
+def test_every_scenario_and_layout_is_diagnosed_as_planted(tmp_path: Path, layout: str, scenario: str, gpn: int,
+                                                           culprit: int) -> None:
+    """What analyze_scale.py measures at 16k ranks, at 16: the culprit at a node's first or last GPU included."""
+    from ddpslurm.analyze.api import analyze_paths
+
+    planted = make_big_job.generate(tmp_path, ranks=16, gb=0.002, gpn=gpn, seed=5, layout=layout, culprit=culprit,
+                                    scenario=scenario)
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == \
+        (planted["cause"], culprit, make_big_job.host_of(culprit, gpn)), got["summary"]
+
+
+def test_memkill_terminates_every_other_task_once() -> None:
+    """srun's lines name each task but the culprit exactly once, as ranges per node."""
+    from ddpslurm.analyze.resolve import expand_ranks
+
+    for gpn, culprit in ((8, 0), (8, 7), (8, 12), (4, 5), (1, 3)):
+        lines = make_big_job.memkill_srun_lines(16, gpn, culprit)
+        assert lines[0].endswith(f"task {culprit}: Out Of Memory")
+        ended = [r for line in lines for m in re.finditer(r"tasks? ([\d,-]+): Terminated$", line)
+                 for r in expand_ranks(m[1])]
+        assert sorted(ended) == [r for r in range(16) if r != culprit], (gpn, culprit)
+
+
+def test_memkill_is_refused_where_srun_tasks_are_nodes(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="torchrun"):
+        make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=8, seed=1, layout="torchrun", scenario="memkill")
