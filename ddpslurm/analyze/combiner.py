@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ddpslurm.analyze.events import Event
-from ddpslurm.analyze.producers import HOST_REPORT_SCALE, REQUEUE_MARKS, Vote, all_votes
+from ddpslurm.analyze.producers import HOST_REPORT_SCALE, REQUEUE_MARKS, Vote, all_votes, peer_host
 from ddpslurm.analyze.resolve import is_host_name
 from ddpslurm.analyze.timeline import JobTimeline
 from ddpslurm.analyze.timestamps import comparable
@@ -289,11 +289,31 @@ def _no_single_rank(alike: list[Candidate], votes: list[Vote], tl: JobTimeline, 
     causes = Counter(c.cause for c in alike if c.cause)
     cause = cause or (causes.most_common(1)[0][0] if causes else None) or victims_cause(tl)
     hosts = {c.host for c in alike}
-    host = hosts.pop() if len(hosts) == 1 else _standout_host(votes)
+    peer = None if len(hosts) == 1 else _common_peer(alike, tl)
+    host = hosts.pop() if len(hosts) == 1 else peer or _standout_host(votes)
+    if peer is not None:
+        reason += f"; each of them lost its transfers to one peer, {peer}"
     if chosen is None and alike:
         chosen = _first_evidence([v for c in alike for v in c.votes])
     confidence = "medium" if how in ("systemic", "job") else "low"
     return Verdict(cause or "unknown", None, host, confidence, how, [reason], chosen, [], votes)
+
+
+def _common_peer(alike: list[Candidate], tl: JobTimeline) -> str | None:
+    """The one host that every candidate's own failure names as its peer, when they sit on several hosts and it is
+    none of theirs: ranks on different nodes that all lost the same remote end (an InfiniBand completion error
+    naming one peer address) point at that node, whichever of them noticed first."""
+    named: set[str] = set()
+    for c in alike:
+        peers = {p for v in c.votes if v.own for e in v.evidence if (p := peer_host(e, tl))}
+        if len(peers) != 1:
+            return None
+        named |= peers
+    own = {c.host for c in alike}
+    if len(named) != 1 or len(own) < 2 or None in own:
+        return None
+    peer = named.pop()
+    return None if any(_same_host(peer, h) for h in own) else peer
 
 
 def _standout_host(votes: list[Vote]) -> str | None:

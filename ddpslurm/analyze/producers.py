@@ -172,6 +172,12 @@ def _peer_of(e: Event, tl: JobTimeline) -> int | str | None:
         return int(peer_rank) if e.get("version") is None else None
     if e.role != "victim" or _accuses(e) != "peer":
         return None
+    return peer_host(e, tl)
+
+
+def peer_host(e: Event, tl: JobTimeline) -> str | None:
+    """The host of the peer a line names (`peer_host`, or an address the job's records or interface lines map to a
+    host); None for none, its own host, or an address nothing maps."""
     for name in ("peer_host", "peer_host2", "peer_ip"):
         value = (e.get(name) or "").strip("[]")
         if value:

@@ -243,7 +243,23 @@ def resolve(events: list[Event], sources: Sequence[SourceFile], summaries: Seque
     facts.present |= facts.started
     if not facts.torchrun:
         _srun_hosts(out, facts)
+    _interface_addresses(out, facts)
     return out, facts
+
+
+def _interface_addresses(events: Iterable[Event], facts: JobFacts) -> None:
+    """The host behind each address NCCL/gloo said a process of it communicates on (`Bootstrap : Using ib0:ADDR`):
+    a peer named by address in another rank's error is then a host. Only an address one host alone used, and one
+    that reaches other hosts (not loopback, link-local or a container bridge, which every node may have alike)."""
+    hosts: dict[str, set[str]] = defaultdict(set)
+    for e in events:
+        if e.kind == "interface" and e.host and e.get("scope") == "global":
+            address = e.get("ip")
+            if address:
+                hosts[address].add(e.host)
+    for address, named in hosts.items():
+        if len(named) == 1:
+            facts.ip_host.setdefault(address, named.pop())
 
 
 def _srun_hosts(events: Iterable[Event], facts: JobFacts) -> None:

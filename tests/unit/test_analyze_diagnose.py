@@ -214,3 +214,60 @@ def test_task_out_of_memory_names_the_task_and_says_what_srun_meant(tmp_path: Pa
     assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("host_oom", culprit, host)
     assert f"task {culprit} on {host} Out Of Memory" in got["summary"]
     assert "most often" not in got["summary"]
+
+
+def _ib_job(tmp_path: Path, hosts: list[str], reporters: dict[int, int], gpn: int = 4) -> None:
+    """Ranks `gpn` to a host; every rank's NCCL bootstrap line names its host's address; each reporter's IB completion
+    error names the address of the rank `reporters[rank]`; no rank logs anything else."""
+    def address(rank: int) -> str:
+        return f"10.7.{rank // gpn}.{20 + rank // gpn}"
+
+    for rank in range(len(hosts) * gpn):
+        host, pid = hosts[rank // gpn], 4000 + rank
+        head = f"{host}:{pid}:{pid} [{rank % gpn}] NCCL INFO "
+        (tmp_path / f"4242_{rank}_log.out").write_text(f"{head}Bootstrap : Using ib0:{address(rank)}<0>\nstep 1\n")
+        text = "step 1\n"
+        if rank in reporters:
+            peer = address(reporters[rank])
+            text += (f"{host}:{pid}:{pid + 9} [{rank % gpn}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got "
+                     f"completion from peer {peer}<4711> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n")
+        (tmp_path / f"4242_{rank}_log.err").write_text(text)
+
+
+@pytest.mark.parametrize(("hosts", "reporters", "peer"), [
+    (["gpu-01", "gpu-02", "gpu-03", "gpu-04"], {1: 9, 13: 9}, "gpu-03"),
+    (["cn7", "cn3", "cn9"], {0: 5, 10: 6, 2: 4}, "cn3"),
+    (["a-node-100", "a-node-101", "a-node-102", "a-node-103", "a-node-104"], {3: 19, 7: 16, 11: 17, 15: 18},
+     "a-node-104"),
+])
+def test_ranks_on_several_nodes_losing_one_ib_peer_name_that_node(tmp_path: Path, hosts: list[str],
+                                                                   reporters: dict[int, int], peer: str) -> None:
+    """Several ranks on different nodes report InfiniBand completion errors toward the same peer address, which the
+    peer node's NCCL bootstrap line says is its own: that node is named (and excluded), no rank of theirs is."""
+    _ib_job(tmp_path, hosts, reporters)
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("infiniband_error", None, peer)
+    assert got["exclude_nodes"] == [peer]
+
+
+@pytest.mark.parametrize(("reporters", "want_rank", "want_host"), [
+    ({1: 9, 13: 5}, None, None),  # two different peers: nobody in common
+    ({1: 9, 2: 9}, None, "gpu-01"),  # both reporters on one node: that node, as before
+    ({13: 9}, 13, "gpu-04"),  # one reporter: it is the first failing rank, as the corpus' single reports are
+])
+def test_no_common_ib_peer_is_made_up(tmp_path: Path, reporters: dict[int, int], want_rank: int | None,
+                                      want_host: str | None) -> None:
+    _ib_job(tmp_path, ["gpu-01", "gpu-02", "gpu-03", "gpu-04"], reporters)
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == \
+        ("infiniband_error", want_rank, want_host), got["summary"]
+
+
+def test_an_address_several_nodes_use_names_no_node(tmp_path: Path) -> None:
+    """Every node's docker0-like bridge or a shared VIP: an address more than one host says it uses maps to none."""
+    _ib_job(tmp_path, ["gpu-01", "gpu-02", "gpu-03", "gpu-04"], {1: 9, 13: 9})
+    for rank in (4, 5, 6, 7):  # gpu-02 claims gpu-03's address too
+        path = tmp_path / f"4242_{rank}_log.out"
+        path.write_text(path.read_text().replace("10.7.1.21", "10.7.2.22"))
+    got = analyze_paths([tmp_path]).to_dict()
+    assert got["first_failing_host"] is None, got["summary"]
