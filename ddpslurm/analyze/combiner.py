@@ -300,9 +300,10 @@ def _no_single_rank(alike: list[Candidate], votes: list[Vote], tl: JobTimeline, 
 
 
 def _common_peer(alike: list[Candidate], tl: JobTimeline) -> str | None:
-    """The one host that every candidate's own failure names as its peer, when they sit on several hosts and it is
-    none of theirs: ranks on different nodes that all lost the same remote end (an InfiniBand completion error
-    naming one peer address) point at that node, whichever of them noticed first."""
+    """The one node of the job that every candidate's own failure names as its peer, when they sit on several hosts
+    and it is none of theirs: ranks on different nodes that all lost the same remote end (an InfiniBand completion
+    error naming one peer address) point at that node, whichever of them noticed first. A host outside the job
+    (every rank failing to reach a login node named as MASTER_ADDR) is not a failed node of it."""
     named: set[str] = set()
     for c in alike:
         peers = {p for v in c.votes if v.own for e in v.evidence if (p := peer_host(e, tl))}
@@ -313,7 +314,10 @@ def _common_peer(alike: list[Candidate], tl: JobTimeline) -> str | None:
     if len(named) != 1 or len(own) < 2 or None in own:
         return None
     peer = named.pop()
-    return None if any(_same_host(peer, h) for h in own) else peer
+    job_hosts = set(tl.facts.rank_host.values())
+    if any(_same_host(peer, h) for h in own) or not any(_same_host(peer, h) for h in job_hosts):
+        return None
+    return peer
 
 
 def _standout_host(votes: list[Vote]) -> str | None:
