@@ -2,7 +2,7 @@
 
     python benchmarks/make_big_job.py --ranks 512 --gb 1.0 --out .bench/big_job [--seed 7] [--gpus-per-node 8]
                                       [--layout submitit|torchrun|merged] [--culprit R]
-                                      [--scenario oom|straggler|memkill]
+                                      [--scenario oom|straggler|memkill|ibfail]
 
 `--layout submitit` (default) writes `<jobid>_<rank>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it;
 `--layout torchrun` writes one pair per node (srun one task per node running torchrun --tee: lines prefixed
@@ -14,7 +14,9 @@ with timestamps up to the requested size, occasional benign warnings, and one pl
 (default ranks/2 + 3; any rank, e.g. past the 20,000th file): a CUDA OOM (`oom`) or silence (`straggler`), with
 torch 2.4 watchdog timeouts on every other rank and srun's exit lines; or (`memkill`, not under torchrun) its memory
 cgroup's OOM killer: its log stops mid-training, slurmstepd's `Detected 1 oom_kill event` line, srun's
-`task R: Out Of Memory` and one `tasks A-B: Terminated` line per other node, and no error from any other rank.
+`task R: Out Of Memory` and one `tasks A-B: Terminated` line per other node, and no error from any other rank;
+or (`ibfail`, 3 nodes or more) a failed HCA: its ring peers on two other nodes report InfiniBand completion errors
+toward its address (planted: its node, no rank).
 The planted answer is written to `PLANTED.json` (outside the log layout's name patterns) so the benchmark can check
 the diagnosis. Generated data stays out of git (.bench/).
 """
@@ -37,14 +39,39 @@ def host_of(rank: int, gpn: int) -> str:
     return f"gpu-{rank // gpn + 1:04d}"
 
 
+def address_of(rank: int, gpn: int) -> str:
+    """The address NCCL bootstraps on for `rank` (one HCA, one address per GPU)."""
+    node = rank // gpn
+    return f"10.{100 + node // 250}.{node % 250}.{rank % gpn + 10}"
+
+
+def ib_reporters(ranks: int, gpn: int, culprit: int) -> list[int]:
+    """The ranks that lose their InfiniBand transfers when `culprit`'s HCA fails: its ring peers on the nodes before
+    and after its own (`nccl_init`'s second ring), each on another node."""
+    return [(culprit - gpn) % ranks, (culprit + gpn) % ranks]
+
+
+def ib_failure(rank: int, gpn: int, peer: str, when: datetime) -> list[str]:
+    """NCCL 2.21's completion error toward `peer` and torch 2.4's abort of the process group on it."""
+    host, pid = host_of(rank, gpn), 100000 + rank * 7
+    ts = f"{when.month}{when.day:02d} {when:%H:%M:%S}.{when.microsecond:06d}{rank % 1000:03d}"
+    ib = (f"NET/IB : Got completion from peer {peer}<36912> with status=12 opcode=0 len=0 vendor err 129 (Recv) "
+          f"localGid ::ffff:{address_of(rank, gpn)} remoteGids::ffff:{peer}")
+    return [f"{host}:{pid}:{pid + 70} [{rank % gpn}] transport/net_ib.cc:1696 NCCL WARN {ib}",
+            f"[rank{rank}]:[E{ts} ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank {rank}] Process group watchdog "
+            "thread terminated with exception: NCCL error: remote process exited or there was a network error, NCCL "
+            "version 2.21.5",
+            "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+            "Last error:", ib]
+
+
 def nccl_init(rank: int, world: int, gpn: int, nchan: int, rng: random.Random) -> list[str]:
     """NCCL 2.21-style INFO init of one rank: a few hundred lines on 8-GPU nodes."""
     host, dev = host_of(rank, gpn), rank % gpn
     pid = 100000 + rank * 7
     tid = pid + 61
-    node = rank // gpn
     p0, p = f"{host}:{pid}:{pid} [{dev}] NCCL INFO ", f"{host}:{pid}:{tid} [{dev}] NCCL INFO "
-    ip = f"10.{100 + node // 250}.{node % 250}.{dev + 10}"
+    ip = address_of(rank, gpn)
     ptr = f"0x{rng.getrandbits(44):011x}"
     out = [p0 + f"Bootstrap : Using ib0:{ip}<0>",
            p0 + "NET/Plugin : dlerror=libnccl-net.so: cannot open shared object file: No such file or directory No "
@@ -172,7 +199,10 @@ def rank_texts(r: int, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
         written += len(parts[-1])
         k += 1
     err = [WARNINGS[0]]
-    if scenario == "memkill":
+    if scenario == "ibfail":
+        if r in ib_reporters(ranks, gpn, culprit):
+            err += ib_failure(r, gpn, address_of(culprit, gpn), when)
+    elif scenario == "memkill":
         if r == culprit:  # SIGKILLed mid-training: its log stops early, slurmstepd tells why
             parts = parts[:max(1, len(parts) // 2)]
             err.append(f"slurmstepd: error: Detected 1 oom_kill event in StepId={JOB_ID}.0. Some of the step tasks "
@@ -189,7 +219,9 @@ def rank_texts(r: int, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
 def srun_lines(ranks: int, gpn: int, culprit: int, layout: str, scenario: str = "oom") -> list[str]:
     """srun's exit lines: task ids are ranks (submitit) or node indexes (torchrun, one task per node)."""
     if scenario == "memkill":
-        return memkill_srun_lines(ranks, gpn, culprit)
+        return killed_srun_lines(ranks, gpn, culprit, "Out Of Memory")
+    if scenario == "ibfail":
+        return killed_srun_lines(ranks, gpn, ib_reporters(ranks, gpn, culprit)[0], "Aborted (core dumped)")
     if layout == "torchrun":
         node = culprit // gpn
         return [f"srun: error: {host_of(culprit, gpn)}: task {node}: Exited with exit code 1"]
@@ -197,10 +229,11 @@ def srun_lines(ranks: int, gpn: int, culprit: int, layout: str, scenario: str = 
             f"srun: error: {host_of(0, gpn)}: tasks 0-{gpn - 1}: Aborted (core dumped)"]
 
 
-def memkill_srun_lines(ranks: int, gpn: int, culprit: int) -> list[str]:
-    """srun after the kernel's OOM killer, inside the step's memory cgroup, killed `culprit` (--kill-on-bad-exit):
-    that task Out Of Memory, then every other task Terminated, one line per node (its task ids as ranges)."""
-    lines = [f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Out Of Memory",
+def killed_srun_lines(ranks: int, gpn: int, culprit: int, status: str) -> list[str]:
+    """srun when task `culprit` ended first with `status` (--kill-on-bad-exit; `Out Of Memory`: the OOM killer of
+    the step's memory cgroup killed it): that task, then every other task Terminated, one line per node (its task
+    ids as ranges)."""
+    lines = [f"srun: error: {host_of(culprit, gpn)}: task {culprit}: {status}",
              "srun: Job step aborted: Waiting up to 32 seconds for job step to finish."]
     for node in range(ranks // gpn):
         first, last = node * gpn, node * gpn + gpn - 1
@@ -237,7 +270,9 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     scenario `oom`: a CUDA OOM on `culprit`, watchdog timeouts everywhere else; `straggler`: `culprit` says nothing
     while every other rank times out; `memkill`: the OOM killer of the step's memory cgroup SIGKILLs `culprit`
     mid-training (slurmstepd says so in its log) and srun terminates every other task at once (no rank logs an
-    error: NCCL's watchdog never fires).
+    error: NCCL's watchdog never fires); `ibfail`: `culprit`'s HCA fails, its ring peers on the nodes before and after
+    its own report InfiniBand completion errors toward its address and abort, srun terminates the rest (the answer
+    is its node, no rank: it reported nothing, and whose side of the link broke is not in the logs).
     """
     out.mkdir(parents=True, exist_ok=True)
     for old in [*out.glob(f"{JOB_ID}_*_log.*"), *out.glob("slurm-*.out")]:
@@ -246,8 +281,11 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     culprit = ranks // 2 + 3 if culprit is None else culprit
     if not 0 <= culprit < ranks:
         raise ValueError(f"culprit {culprit} is not a rank of a {ranks}-rank job")
-    if scenario == "memkill" and layout == "torchrun":
-        raise ValueError("scenario memkill is written for srun tasks that are ranks (submitit, merged), not torchrun's")
+    if scenario in ("memkill", "ibfail") and layout == "torchrun":
+        raise ValueError(f"scenario {scenario} is written for srun tasks that are ranks (submitit, merged), not "
+                         "torchrun's")
+    if scenario == "ibfail" and ranks // gpn < 3:
+        raise ValueError("scenario ibfail needs 3 nodes or more: the failed HCA's ring peers on two other nodes")
     per_rank = int(gb * 1e9 / ranks)
     when = T0 + timedelta(minutes=5, seconds=40000 * 1.5 + 0.8)
     # a few distinct progress blocks, re-used with the rank substituted: fast and still varied
@@ -276,8 +314,9 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
             node_err += agent_lines(node, gpn)
             (out / f"{JOB_ID}_{node}_log.err").write_text("\n".join(node_err) + "\n")
             node_out, node_err = [], []
-    cause = {"oom": "cuda_oom", "memkill": "host_oom"}.get(scenario, "collective_timeout")
-    planted = {"cause": cause, "first_failing_rank": culprit, "first_failing_host": host_of(culprit, gpn),
+    cause = {"oom": "cuda_oom", "memkill": "host_oom", "ibfail": "infiniband_error"}.get(scenario, "collective_timeout")
+    planted = {"cause": cause, "first_failing_rank": None if scenario == "ibfail" else culprit,
+               "first_failing_host": host_of(culprit, gpn),
                "ranks": ranks, "gpus_per_node": gpn, "seed": seed, "layout": layout, "scenario": scenario}
     (out / "PLANTED.json").write_text(json.dumps(planted, indent=2) + "\n")
     return planted
@@ -319,9 +358,10 @@ def main() -> None:
                         help="one file pair per rank (submitit), per node (srun one task per node + torchrun --tee), "
                              "or one slurm-<job>.out for every rank (srun --label)")
     parser.add_argument("--culprit", type=int, default=None, help="the failing rank [default: ranks/2 + 3]")
-    parser.add_argument("--scenario", choices=("oom", "straggler", "memkill"), default="oom",
+    parser.add_argument("--scenario", choices=("oom", "straggler", "memkill", "ibfail"), default="oom",
                         help="a CUDA OOM on the culprit, a culprit that is silent while every other rank times out, "
-                             "or a culprit SIGKILLed by its cgroup's OOM killer while srun terminates the others")
+                             "a culprit SIGKILLed by its cgroup's OOM killer while srun terminates the others, or a "
+                             "culprit whose HCA fails (its ring peers on two other nodes report it)")
     args = parser.parse_args()
     if args.ranks < 2 or args.ranks % args.gpus_per_node:
         raise SystemExit("--ranks must be a multiple of --gpus-per-node and at least 2")

@@ -84,7 +84,7 @@ def test_case_layout(tmp_path: Path, files: list[str], expected: str) -> None:
 @pytest.mark.parametrize(("layout", "scenario", "gpn", "culprit"), [
     ("submitit", "straggler", 8, 11), ("torchrun", "oom", 8, 9), ("merged", "straggler", 4, 6),
     ("submitit", "memkill", 8, 8), ("submitit", "memkill", 8, 15), ("merged", "memkill", 4, 5),
-    ("submitit", "memkill", 1, 3),
+    ("submitit", "memkill", 1, 3), ("submitit", "ibfail", 4, 6), ("merged", "ibfail", 2, 15),
 ])
 def test_every_scenario_and_layout_is_diagnosed_as_planted(tmp_path: Path, layout: str, scenario: str, gpn: int,
                                                            culprit: int) -> None:
@@ -94,8 +94,11 @@ def test_every_scenario_and_layout_is_diagnosed_as_planted(tmp_path: Path, layou
     planted = make_big_job.generate(tmp_path, ranks=16, gb=0.002, gpn=gpn, seed=5, layout=layout, culprit=culprit,
                                     scenario=scenario)
     got = analyze_paths([tmp_path]).to_dict()
+    want_rank = None if scenario == "ibfail" else culprit  # a failed HCA: its node, no rank (it reported nothing)
+    assert (planted["first_failing_rank"], planted["first_failing_host"]) == (want_rank, make_big_job.host_of(culprit,
+                                                                                                            gpn))
     assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == \
-        (planted["cause"], culprit, make_big_job.host_of(culprit, gpn)), got["summary"]
+        (planted["cause"], want_rank, planted["first_failing_host"]), got["summary"]
 
 
 def test_memkill_terminates_every_other_task_once() -> None:
@@ -103,13 +106,19 @@ def test_memkill_terminates_every_other_task_once() -> None:
     from ddpslurm.analyze.resolve import expand_ranks
 
     for gpn, culprit in ((8, 0), (8, 7), (8, 12), (4, 5), (1, 3)):
-        lines = make_big_job.memkill_srun_lines(16, gpn, culprit)
+        lines = make_big_job.killed_srun_lines(16, gpn, culprit, "Out Of Memory")
         assert lines[0].endswith(f"task {culprit}: Out Of Memory")
         ended = [r for line in lines for m in re.finditer(r"tasks? ([\d,-]+): Terminated$", line)
                  for r in expand_ranks(m[1])]
         assert sorted(ended) == [r for r in range(16) if r != culprit], (gpn, culprit)
 
 
-def test_memkill_is_refused_where_srun_tasks_are_nodes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scenario", ["memkill", "ibfail"])
+def test_srun_scenarios_are_refused_where_srun_tasks_are_nodes(tmp_path: Path, scenario: str) -> None:
     with pytest.raises(ValueError, match="torchrun"):
-        make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=8, seed=1, layout="torchrun", scenario="memkill")
+        make_big_job.generate(tmp_path, ranks=32, gb=0.001, gpn=8, seed=1, layout="torchrun", scenario=scenario)
+
+
+def test_ibfail_needs_peers_on_two_other_nodes(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="3 nodes"):
+        make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=8, seed=1, scenario="ibfail")
