@@ -41,7 +41,8 @@ throughput = _load("analyze_throughput")
 #: ranks, GB, layout, scenario, culprit (-1: the generator's default, ranks/2 + 3)
 DEFAULT_JOBS = ("512:1.0:submitit:oom:-1", "4096:0.4:submitit:oom:4000", "16384:0.5:submitit:oom:11000",
                 "65536:1.0:submitit:oom:60001", "256:0.5:torchrun:straggler:77", "16384:0.5:merged:oom:11000",
-                "16384:0.5:submitit:straggler:13001", "16384:0.5:torchrun:oom:9001", "16384:0.5:submitit:memkill:9001")
+                "16384:0.5:submitit:straggler:13001", "16384:0.5:torchrun:oom:9001", "16384:0.5:submitit:memkill:9001",
+                "16384:0.5:submitit:ibfail:9001")
 
 
 def job_folder(root: Path, spec: str) -> Path:
@@ -103,7 +104,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for spec in args.job or DEFAULT_JOBS:
         r = measure_job(job_folder(args.root, spec), args.runs, args.jobs)
-        print(f"| {r['ranks']:,} | {r['layout']} | {r['scenario']} | {r['culprit']} | {r['files']:,} | "
+        culprit = "its node" if r["culprit"] is None else r["culprit"]
+        print(f"| {r['ranks']:,} | {r['layout']} | {r['scenario']} | {culprit} | {r['files']:,} | "
               f"{r['bytes'] / 1e9:.2f} | "
               f"{r['wall']:.2f} | {r['cpu']:.2f} | {r['grep_wall']:.2f} | {r['grep_cpu']:.2f} | "
               f"{r['wall'] / r['grep_wall']:.1f}x | {r['cpu'] / max(r['grep_cpu'], 1e-3):.1f}x | "
