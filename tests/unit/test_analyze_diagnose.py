@@ -271,3 +271,11 @@ def test_an_address_several_nodes_use_names_no_node(tmp_path: Path) -> None:
         path.write_text(path.read_text().replace("10.7.1.21", "10.7.2.22"))
     got = analyze_paths([tmp_path]).to_dict()
     assert got["first_failing_host"] is None, got["summary"]
+
+
+@pytest.mark.parametrize(("named", "host"), [("[login02.hpc.example.edu]:29500", "login02.hpc.example.edu"),
+                                             ("[node7]", "node7"), ("node7", "node7"), ("[::1]:29500", "::1")])
+def test_a_peer_c10d_writes_in_brackets_with_its_port_is_the_bare_host(named: str, host: str) -> None:
+    from ddpslurm.analyze.producers import _bare_host
+
+    assert _bare_host(named) == host
