@@ -39,6 +39,11 @@ def host_of(rank: int, gpn: int) -> str:
     return f"gpu-{rank // gpn + 1:04d}"
 
 
+def glog_time(when: datetime, rank: int) -> str:
+    """torch's C++ log time (`MMDD hh:mm:ss.uuuuuu` and three more digits, here the rank's, to set ranks apart)."""
+    return f"{when.month}{when.day:02d} {when:%H:%M:%S}.{when.microsecond:06d}{rank % 1000:03d}"
+
+
 def address_of(rank: int, gpn: int) -> str:
     """The address NCCL bootstraps on for `rank` (one HCA, one address per GPU)."""
     node = rank // gpn
@@ -54,7 +59,7 @@ def ib_reporters(ranks: int, gpn: int, culprit: int) -> list[int]:
 def ib_failure(rank: int, gpn: int, peer: str, when: datetime) -> list[str]:
     """NCCL 2.21's completion error toward `peer` and torch 2.4's abort of the process group on it."""
     host, pid = host_of(rank, gpn), 100000 + rank * 7
-    ts = f"{when.month}{when.day:02d} {when:%H:%M:%S}.{when.microsecond:06d}{rank % 1000:03d}"
+    ts = glog_time(when, rank)
     ib = (f"NET/IB : Got completion from peer {peer}<36912> with status=12 opcode=0 len=0 vendor err 129 (Recv) "
           f"localGid ::ffff:{address_of(rank, gpn)} remoteGids::ffff:{peer}")
     return [f"{host}:{pid}:{pid + 70} [{rank % gpn}] transport/net_ib.cc:1696 NCCL WARN {ib}",
@@ -148,7 +153,7 @@ def progress_block(rank: int, first_step: int, n: int, rng: random.Random) -> st
 
 
 def watchdog(rank: int, seq: int, when: datetime) -> list[str]:
-    ts = f"{when.month}{when.day:02d} {when:%H:%M:%S}.{when.microsecond:06d}{rank % 1000:03d}"
+    ts = glog_time(when, rank)
     w = (f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
          f"NumelIn=25165824, NumelOut=25165824, Timeout(ms)=600000) ran for {600000 + rank % 97} milliseconds "
          "before timing out.")
