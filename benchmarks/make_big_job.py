@@ -279,10 +279,6 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     its own report InfiniBand completion errors toward its address and abort, srun terminates the rest (the answer
     is its node, no rank: it reported nothing, and whose side of the link broke is not in the logs).
     """
-    out.mkdir(parents=True, exist_ok=True)
-    for old in [*out.glob(f"{JOB_ID}_*_log.*"), *out.glob("slurm-*.out")]:
-        old.unlink()
-    rng = random.Random(seed)
     culprit = ranks // 2 + 3 if culprit is None else culprit
     if not 0 <= culprit < ranks:
         raise ValueError(f"culprit {culprit} is not a rank of a {ranks}-rank job")
@@ -291,6 +287,10 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
                          "torchrun's")
     if scenario == "ibfail" and ranks // gpn < 3:
         raise ValueError("scenario ibfail needs 3 nodes or more: the failed HCA's ring peers on two other nodes")
+    out.mkdir(parents=True, exist_ok=True)  # only now: a bad argument leaves an earlier job there
+    for old in [*out.glob(f"{JOB_ID}_*_log.*"), *out.glob("slurm-*.out")]:
+        old.unlink()
+    rng = random.Random(seed)
     per_rank = int(gb * 1e9 / ranks)
     when = T0 + timedelta(minutes=5, seconds=40000 * 1.5 + 0.8)
     # a few distinct progress blocks, re-used with the rank substituted: fast and still varied
@@ -371,8 +371,11 @@ def main() -> None:
     if args.ranks < 2 or args.ranks % args.gpus_per_node:
         raise SystemExit("--ranks must be a multiple of --gpus-per-node and at least 2")
     start = time.perf_counter()
-    planted = generate(args.out, args.ranks, args.gb, args.gpus_per_node, args.seed, layout=args.layout,
-                       culprit=args.culprit, scenario=args.scenario)
+    try:
+        planted = generate(args.out, args.ranks, args.gb, args.gpus_per_node, args.seed, layout=args.layout,
+                           culprit=args.culprit, scenario=args.scenario)
+    except ValueError as error:  # a culprit outside the job, a scenario the layout or node count cannot hold
+        raise SystemExit(f"make_big_job.py: {error}") from None
     size = sum(p.stat().st_size for p in args.out.iterdir())
     print(f"wrote {args.out} ({size / 1e9:.2f} GB, {args.ranks} ranks) in {time.perf_counter() - start:.1f}s; "
           f"planted {planted['cause']} on rank {planted['first_failing_rank']} ({planted['first_failing_host']})")

@@ -122,3 +122,11 @@ def test_srun_scenarios_are_refused_where_srun_tasks_are_nodes(tmp_path: Path, s
 def test_ibfail_needs_peers_on_two_other_nodes(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="3 nodes"):
         make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=8, seed=1, scenario="ibfail")
+
+
+def test_a_refused_job_leaves_an_earlier_one_in_its_folder(tmp_path: Path) -> None:
+    make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=8, seed=1)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(ValueError, match="3 nodes"):
+        make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=8, seed=1, scenario="ibfail")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
