@@ -4,7 +4,8 @@
    failure comes before it in comparable time.
 2. Ranks whose own failure is decisive (their own error, srun's first dead task, a rank that vanished) are
    ordered by time where their clocks compare (stronger evidence wins within `TIME_TOLERANCE`), else by the
-   weight of all votes for them. Several ranks failing alike at once is *systemic*: no single rank.
+   weight of all votes for them. Several ranks failing alike at once is *systemic*: no single rank. A rank whose
+   own failure is a lost peer is that peer's victim when a rank on the peer's node died on its own.
 3. Without a decisive own failure, the rank with the most vote weight, if it stands out (`MARGIN`) from the
    next; a tie is "no single rank", never a guess.
 4. Confidence comes from how the answer was reached and the margin.
@@ -29,6 +30,10 @@ MARGIN = 1.25  # the top candidate must outweigh the next by this factor to be n
 MIN_WEIGHT = 10.0  # less than this names nobody
 #: what victims report while they wait for a late rank: it says nothing of why that rank was late
 WAITING_CAUSES = ("collective_timeout", "rendezvous_timeout")
+#: what a rank reports when a peer stops answering, whatever stopped it: a dead process's queue pairs and sockets go
+#: quiet like a dead link's (IB completion errors, closed connections, NCCL's "remote process exited or there was a
+#: network error"), and the ranks waiting on it time out
+LOST_PEER_CAUSES = ("infiniband_error", "network_unreachable", "nccl_internal_error", *WAITING_CAUSES)
 JOB_DECISIVE = 50.0  # a Slurm job line this heavy (time limit, preemption, scancel) ends the job by itself
 
 
@@ -168,6 +173,7 @@ def _job_verdict(votes: list[Vote], candidates: list[Candidate], tl: JobTimeline
 
 def _among_strong(strong: list[Candidate], candidates: list[Candidate], votes: list[Vote],
                   tl: JobTimeline) -> Verdict:
+    strong = _less_lost_peers(strong, tl)
     systemic = _systemic(strong, tl)
     if systemic is not None:
         pointed = _stands_out(systemic, key=lambda c: c.pointer_weight)
@@ -186,6 +192,49 @@ def _among_strong(strong: list[Candidate], candidates: list[Candidate], votes: l
     if first.weight < second.weight * MARGIN and first.cause == second.cause:
         return _no_single_rank(ranked[:2], votes, tl, "tie", "several ranks failed alike and nothing orders them")
     return _verdict(first, votes, tl, "weight", "medium")
+
+
+def _less_lost_peers(strong: list[Candidate], tl: JobTimeline) -> list[Candidate]:
+    """The decisive candidates less those whose own failure is the loss of a peer on a node where another decisive
+    candidate failed on its own, of a cause no lost peer produces (a segfault, an OOM, an exception): the peer's
+    death explains their reports. That candidate gets a vote for each (its reason names them). Not when the
+    report came first in comparable time, nor when the dead candidate's own failure names a peer too."""
+    dead = [d for d in strong if d.host and d.cause not in (*LOST_PEER_CAUSES, None, "unknown")
+            and not _own_peers(d, tl)]
+    if not dead:
+        return strong
+    kept, lost = [], defaultdict(list)
+    for c in strong:
+        peers = _own_peers(c, tl) if c.cause in LOST_PEER_CAUSES else set()
+        killers = [d for d in dead if len(peers) == 1 and _same_host(d.host, next(iter(peers)))
+                   and not _came_first(c, d)]
+        if not killers:
+            kept.append(c)
+            continue
+        for d in killers:
+            lost[id(d)].append(c)
+    for d in dead:
+        reporters = lost.get(id(d), [])
+        if reporters:
+            names = ", ".join(str(c.rank) if c.rank is not None else str(c.host) for c in reporters[:5])
+            d.votes.append(Vote("lost peer", 8.0 + 4.0 * len(reporters),
+                                f"rank(s) {names}{' and more' if len(reporters) > 5 else ''} on other nodes lost "
+                                f"their transfers to its node, {d.host}, after it failed",
+                                rank=d.rank, host=d.host, cause=d.cause,
+                                evidence=tuple(e for c in reporters[:3] for v in c.votes if v.own
+                                               for e in v.evidence[:1])))
+    return kept
+
+
+def _own_peers(c: Candidate, tl: JobTimeline) -> set[str]:
+    """The hosts of the peers the candidate's own failure lines name."""
+    return {p for v in c.votes if v.own for e in v.evidence if (p := peer_host(e, tl))}
+
+
+def _came_first(a: Candidate, b: Candidate) -> bool:
+    """`a`'s own failure came before `b`'s by more than TIME_TOLERANCE, in comparable time."""
+    ta, tb = a.own_time, b.own_time
+    return ta is not None and tb is not None and comparable(ta[1], tb[1]) and ta[0] < tb[0] - TIME_TOLERANCE
 
 
 def _stands_out(candidates: list[Candidate], key: Callable[[Candidate], float]) -> Candidate | None:

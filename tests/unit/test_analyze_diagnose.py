@@ -216,9 +216,11 @@ def test_task_out_of_memory_names_the_task_and_says_what_srun_meant(tmp_path: Pa
     assert "most often" not in got["summary"]
 
 
-def _ib_job(tmp_path: Path, hosts: list[str], reporters: dict[int, int], gpn: int = 4) -> None:
+def _ib_job(tmp_path: Path, hosts: list[str], reporters: dict[int, int], gpn: int = 4,
+            deaths: dict[int, str] | None = None) -> None:
     """Ranks `gpn` to a host; every rank's NCCL bootstrap line names its host's address; each reporter's IB completion
-    error names the address of the rank `reporters[rank]`; no rank logs anything else."""
+    error names the address of the rank `reporters[rank]`; each rank of `deaths` fails on its own (`DEATHS`); no rank
+    logs anything else."""
     def address(rank: int) -> str:
         return f"10.7.{rank // gpn}.{20 + rank // gpn}"
 
@@ -231,7 +233,21 @@ def _ib_job(tmp_path: Path, hosts: list[str], reporters: dict[int, int], gpn: in
             peer = address(reporters[rank])
             text += (f"{host}:{pid}:{pid + 9} [{rank % gpn}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got "
                      f"completion from peer {peer}<4711> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n")
+        if rank in (deaths or {}):
+            text += DEATHS[deaths[rank]][1]  # type: ignore[index]
+        if rank == 0:
+            text += "".join(DEATHS[how][0].format(host=hosts[r // gpn], rank=r) for r, how in (deaths or {}).items())
         (tmp_path / f"4242_{rank}_log.err").write_text(text)
+
+
+#: a rank failing on its own: what srun says of it (in rank 0's file), what its own log says
+DEATHS = {
+    "segfault": ("srun: error: {host}: task {rank}: Segmentation fault (core dumped)\n", ""),
+    "cuda_oom": ("", "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+                     "    loss.backward()\n"
+                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                     "capacity of 79.10 GiB of which 1.02 GiB is free.\n"),
+}
 
 
 @pytest.mark.parametrize(("hosts", "reporters", "peer"), [
@@ -261,6 +277,58 @@ def test_no_common_ib_peer_is_made_up(tmp_path: Path, reporters: dict[int, int],
     got = analyze_paths([tmp_path]).to_dict()
     assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == \
         ("infiniband_error", want_rank, want_host), got["summary"]
+
+
+@pytest.mark.parametrize(("hosts", "reporters", "dead", "how"), [
+    (["gpu-01", "gpu-02", "gpu-03", "gpu-04"], {1: 9, 13: 9}, 9, "segfault"),
+    (["cn7", "cn3", "cn9"], {0: 5, 10: 6, 2: 4}, 6, "segfault"),
+    (["a-node-100", "a-node-101", "a-node-102", "a-node-103", "a-node-104"], {3: 19, 7: 16, 11: 17, 15: 18}, 17,
+     "cuda_oom"),
+    (["gpu-01", "gpu-02", "gpu-03", "gpu-04"], {13: 9}, 10, "cuda_oom"),  # one reporter; the address is the node's
+])
+def test_ranks_losing_a_peer_whose_rank_died_on_its_own_name_that_rank(
+        tmp_path: Path, hosts: list[str], reporters: dict[int, int], dead: int, how: str) -> None:
+    """A rank dies (srun: segmentation fault; its own CUDA OOM) and its net peers on other nodes report InfiniBand
+    completion errors toward its node's address, as a dead link would look: the dead rank failed first, of its own
+    cause, and the reporters are its victims, however many, whatever the names and numbers."""
+    _ib_job(tmp_path, hosts, reporters, deaths={dead: how})
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == (how, dead, hosts[dead // 4]), \
+        got["summary"]
+    roles = {r["rank"]: r["role"] for r in got["ranks"]}
+    assert roles[dead] == "culprit" and all(roles[r] != "culprit" for r in reporters)
+
+
+@pytest.mark.parametrize(("reporters", "want"), [
+    ({1: 9, 13: 9}, ("infiniband_error", None, "gpu-03")),  # the node they name, as without the death elsewhere
+    ({13: 9}, ("infiniband_error", 13, "gpu-04")),  # the one reporter, as without it
+])
+def test_a_death_on_another_node_explains_no_lost_peer(tmp_path: Path, reporters: dict[int, int],
+                                                      want: tuple) -> None:
+    """Rank 5 (gpu-02) segfaults, the reporters name gpu-03's address: their reports are not its doing."""
+    _ib_job(tmp_path, ["gpu-01", "gpu-02", "gpu-03", "gpu-04"], reporters, deaths={5: "segfault"})
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == want, got["summary"]
+
+
+def test_a_peer_that_reports_a_lost_peer_itself_is_not_a_death(tmp_path: Path) -> None:
+    """Two nodes that name each other (a link between them broke): neither is explained by the other."""
+    _ib_job(tmp_path, ["gpu-01", "gpu-02", "gpu-03", "gpu-04"], {1: 9, 9: 1})
+    got = analyze_paths([tmp_path]).to_dict()
+    assert got["cause"] == "infiniband_error" and got["first_failing_rank"] is None, got["summary"]
+
+
+def test_a_report_before_the_peer_failed_is_not_explained_by_it() -> None:
+    from ddpslurm.analyze.combiner import Candidate, _came_first
+    from ddpslurm.analyze.producers import Vote
+
+    def candidate(t: float | None, family: str = "iso") -> Candidate:
+        return Candidate(1, "n1", [Vote("own failure", 95.0, "", own=True, time=t, time_family=family)])
+    assert _came_first(candidate(100.0), candidate(200.0))
+    assert not _came_first(candidate(200.0), candidate(100.0))
+    assert not _came_first(candidate(100.0), candidate(100.5))  # within the clocks' tolerance
+    assert not _came_first(candidate(100.0), candidate(None))  # srun's lines carry no time
+    assert not _came_first(candidate(100.0, "iso"), candidate(200.0, "iso-tz"))  # a local and a UTC clock
 
 
 def test_an_address_several_nodes_use_names_no_node(tmp_path: Path) -> None:
