@@ -2,7 +2,7 @@
 
     python benchmarks/make_big_job.py --ranks 512 --gb 1.0 --out .bench/big_job [--seed 7] [--gpus-per-node 8]
                                       [--layout submitit|torchrun|merged] [--culprit R]
-                                      [--scenario oom|straggler|memkill|ibfail]
+                                      [--scenario oom|straggler|memkill|ibfail|segv]
 
 `--layout submitit` (default) writes `<jobid>_<rank>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it;
 `--layout torchrun` writes one pair per node (srun one task per node running torchrun --tee: lines prefixed
@@ -16,7 +16,9 @@ torch 2.4 watchdog timeouts on every other rank and srun's exit lines; or (`memk
 cgroup's OOM killer: its log stops mid-training, slurmstepd's `Detected 1 oom_kill event` line, srun's
 `task R: Out Of Memory` and one `tasks A-B: Terminated` line per other node, and no error from any other rank;
 or (`ibfail`, 3 nodes or more) a failed HCA: its ring peers on two other nodes report InfiniBand completion errors
-toward its address (planted: its node, no rank).
+toward its address (planted: its node, no rank); or (`segv`, 3 nodes or more, srun without --kill-on-bad-exit) a
+SIGSEGV: its log stops, srun names its segmentation fault first, the same two peers report the same InfiniBand errors
+toward its address 8 s later, every other rank times out (planted: the rank).
 The planted answer is written to `PLANTED.json` (outside the log layout's name patterns) so the benchmark can check
 the diagnosis. Generated data stays out of git (.bench/).
 """
@@ -212,6 +214,13 @@ def rank_texts(r: int, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
             parts = parts[:max(1, len(parts) // 2)]
             err.append(f"slurmstepd: error: Detected 1 oom_kill event in StepId={JOB_ID}.0. Some of the step tasks "
                        "have been OOM Killed.")  # a production build names no node (`slurmstepd-<node>`: test builds)
+    elif scenario == "segv":
+        if r == culprit:  # SIGSEGV mid-training: the process prints nothing, its log stops; srun tells the signal
+            parts = parts[:max(1, len(parts) // 2)]
+        elif r in ib_reporters(ranks, gpn, culprit):  # its net peers: the dead process's queue pairs stop answering
+            err += ib_failure(r, gpn, address_of(culprit, gpn), when + timedelta(seconds=8))  # IB retries run out
+        else:  # the rest hang in their collective until the watchdog fires
+            err += watchdog(r, 80001, when + timedelta(seconds=600, milliseconds=200 + r % 900))
     elif r == culprit and scenario == "oom":
         err += oom(r, when)
     elif r == culprit:
@@ -225,6 +234,8 @@ def srun_lines(ranks: int, gpn: int, culprit: int, layout: str, scenario: str = 
     """srun's exit lines: task ids are ranks (submitit) or node indexes (torchrun, one task per node)."""
     if scenario == "memkill":
         return killed_srun_lines(ranks, gpn, culprit, "Out Of Memory")
+    if scenario == "segv":  # no --kill-on-bad-exit: the signal first, the others' aborts when their watchdog fires
+        return killed_srun_lines(ranks, gpn, culprit, "Segmentation fault (core dumped)", "Aborted (core dumped)")
     if scenario == "ibfail":
         return killed_srun_lines(ranks, gpn, ib_reporters(ranks, gpn, culprit)[0], "Aborted (core dumped)")
     if layout == "torchrun":
@@ -234,12 +245,13 @@ def srun_lines(ranks: int, gpn: int, culprit: int, layout: str, scenario: str = 
             f"srun: error: {host_of(0, gpn)}: tasks 0-{gpn - 1}: Aborted (core dumped)"]
 
 
-def killed_srun_lines(ranks: int, gpn: int, culprit: int, status: str) -> list[str]:
-    """srun when task `culprit` ended first with `status` (--kill-on-bad-exit; `Out Of Memory`: the OOM killer of
-    the step's memory cgroup killed it): that task, then every other task Terminated, one line per node (its task
-    ids as ranges)."""
-    lines = [f"srun: error: {host_of(culprit, gpn)}: task {culprit}: {status}",
-             "srun: Job step aborted: Waiting up to 32 seconds for job step to finish."]
+def killed_srun_lines(ranks: int, gpn: int, culprit: int, status: str, others: str = "Terminated") -> list[str]:
+    """srun when task `culprit` ended first with `status` (`Out Of Memory`: the OOM killer of the step's memory
+    cgroup killed it): that task, then every other task ended with `others`, one line per node (its task ids as
+    ranges). `Terminated`: --kill-on-bad-exit, srun aborts the step at once; otherwise the others end on their own."""
+    lines = [f"srun: error: {host_of(culprit, gpn)}: task {culprit}: {status}"]
+    if others == "Terminated":
+        lines.append("srun: Job step aborted: Waiting up to 32 seconds for job step to finish.")
     for node in range(ranks // gpn):
         first, last = node * gpn, node * gpn + gpn - 1
         if first <= culprit <= last:
@@ -248,9 +260,9 @@ def killed_srun_lines(ranks: int, gpn: int, culprit: int, status: str) -> list[s
             tasks = ",".join(ids)
         else:
             tasks = f"{first}-{last}" if last > first else str(first)
-        if tasks:  # a node whose only task was the culprit has nothing left to terminate
+        if tasks:  # a node whose only task was the culprit has nothing left to end
             lines.append(f"srun: error: {host_of(first, gpn)}: {'tasks' if '-' in tasks or ',' in tasks else 'task'} "
-                         f"{tasks}: Terminated")
+                         f"{tasks}: {others}")
     return lines
 
 
@@ -277,16 +289,18 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     mid-training (slurmstepd says so in its log) and srun terminates every other task at once (no rank logs an
     error: NCCL's watchdog never fires); `ibfail`: `culprit`'s HCA fails, its ring peers on the nodes before and after
     its own report InfiniBand completion errors toward its address and abort, srun terminates the rest (the answer
-    is its node, no rank: it reported nothing, and whose side of the link broke is not in the logs).
+    is its node, no rank: it reported nothing, and whose side of the link broke is not in the logs); `segv`: `culprit`
+    dies of SIGSEGV without a word, srun names it first (no --kill-on-bad-exit), the same ring peers report the same
+    InfiniBand errors toward its address (a dead process's queue pairs go quiet like a dead HCA's), the rest time out.
     """
     culprit = ranks // 2 + 3 if culprit is None else culprit
     if not 0 <= culprit < ranks:
         raise ValueError(f"culprit {culprit} is not a rank of a {ranks}-rank job")
-    if scenario in ("memkill", "ibfail") and layout == "torchrun":
+    if scenario in ("memkill", "ibfail", "segv") and layout == "torchrun":
         raise ValueError(f"scenario {scenario} is written for srun tasks that are ranks (submitit, merged), not "
                          "torchrun's")
-    if scenario == "ibfail" and ranks // gpn < 3:
-        raise ValueError("scenario ibfail needs 3 nodes or more: the failed HCA's ring peers on two other nodes")
+    if scenario in ("ibfail", "segv") and ranks // gpn < 3:
+        raise ValueError(f"scenario {scenario} needs 3 nodes or more: {culprit}'s ring peers on two other nodes")
     out.mkdir(parents=True, exist_ok=True)  # only now: a bad argument leaves an earlier job there
     for old in [*out.glob(f"{JOB_ID}_*_log.*"), *out.glob("slurm-*.out")]:
         old.unlink()
@@ -319,7 +333,8 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
             node_err += agent_lines(node, gpn)
             (out / f"{JOB_ID}_{node}_log.err").write_text("\n".join(node_err) + "\n")
             node_out, node_err = [], []
-    cause = {"oom": "cuda_oom", "memkill": "host_oom", "ibfail": "infiniband_error"}.get(scenario, "collective_timeout")
+    cause = {"oom": "cuda_oom", "memkill": "host_oom", "ibfail": "infiniband_error",
+             "segv": "segfault"}.get(scenario, "collective_timeout")
     planted = {"cause": cause, "first_failing_rank": None if scenario == "ibfail" else culprit,
                "first_failing_host": host_of(culprit, gpn),
                "ranks": ranks, "gpus_per_node": gpn, "seed": seed, "layout": layout, "scenario": scenario}
@@ -363,10 +378,11 @@ def main() -> None:
                         help="one file pair per rank (submitit), per node (srun one task per node + torchrun --tee), "
                              "or one slurm-<job>.out for every rank (srun --label)")
     parser.add_argument("--culprit", type=int, default=None, help="the failing rank [default: ranks/2 + 3]")
-    parser.add_argument("--scenario", choices=("oom", "straggler", "memkill", "ibfail"), default="oom",
+    parser.add_argument("--scenario", choices=("oom", "straggler", "memkill", "ibfail", "segv"), default="oom",
                         help="a CUDA OOM on the culprit, a culprit that is silent while every other rank times out, "
                              "a culprit SIGKILLed by its cgroup's OOM killer while srun terminates the others, or a "
-                             "culprit whose HCA fails (its ring peers on two other nodes report it)")
+                             "culprit whose HCA fails (its ring peers on two other nodes report it), or a culprit "
+                             "killed by SIGSEGV (its ring peers report it, the rest time out)")
     args = parser.parse_args()
     if args.ranks < 2 or args.ranks % args.gpus_per_node:
         raise SystemExit("--ranks must be a multiple of --gpus-per-node and at least 2")

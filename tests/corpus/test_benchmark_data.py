@@ -85,6 +85,7 @@ def test_case_layout(tmp_path: Path, files: list[str], expected: str) -> None:
     ("submitit", "straggler", 8, 11), ("torchrun", "oom", 8, 9), ("merged", "straggler", 4, 6),
     ("submitit", "memkill", 8, 8), ("submitit", "memkill", 8, 15), ("merged", "memkill", 4, 5),
     ("submitit", "memkill", 1, 3), ("submitit", "ibfail", 4, 6), ("merged", "ibfail", 2, 15),
+    ("submitit", "segv", 4, 6), ("merged", "segv", 2, 15), ("submitit", "segv", 4, 0),
 ])
 def test_every_scenario_and_layout_is_diagnosed_as_planted(tmp_path: Path, layout: str, scenario: str, gpn: int,
                                                            culprit: int) -> None:
@@ -113,15 +114,29 @@ def test_memkill_terminates_every_other_task_once() -> None:
         assert sorted(ended) == [r for r in range(16) if r != culprit], (gpn, culprit)
 
 
-@pytest.mark.parametrize("scenario", ["memkill", "ibfail"])
+@pytest.mark.parametrize("scenario", ["memkill", "ibfail", "segv"])
 def test_srun_scenarios_are_refused_where_srun_tasks_are_nodes(tmp_path: Path, scenario: str) -> None:
     with pytest.raises(ValueError, match="torchrun"):
         make_big_job.generate(tmp_path, ranks=32, gb=0.001, gpn=8, seed=1, layout="torchrun", scenario=scenario)
 
 
-def test_ibfail_needs_peers_on_two_other_nodes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scenario", ["ibfail", "segv"])
+def test_peer_scenarios_need_peers_on_two_other_nodes(tmp_path: Path, scenario: str) -> None:
     with pytest.raises(ValueError, match="3 nodes"):
-        make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=8, seed=1, scenario="ibfail")
+        make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=8, seed=1, scenario=scenario)
+
+
+def test_segv_lets_the_other_tasks_end_on_their_own() -> None:
+    """No --kill-on-bad-exit: srun names the dead task first, then every other task once, aborted by its watchdog,
+    and never says it aborted the step."""
+    from ddpslurm.analyze.resolve import expand_ranks
+
+    lines = make_big_job.srun_lines(16, 4, 9, "submitit", "segv")
+    assert lines[0].endswith("task 9: Segmentation fault (core dumped)")
+    ended = [r for line in lines[1:] for m in re.finditer(r"tasks? ([\d,-]+): Aborted \(core dumped\)$", line)
+             for r in expand_ranks(m[1])]
+    assert sorted(ended) == [r for r in range(16) if r != 9]
+    assert not any("Job step aborted" in line for line in lines)
 
 
 def test_a_refused_job_leaves_an_earlier_one_in_its_folder(tmp_path: Path) -> None:
