@@ -69,7 +69,7 @@ READ_DEADLINE = 300.0
 HEAD_ANCHOR_BYTES = tuple(a.encode() for a in HEAD_ANCHORS)
 
 _NCCL_INIT = re.compile(r"comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
-                        r"(?: cudaDev (?P<dev>\d+))?.*?Init (?:COMPLETE|START)")
+                        r"(?: cudaDev (?P<dev>\d+))?.*?Init (?P<stage>COMPLETE|START)")
 #: `_NCCL_INIT` with NCCL's `0x` read as any digit: no line of a shape it cannot match is an init line
 _NCCL_INIT_ANY_DIGIT = re.compile(_NCCL_INIT.pattern.replace("0x", r"\dx"))
 _TORCHRUN = re.compile(r"torchrun|torch\.distributed\.run|elastic/agent")
@@ -347,6 +347,8 @@ class _FileState:
     rank_maps: set[tuple] = field(default_factory=set)
     #: (bytes before NCCL's "NCCL INFO Channel", the printer's NCCL rank) of the channel lines read so far
     channel_lines: set[tuple[bytes, bytes]] = field(default_factory=set)
+    #: (host, pid, comm, NCCL rank) of the `Init START` lines whose COMPLETE is not read yet: their event's index
+    init_starts: dict[tuple, int] = field(default_factory=dict)
 
     @property
     def line_mode(self) -> bool:
@@ -422,8 +424,8 @@ class _FileState:
             m = _NCCL_INIT.search(body)
             ns = nccl_source(body)
             if m:
-                self._emit(lineno, "nccl_init", body, rank, host if not ns else ns[0], ns[1] if ns else None, local,
-                           p.time_text, fields=(("nccl_rank", m["rank"]), ("nranks", m["nranks"]), ("comm", m["comm"])))
+                self._nccl_init(m, body, lineno, rank, host if not ns else ns[0], ns[1] if ns else None, local,
+                                p.time_text)
                 return
         if body.startswith("frame #"):
             return  # C++ stack frames of a c10 exception: the message came before them
@@ -443,6 +445,24 @@ class _FileState:
         if hit is None:
             self.note_inert(key, raw, text, p, body)
         self.note_recipe(key, raw, text, spans, hit, slurm, torchrun)
+
+    def _nccl_init(self, m: re.Match[str], body: str, lineno: int, rank: int | None, host: str | None,
+                   pid: int | None, local: int | None, time_text: str | None) -> None:
+        """NCCL's `Init START` (2.19+) or `Init COMPLETE` line of a communicator, its stage in field `init`. A START
+        whose COMPLETE follows says `complete` from then on (the COMPLETE then repeats it: `without_told_facts`); one
+        without stays `start`: the process was still waiting for its peers in the collective init."""
+        stage = "complete" if m["stage"] == "COMPLETE" else "start"
+        fields = (("nccl_rank", m["rank"]), ("nranks", m["nranks"]), ("comm", m["comm"]))
+        key = (host, pid, m["comm"], m["rank"])
+        started = self.init_starts.pop(key, None) if stage == "complete" else None
+        e = self.events[started] if started is not None and started < len(self.events) else None
+        if e is not None and e.kind == "nccl_init" and (e.host, e.pid, e.get("comm"), e.get("nccl_rank")) == key \
+                and e.get("init") == "start":  # (the list may have changed since: a joined head's events dropped)
+            self.events[started] = replace(e, fields=canonical_fields(tuple(
+                ("init", "complete") if f == ("init", "start") else f for f in e.fields)))
+        if stage == "start" and len(self.init_starts) < MAX_CHANNEL_KEYS:  # as many as channel keys: one per process
+            self.init_starts[key] = len(self.events)
+        self._emit(lineno, "nccl_init", body, rank, host, pid, local, time_text, fields=(*fields, ("init", stage)))
 
     def _take_prefix(self, p: Prefix, slurm: bool) -> tuple[int | None, int | None, str | None, tuple]:
         """The rank, local rank and host a line speaks for (its prefixes, else its file's), and its stream; notes

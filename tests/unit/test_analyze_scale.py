@@ -152,10 +152,35 @@ def test_a_scanned_log_tells_each_communicator_once_per_process(tmp_path_factory
     sigs = load_signatures()
     events, _ = scan.scan_file(SourceFile(path=str(folder / "node.log"), display="node.log"), sigs)
     assert [e.get("comm") for e in events] == [f"0x55{c}" for c in range(comms)]  # its Init lines tell the rest
+    assert {e.get("init") for e in events} == {"complete"}  # each START told its COMPLETE came
     assert {(e.kind, e.host, e.pid, e.get("nccl_rank")) for e in events} == {("nccl_init", host, pid, str(rank))}
     events, _ = scan.scan_file(SourceFile(path=str(folder / "old.log"), display="old.log"), sigs)
     assert [(e.kind, e.get("nccl_rank"), e.get("nranks")) for e in events] == [("nccl_rank_map", str(rank),
                                                                                  str(rank + 1))]
+
+
+@pytest.mark.parametrize(("phases", "want"), [
+    (["START"], ["start"]),  # still waiting for its peers when the log ends
+    (["COMPLETE"], ["complete"]),  # NCCL 2.18 and older print no START
+    (["START", "COMPLETE", "START"], ["complete", "start"]),  # a second communicator never finished
+])
+def test_an_init_line_tells_whether_nccl_finished_it(tmp_path: Path, phases: list[str], want: list[str]) -> None:
+    comms = [0, 0, 1] if len(phases) == 3 else [0] * len(phases)
+    path = tmp_path / "node.log"
+    path.write_text("".join(NCCL_INIT.format(host="n1", pid=77, comm=c, rank=3, n=8, phase=phase)
+                            for c, phase in zip(comms, phases, strict=True)))
+    events, _ = scan.scan_file(SourceFile(path=str(path), display="node.log"), load_signatures())
+    assert [e.get("init") for e in events] == want
+
+
+def test_interleaved_ranks_each_finish_their_own_init(tmp_path: Path) -> None:
+    """A merged log: rank 1 finishes its init, rank 2 (another process, same comm pointer by chance) does not."""
+    path = tmp_path / "slurm-9.out"
+    path.write_text("".join(NCCL_INIT.format(host=h, pid=p, comm=0, rank=r, n=2, phase=phase)
+                            for h, p, r, phase in (("n1", 5, 1, "START"), ("n2", 6, 2, "START"),
+                                                   ("n1", 5, 1, "COMPLETE"))))
+    events, _ = scan.scan_file(SourceFile(path=str(path), display="slurm-9.out"), load_signatures())
+    assert {(e.host, e.get("init")) for e in events} == {("n1", "complete"), ("n2", "start")}
 
 
 @pytest.mark.parametrize(("kind", "seen"), [("log", {9}), ("json", {4, 9})])
