@@ -369,6 +369,53 @@ def logs_that_stop_early(tl: JobTimeline) -> list[Vote]:
                  "logs", rank=rt.rank, host=rt.host) for rt in early]
 
 
+#: what NCCL's init weighs against its missing ranks: as monitoredBarrier's named ranks (45), as decisive as the
+#: barrier it is (every rank of the communicator blocks in ncclCommInitRank until all have joined)
+NCCL_INIT_WAIT_WEIGHT = 45.0
+
+
+#: the facts NCCL logs as it sets a process up (NCCL_DEBUG=INFO): a rank that logged one reached NCCL
+NCCL_SETUP_KINDS = ("nccl_init", "interface", "nccl_rank_map")
+
+
+def stuck_in_nccl_init(tl: JobTimeline) -> list[Vote]:
+    """NCCL's init is collective: ncclCommInitRank returns on no rank until every rank of the communicator joined,
+    and prints `Init COMPLETE` when it does. When no rank finished the init of the job's world while most ranks
+    logged NCCL's setup (its bootstrap, `Init START` from 2.19), they waited there for the ranks that logged no NCCL
+    line at all (rendezvous_timeout), however the wait ended. Not when a rank failed on its own (its error, srun's
+    report of its death): that made the others wait; nor when an NCCL line comes from a process whose rank is not
+    known (it may be one of those that seem missing)."""
+    if any(rt.own_failures for rt in tl.ranks.values()) or any(t.own_death for t in tl.tasks):
+        return []
+    reached: set[int] = set()
+    sizes: Counter[int] = Counter()
+    finished: set[int] = set()  # sizes of the communicators some rank finished
+    for e in tl.events:
+        if e.kind not in NCCL_SETUP_KINDS:
+            continue
+        if e.rank is None:
+            return []
+        reached.add(e.rank)
+        if e.kind == "nccl_init" and (n := _small_int(e.get("nranks"))):
+            sizes[n] += 1
+            if e.get("init") == "complete":
+                finished.add(n)
+    world = tl.world_size or (sizes.most_common(1)[0][0] if sizes else None)
+    if not world or world in finished or (sizes and world not in sizes):
+        return []  # no world to count in, or its init finished (everyone joined), or NCCL inits another size
+    missing = [r for r in range(world) if r not in reached]
+    waiting = len(reached) - sum(r >= world for r in reached)
+    if waiting * 2 <= world or not missing or len(missing) * 2 > world:
+        return []  # (world is at most twice the ranks that logged NCCL lines: the range is bounded by the input)
+    ended = next((e.cause for e in tl.job_events if e.cause), None)
+    until = f" until Slurm ended the job ({ended})" if ended else ""
+    evidence = tuple(e for e in tl.events if e.kind in NCCL_SETUP_KINDS)[-2:]
+    return [Vote("stuck in NCCL init", NCCL_INIT_WAIT_WEIGHT / len(missing), f"{waiting} of {world} ranks set NCCL up "
+                 f"and none finished its init (no Init COMPLETE), waiting{until}; rank {r} logged no NCCL line",
+                 rank=r, host=tl.facts.rank_host.get(r), cause="rendezvous_timeout", evidence=evidence)
+            for r in missing]
+
+
 def odd_versions(tl: JobTimeline) -> list[Vote]:
     """Ranks that report library versions (their own and a peer's): the host of the minority version is odd."""
     reports = [e for rt in tl.ranks.values() for e in rt.failures if e.get("version")]
@@ -541,7 +588,7 @@ def flight_recorder(tl: JobTimeline) -> list[Vote]:
 PRODUCERS: tuple[Callable[[JobTimeline], list[Vote]], ...] = (
     job_events, own_failures, detectors_and_hosts, srun_task_deaths, vanished_ranks, agent_teardown,
     barrier_counts, timeout_reporters, named_peers, odd_versions, interface_picks, ranks_beyond_world,
-    logs_that_stop_early, hang_stacks, flight_recorder,
+    logs_that_stop_early, hang_stacks, flight_recorder, stuck_in_nccl_init,
 )
 
 

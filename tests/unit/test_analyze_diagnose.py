@@ -347,3 +347,69 @@ def test_a_peer_c10d_writes_in_brackets_with_its_port_is_the_bare_host(named: st
     from ddpslurm.analyze.producers import _bare_host
 
     assert _bare_host(named) == host
+
+
+def _init_job(tmp_path: Path, hosts: list[str], gpn: int, absent: set[int], ending: str, *,
+              complete: frozenset[int] = frozenset(), start_lines: bool = True, submitit: bool = True) -> None:
+    """Ranks `gpn` to a host, each starting NCCL's init of the whole world (2.19+ `Init START`, or only 2.18's
+    `Init COMPLETE` without `start_lines`): the `absent` ranks never start it, the `complete` ones finish it; the
+    others log nothing after Init START. Each log starts with submitit's JobEnvironment line (its host), or a line
+    naming nothing. `ending`: Slurm's time limit, a scancel, or nothing (the logs just end)."""
+    world = len(hosts) * gpn
+    for rank in range(world):
+        host, pid = hosts[rank // gpn], 5000 + rank
+        text = (f"submitit INFO (2026-03-02 03:00:00,000) - Starting with JobEnvironment(job_id=777, hostname={host}, "
+                f"local_rank={rank % gpn}({gpn}), node={rank // gpn}({len(hosts)}), global_rank={rank}({world}))\n"
+                if submitit else "loading the dataset\n")
+        init = f"{host}:{pid}:{pid + 3} [{rank % gpn}] NCCL INFO ncclCommInitRank comm 0x55d{rank:04x}a0 rank {rank} " \
+               f"nranks {world} cudaDev {rank % gpn} nvmlDev {rank % gpn} busId 1b000 commId 0x9f3c - Init "
+        if rank not in absent:
+            text += f"{host}:{pid}:{pid} [{rank % gpn}] NCCL INFO Bootstrap : Using ib0:10.9.{rank // gpn}.7<0>\n"
+            text += init + "START\n" if start_lines else ""
+            text += init + "COMPLETE\n" if rank in complete else ""
+        if rank == 0 and ending:
+            at = "2026-03-02T07:00:03"
+            why = " DUE TO TIME LIMIT" if ending == "time_limit" else ""
+            text += f"slurmstepd: error: *** JOB 777 ON {hosts[0]} CANCELLED AT {at}{why} ***\n"
+        (tmp_path / f"777_{rank}_log.out").write_text(text)
+
+
+@pytest.mark.parametrize(("hosts", "gpn", "absent", "ending", "submitit", "start_lines"), [
+    (["gpu-01", "gpu-02"], 4, 5, "time_limit", True, True),
+    (["c3", "c9", "c1", "c4", "c8", "c2"], 8, 0, "time_limit", True, True),
+    (["node-a17", "node-b02", "node-c33"], 2, 5, "scancel", True, True),
+    (["x1000c0s0b0n0", "x1000c0s0b0n1"], 8, 11, "", True, True),
+    (["gpu-01", "gpu-02", "gpu-03"], 4, 11, "time_limit", False, True),  # no line names the absent rank's host
+    (["gpu-01", "gpu-02"], 8, 5, "time_limit", True, False),  # NCCL 2.18: its bootstrap, then no Init COMPLETE
+])
+def test_ranks_waiting_in_nccl_init_name_the_rank_that_never_started_it(
+        tmp_path: Path, hosts: list[str], gpn: int, absent: int, ending: str, submitit: bool,
+        start_lines: bool) -> None:
+    """Every rank but one sets NCCL up (its bootstrap line, `Init START` from 2.19) and logs nothing more: NCCL's
+    init is collective, they waited for the one that logged no NCCL line. Not the time limit or the scancel that
+    ended the wait: the rank, whatever the names, numbers and sizes."""
+    _init_job(tmp_path, hosts, gpn, {absent}, ending, submitit=submitit, start_lines=start_lines)
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == \
+        ("rendezvous_timeout", absent, hosts[absent // gpn] if submitit else None), got["summary"]
+
+
+@pytest.mark.parametrize(("absent", "complete", "start_lines", "want"), [
+    (set(), set(), True, "slurm_time_limit"),  # every rank waits, none is missing: nobody to name
+    ({5}, set(range(16)), True, "slurm_time_limit"),  # the others finished their init: it was no wait for rank 5
+    ({5}, {3}, True, "slurm_time_limit"),  # one rank finished the init: every rank had joined it
+    ({5}, {3}, False, "slurm_time_limit"),  # the same with NCCL 2.18's lines
+    (set(range(6, 16)), set(), True, "slurm_time_limit"),  # most ranks logged no NCCL line: NCCL_DEBUG unset there
+])
+def test_no_init_wait_is_made_up(tmp_path: Path, absent: set[int], complete: set[int], start_lines: bool,
+                                 want: str) -> None:
+    _init_job(tmp_path, ["gpu-01", "gpu-02"], 8, absent, "time_limit", complete=frozenset(complete - absent),
+              start_lines=start_lines)
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == (want, None), got["summary"]
+
+
+def test_two_ranks_that_never_started_nccl_init_are_no_single_rank(tmp_path: Path) -> None:
+    _init_job(tmp_path, ["gpu-01", "gpu-02", "gpu-03"], 4, {2, 9}, "time_limit")
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == ("rendezvous_timeout", None), got["summary"]
