@@ -2,7 +2,7 @@
 
     python benchmarks/make_big_job.py --ranks 512 --gb 1.0 --out .bench/big_job [--seed 7] [--gpus-per-node 8]
                                       [--layout submitit|torchrun|merged] [--culprit R]
-                                      [--scenario oom|straggler|memkill|ibfail|segv]
+                                      [--scenario oom|straggler|memkill|ibfail|segv|inithang]
 
 `--layout submitit` (default) writes `<jobid>_<rank>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it;
 `--layout torchrun` writes one pair per node (srun one task per node running torchrun --tee: lines prefixed
@@ -18,7 +18,9 @@ cgroup's OOM killer: its log stops mid-training, slurmstepd's `Detected 1 oom_ki
 or (`ibfail`, 3 nodes or more) a failed HCA: its ring peers on two other nodes report InfiniBand completion errors
 toward its address (planted: its node, no rank); or (`segv`, 3 nodes or more, srun without --kill-on-bad-exit) a
 SIGSEGV: its log stops, srun names its segmentation fault first, the same two peers report the same InfiniBand errors
-toward its address 8 s later, every other rank times out (planted: the rank).
+toward its address 8 s later, every other rank times out (planted: the rank); or (`inithang`, not under torchrun)
+the culprit never starts NCCL's init, every other rank logs `Init START` and waits in it (no `Init COMPLETE`, no
+training) until Slurm's time limit (planted: the rank, rendezvous_timeout).
 The planted answer is written to `PLANTED.json` (outside the log layout's name patterns) so the benchmark can check
 the diagnosis. Generated data stays out of git (.bench/).
 """
@@ -198,8 +200,13 @@ def rank_texts(r: int, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
         f"{stamp}Starting with JobEnvironment(job_id={JOB_ID}, hostname={host}, local_rank={r % gpn}({gpn}), "
         f"node={r // gpn}({ranks // gpn}), global_rank={r}({ranks}))",
         f"{stamp}Loading pickle: /bench/jobs/{JOB_ID}_submitted.pkl"]
-    head += nccl_init(r, ranks, gpn, 16, rng)
+    init = nccl_init(r, ranks, gpn, 16, rng)
+    if scenario == "inithang":  # NCCL's init blocks every rank until all have joined: nothing after Init START
+        init = [] if r == culprit else init[:next(i for i, line in enumerate(init) if "Init START" in line) + 1]
+    head += init
     parts = ["\n".join(head) + "\n"]
+    if scenario == "inithang":
+        return parts[0], [WARNINGS[0]]
     written, k, mine = len(parts[0]), 0, f"[rank {r}]"
     while written < per_rank:
         parts.append(blocks[k % len(blocks)].replace("[rank 999999]", mine))
@@ -234,6 +241,12 @@ def srun_lines(ranks: int, gpn: int, culprit: int, layout: str, scenario: str = 
     """srun's exit lines: task ids are ranks (submitit) or node indexes (torchrun, one task per node)."""
     if scenario == "memkill":
         return killed_srun_lines(ranks, gpn, culprit, "Out Of Memory")
+    if scenario == "inithang":  # the time limit ends the wait; srun terminates every task, the culprit's too
+        at = f"{T0 + timedelta(hours=4, seconds=12):%Y-%m-%dT%H:%M:%S}"
+        return [f"slurmstepd: error: *** JOB {JOB_ID} ON {host_of(0, gpn)} CANCELLED AT {at} DUE TO TIME LIMIT ***",
+                f"slurmstepd: error: *** STEP {JOB_ID}.0 ON {host_of(0, gpn)} CANCELLED AT {at} DUE TO TIME LIMIT ***",
+                *killed_srun_lines(ranks, gpn, culprit, "Terminated")[1:],
+                f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Terminated"]
     if scenario == "segv":  # no --kill-on-bad-exit: the signal first, the others' aborts when their watchdog fires
         return killed_srun_lines(ranks, gpn, culprit, "Segmentation fault (core dumped)", "Aborted (core dumped)")
     if scenario == "ibfail":
@@ -291,12 +304,14 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     its own report InfiniBand completion errors toward its address and abort, srun terminates the rest (the answer
     is its node, no rank: it reported nothing, and whose side of the link broke is not in the logs); `segv`: `culprit`
     dies of SIGSEGV without a word, srun names it first (no --kill-on-bad-exit), the same ring peers report the same
-    InfiniBand errors toward its address (a dead process's queue pairs go quiet like a dead HCA's), the rest time out.
+    InfiniBand errors toward its address (a dead process's queue pairs go quiet like a dead HCA's), the rest time out;
+    `inithang`: `culprit` never starts NCCL's init (stuck before it: a hung import, a filesystem), every other rank
+    logs NCCL's `Init START` and waits in it until Slurm's time limit.
     """
     culprit = ranks // 2 + 3 if culprit is None else culprit
     if not 0 <= culprit < ranks:
         raise ValueError(f"culprit {culprit} is not a rank of a {ranks}-rank job")
-    if scenario in ("memkill", "ibfail", "segv") and layout == "torchrun":
+    if scenario in ("memkill", "ibfail", "segv", "inithang") and layout == "torchrun":
         raise ValueError(f"scenario {scenario} is written for srun tasks that are ranks (submitit, merged), not "
                          "torchrun's")
     if scenario in ("ibfail", "segv") and ranks // gpn < 3:
@@ -334,7 +349,7 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
             (out / f"{JOB_ID}_{node}_log.err").write_text("\n".join(node_err) + "\n")
             node_out, node_err = [], []
     cause = {"oom": "cuda_oom", "memkill": "host_oom", "ibfail": "infiniband_error",
-             "segv": "segfault"}.get(scenario, "collective_timeout")
+             "segv": "segfault", "inithang": "rendezvous_timeout"}.get(scenario, "collective_timeout")
     planted = {"cause": cause, "first_failing_rank": None if scenario == "ibfail" else culprit,
                "first_failing_host": host_of(culprit, gpn),
                "ranks": ranks, "gpus_per_node": gpn, "seed": seed, "layout": layout, "scenario": scenario}
@@ -378,11 +393,13 @@ def main() -> None:
                         help="one file pair per rank (submitit), per node (srun one task per node + torchrun --tee), "
                              "or one slurm-<job>.out for every rank (srun --label)")
     parser.add_argument("--culprit", type=int, default=None, help="the failing rank [default: ranks/2 + 3]")
-    parser.add_argument("--scenario", choices=("oom", "straggler", "memkill", "ibfail", "segv"), default="oom",
+    parser.add_argument("--scenario", choices=("oom", "straggler", "memkill", "ibfail", "segv", "inithang"),
+                        default="oom",
                         help="a CUDA OOM on the culprit, a culprit that is silent while every other rank times out, "
                              "a culprit SIGKILLed by its cgroup's OOM killer while srun terminates the others, or a "
                              "culprit whose HCA fails (its ring peers on two other nodes report it), or a culprit "
-                             "killed by SIGSEGV (its ring peers report it, the rest time out)")
+                             "killed by SIGSEGV (its ring peers report it, the rest time out), or a culprit that "
+                             "never starts NCCL's init while the rest wait in it until the time limit")
     args = parser.parse_args()
     if args.ranks < 2 or args.ranks % args.gpus_per_node:
         raise SystemExit("--ranks must be a multiple of --gpus-per-node and at least 2")

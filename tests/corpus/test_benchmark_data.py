@@ -86,6 +86,7 @@ def test_case_layout(tmp_path: Path, files: list[str], expected: str) -> None:
     ("submitit", "memkill", 8, 8), ("submitit", "memkill", 8, 15), ("merged", "memkill", 4, 5),
     ("submitit", "memkill", 1, 3), ("submitit", "ibfail", 4, 6), ("merged", "ibfail", 2, 15),
     ("submitit", "segv", 4, 6), ("merged", "segv", 2, 15), ("submitit", "segv", 4, 0),
+    ("submitit", "inithang", 8, 11), ("merged", "inithang", 4, 0), ("submitit", "inithang", 1, 15),
 ])
 def test_every_scenario_and_layout_is_diagnosed_as_planted(tmp_path: Path, layout: str, scenario: str, gpn: int,
                                                            culprit: int) -> None:
@@ -114,7 +115,7 @@ def test_memkill_terminates_every_other_task_once() -> None:
         assert sorted(ended) == [r for r in range(16) if r != culprit], (gpn, culprit)
 
 
-@pytest.mark.parametrize("scenario", ["memkill", "ibfail", "segv"])
+@pytest.mark.parametrize("scenario", ["memkill", "ibfail", "segv", "inithang"])
 def test_srun_scenarios_are_refused_where_srun_tasks_are_nodes(tmp_path: Path, scenario: str) -> None:
     with pytest.raises(ValueError, match="torchrun"):
         make_big_job.generate(tmp_path, ranks=32, gb=0.001, gpn=8, seed=1, layout="torchrun", scenario=scenario)
@@ -124,6 +125,16 @@ def test_srun_scenarios_are_refused_where_srun_tasks_are_nodes(tmp_path: Path, s
 def test_peer_scenarios_need_peers_on_two_other_nodes(tmp_path: Path, scenario: str) -> None:
     with pytest.raises(ValueError, match="3 nodes"):
         make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=8, seed=1, scenario=scenario)
+
+
+def test_inithang_stops_every_rank_at_nccl_init(tmp_path: Path) -> None:
+    """The culprit logs no NCCL line; every other rank's NCCL lines end at `Init START`; Slurm's time limit ends it."""
+    make_big_job.generate(tmp_path, ranks=16, gb=0.002, gpn=4, seed=5, culprit=6, scenario="inithang")
+    for r in range(16):
+        out = (tmp_path / f"{make_big_job.JOB_ID}_{r}_log.out").read_text().splitlines()
+        nccl = [line for line in out if "NCCL" in line]
+        assert (nccl == []) if r == 6 else nccl[-1].endswith("Init START"), r
+    assert "DUE TO TIME LIMIT" in (tmp_path / f"{make_big_job.JOB_ID}_0_log.err").read_text()
 
 
 def test_segv_lets_the_other_tasks_end_on_their_own() -> None:
