@@ -34,6 +34,9 @@ WAITING_CAUSES = ("collective_timeout", "rendezvous_timeout")
 #: quiet like a dead link's (IB completion errors, closed connections, NCCL's "remote process exited or there was a
 #: network error"), and the ranks waiting on it time out
 LOST_PEER_CAUSES = ("infiniband_error", "network_unreachable", "nccl_internal_error", *WAITING_CAUSES)
+#: of these, the reports of a transfer with an established peer that broke (NCCL's IB completion errors, its
+#: "remote process exited or there was a network error"), as opposed to a connection that never came up
+BROKEN_TRANSFER_CAUSES = ("infiniband_error", "nccl_internal_error")
 JOB_DECISIVE = 50.0  # a Slurm job line this heavy (time limit, preemption, scancel) ends the job by itself
 
 
@@ -306,15 +309,62 @@ def _by_weight(candidates: list[Candidate], votes: list[Vote], tl: JobTimeline) 
 
 
 def _verdict(c: Candidate, votes: list[Vote], tl: JobTimeline, how: str, confidence: str) -> Verdict:
-    cause = _explained_by_node(c, votes) or c.cause or cause_of_silence(c, tl)
+    late = _lost_after_the_wait(c, tl)
+    cause = _explained_by_node(c, votes) or (late.cause if late else c.cause) or cause_of_silence(c, tl)
     own = [v for v in c.votes if v.own and v.evidence]
     chosen = max(own, key=lambda v: v.weight).evidence[0] if own else _first_evidence(c.votes)
+    if late is not None:
+        chosen, confidence = late.evidence[0] if late.evidence else chosen, "medium" if confidence == "high" else \
+            confidence
     support = [e for v in sorted(c.votes, key=lambda v: -v.weight) for e in v.evidence if e is not chosen]
     reasons = _reasons(c.votes)
     if c.rank is None:
         return Verdict(cause, None, c.host, confidence, how, reasons, chosen, support[:4], votes)
     return Verdict(cause, c.rank, c.host or tl.facts.rank_host.get(c.rank), confidence, how, reasons, chosen,
                    support[:4], votes)
+
+
+def _lost_after_the_wait(c: Candidate, tl: JobTimeline) -> Vote | None:
+    """What the others say of a rank whose own failure is a broken transfer reported only after the other ranks had
+    failed waiting for a collective (their watchdog timeouts): the peers it lost had aborted after waiting for it,
+    so its report is the consequence and their pointer (it was absent from the timeouts, it was behind) is the
+    cause. "After": in comparable time, else in srun's order of the tasks' ends. None when its failure is not a lost
+    peer, or came first, or nothing orders it."""
+    if c.rank is None or c.cause not in BROKEN_TRANSFER_CAUSES:
+        return None  # (a connect that failed is no lost peer: it never had one)
+    pointer = [v for v in c.votes if not v.own and v.cause in WAITING_CAUSES]
+    failures = tl.rank(c.rank).failures
+    if not pointer or any(e.cause in WAITING_CAUSES for e in failures):
+        return None
+    waiters = {r: rt.failures for r, rt in tl.ranks.items()
+               if r != c.rank and any(e.cause in WAITING_CAUSES for e in rt.failures)}
+    after = _after_in_time(failures, waiters)
+    if after is None:
+        after = _after_in_srun_order(c.rank, set(waiters), tl)
+    return max(pointer, key=lambda v: v.weight) if after else None
+
+
+def _after_in_time(mine: list[Event], waiters: dict[int, list[Event]]) -> bool | None:
+    """Whether the first timed of `mine` came after the first waiting failure of the others, by TIME_TOLERANCE;
+    None when either has no time or the clocks do not compare."""
+    timed = [e for e in mine if e.time is not None]
+    if not timed:
+        return None
+    first = min(timed, key=lambda e: e.time or 0.0)
+    waited = [e.time for f in waiters.values() for e in f if e.cause in WAITING_CAUSES and e.time is not None
+              and comparable(e.time_family, first.time_family)]
+    return None if not waited else min(waited) <= first.time - TIME_TOLERANCE  # type: ignore[operator]
+
+
+def _after_in_srun_order(rank: int, waiters: set[int], tl: JobTimeline) -> bool | None:
+    """Whether srun reported `rank`'s task ending after a task of a rank that had failed waiting; None when srun
+    names no task of it, or its tasks are torchrun's nodes."""
+    if tl.facts.torchrun:
+        return None
+    mine = [t.position for t in tl.tasks if rank in t.ranks]
+    if not mine:
+        return None
+    return any(t.position < min(mine) and waiters.intersection(t.ranks) for t in tl.tasks)
 
 
 def _explained_by_node(c: Candidate, votes: list[Vote]) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -413,3 +414,72 @@ def test_two_ranks_that_never_started_nccl_init_are_no_single_rank(tmp_path: Pat
     _init_job(tmp_path, ["gpu-01", "gpu-02", "gpu-03"], 4, {2, 9}, "time_limit")
     got = analyze_paths([tmp_path]).to_dict()
     assert (got["cause"], got["first_failing_rank"]) == ("rendezvous_timeout", None), got["summary"]
+
+
+def _late_job(tmp_path: Path, hosts: list[str], gpn: int, straggler: int, lost_at: str, how: str) -> None:
+    """Every rank but `straggler` logs torch's watchdog timeout at 10:34:03 (a collective that began at 10:24:03);
+    the straggler logs no timeout but, at `lost_at`, loses its net peer on the next node (`how`: NCCL's IB completion
+    error and torch's remote-error abort, or NCCL's socket closed by the peer)."""
+    world = len(hosts) * gpn
+    peer_host = hosts[(straggler // gpn + 1) % len(hosts)]
+    for rank in range(world):
+        host, pid = hosts[rank // gpn], 6000 + rank
+        text = f"{host}:{pid}:{pid} [{rank % gpn}] NCCL INFO Bootstrap : Using ib0:10.7.{rank // gpn}.20<0>\n"
+        if rank != straggler:
+            text += (f"[rank{rank}]:[E0612 10:34:03.{rank:03d}000 ProcessGroupNCCL.cpp:607] [Rank {rank}] Watchdog "
+                     "caught collective operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE, NumelIn=1, "
+                     "NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.\n")
+        elif how == "ib":
+            peer = f"10.7.{(rank // gpn + 1) % len(hosts)}.20"
+            text += (f"{host}:{pid}:{pid + 5} [{rank % gpn}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got "
+                     f"completion from peer {peer}<4711> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n"
+                     f"[rank{rank}]:[E0612 {lost_at}.000000 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank {rank}] "
+                     "Process group watchdog thread terminated with exception: NCCL error: remote process exited or "
+                     "there was a network error, NCCL version 2.21.5\n")
+        else:
+            text += (f"[rank{rank}]:[E0612 {lost_at}.000000 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank {rank}] "
+                     "Process group watchdog thread terminated with exception: NCCL error: remote process exited or "
+                     "there was a network error, NCCL version 2.21.5\n"
+                     f"{host}:{pid}:{pid + 5} [{rank % gpn}] misc/socket.cc:49 NCCL WARN socketProgress: Connection "
+                     f"closed by remote peer {peer_host}<50512>\n")
+        (tmp_path / f"888_{rank}_log.err").write_text(text)
+
+
+@pytest.mark.parametrize(("hosts", "gpn", "straggler", "how"), [
+    (["gpu-01", "gpu-02", "gpu-03"], 4, 6, "ib"),
+    (["nid001234", "nid001235", "nid001236", "nid001237"], 2, 1, "ib"),
+    (["gpu-01", "gpu-02", "gpu-03"], 4, 9, "socket"),
+])
+def test_a_peer_lost_after_the_others_timed_out_is_the_stragglers_consequence(
+        tmp_path: Path, hosts: list[str], gpn: int, straggler: int, how: str) -> None:
+    """The rank the others waited for (absent from their timeouts) loses its peers a minute after they timed out
+    and aborted: it was late, its lost peers are their abort, not a broken link (nothing to exclude)."""
+    _late_job(tmp_path, hosts, gpn, straggler, "10:35:10", how)
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["exclude_nodes"]) == \
+        ("collective_timeout", straggler, []), got["summary"]
+
+
+def test_a_peer_lost_before_the_others_timed_out_stays_the_cause(tmp_path: Path) -> None:
+    """The same lines, the peer lost seconds after the collective began: the link broke first, the others then
+    waited for the rank that lost it."""
+    _late_job(tmp_path, ["gpu-01", "gpu-02", "gpu-03"], 4, 6, "10:24:09", "ib")
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == ("infiniband_error", 6), got["summary"]
+
+
+@pytest.mark.parametrize(("straggler_last", "want"), [(True, "collective_timeout"), (False, "infiniband_error")])
+def test_without_times_srun_orders_the_lost_peer(tmp_path: Path, straggler_last: bool, want: str) -> None:
+    """No timestamps (the lines' times stripped): srun's order of the tasks' ends tells whether the straggler lost
+    its peer after the others had aborted (its task ended last) or before (first)."""
+    hosts, gpn, straggler = ["gpu-01", "gpu-02", "gpu-03"], 4, 6
+    _late_job(tmp_path, hosts, gpn, straggler, "10:35:10", "ib")
+    for path in tmp_path.iterdir():
+        path.write_text(re.sub(r"\[E0612 [\d:.]+ ", "[E ", path.read_text()))
+    others = [f"srun: error: {h}: tasks {n * gpn}-{n * gpn + gpn - 1}: Aborted (core dumped)\n"
+              for n, h in enumerate(hosts) if n != straggler // gpn]
+    mine = [f"srun: error: {hosts[straggler // gpn]}: task {straggler}: Aborted (core dumped)\n"]
+    with (tmp_path / "888_0_log.err").open("a") as handle:
+        handle.write("".join(others + mine if straggler_last else mine + others))
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == (want, straggler), got["summary"]
