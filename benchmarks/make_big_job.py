@@ -2,7 +2,7 @@
 
     python benchmarks/make_big_job.py --ranks 512 --gb 1.0 --out .bench/big_job [--seed 7] [--gpus-per-node 8]
                                       [--layout submitit|torchrun|merged] [--culprit R]
-                                      [--scenario oom|straggler|memkill|ibfail|segv|inithang]
+                                      [--scenario oom|straggler|memkill|ibfail|segv|inithang|latelost]
 
 `--layout submitit` (default) writes `<jobid>_<rank>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it;
 `--layout torchrun` writes one pair per node (srun one task per node running torchrun --tee: lines prefixed
@@ -20,7 +20,9 @@ toward its address (planted: its node, no rank); or (`segv`, 3 nodes or more, sr
 SIGSEGV: its log stops, srun names its segmentation fault first, the same two peers report the same InfiniBand errors
 toward its address 8 s later, every other rank times out (planted: the rank); or (`inithang`, not under torchrun)
 the culprit never starts NCCL's init, every other rank logs `Init START` and waits in it (no `Init COMPLETE`, no
-training) until Slurm's time limit (planted: the rank, rendezvous_timeout).
+training) until Slurm's time limit (planted: the rank, rendezvous_timeout); or (`latelost`, 2 nodes or more) a
+straggler whose InfiniBand peer on the next node is gone when it comes back, 100 s after the others timed out and
+aborted (planted: the rank, collective_timeout: its lost peer is their abort, not a broken link).
 The planted answer is written to `PLANTED.json` (outside the log layout's name patterns) so the benchmark can check
 the diagnosis. Generated data stays out of git (.bench/).
 """
@@ -232,6 +234,9 @@ def rank_texts(r: int, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
         err += oom(r, when)
     elif r == culprit:
         err.append(f"{when:%Y-%m-%d %H:%M:%S},000 INFO train [rank {r}]: evaluating and saving a checkpoint...")
+        if scenario == "latelost":  # back from its checkpoint after the others aborted: its net peer is gone
+            peer = address_of((r + gpn) % ranks, gpn)
+            err += ib_failure(r, gpn, peer, when + timedelta(seconds=700))
     else:
         err += watchdog(r, 80001, when + timedelta(seconds=600, milliseconds=200 + r % 900))
     return "".join(parts), err
@@ -249,6 +254,9 @@ def srun_lines(ranks: int, gpn: int, culprit: int, layout: str, scenario: str = 
                 f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Terminated"]
     if scenario == "segv":  # no --kill-on-bad-exit: the signal first, the others' aborts when their watchdog fires
         return killed_srun_lines(ranks, gpn, culprit, "Segmentation fault (core dumped)", "Aborted (core dumped)")
+    if scenario == "latelost":  # the others abort at their watchdog timeouts; the straggler aborts 100 s later
+        lines = killed_srun_lines(ranks, gpn, culprit, "Aborted (core dumped)", "Aborted (core dumped)")
+        return [*lines[1:], lines[0]]
     if scenario == "ibfail":
         return killed_srun_lines(ranks, gpn, ib_reporters(ranks, gpn, culprit)[0], "Aborted (core dumped)")
     if layout == "torchrun":
@@ -306,7 +314,8 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     dies of SIGSEGV without a word, srun names it first (no --kill-on-bad-exit), the same ring peers report the same
     InfiniBand errors toward its address (a dead process's queue pairs go quiet like a dead HCA's), the rest time out;
     `inithang`: `culprit` never starts NCCL's init (stuck before it: a hung import, a filesystem), every other rank
-    logs NCCL's `Init START` and waits in it until Slurm's time limit.
+    logs NCCL's `Init START` and waits in it until Slurm's time limit; `latelost`: `straggler`, and 100 s after
+    the others' watchdog timeouts the culprit reports an InfiniBand completion error toward its next node's address.
     """
     culprit = ranks // 2 + 3 if culprit is None else culprit
     if not 0 <= culprit < ranks:
@@ -316,6 +325,8 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
                          "torchrun's")
     if scenario in ("ibfail", "segv") and ranks // gpn < 3:
         raise ValueError(f"scenario {scenario} needs 3 nodes or more: {culprit}'s ring peers on two other nodes")
+    if scenario == "latelost" and ranks // gpn < 2:
+        raise ValueError("scenario latelost needs 2 nodes or more: the straggler's net peer on another node")
     out.mkdir(parents=True, exist_ok=True)  # only now: a bad argument leaves an earlier job there
     for old in [*out.glob(f"{JOB_ID}_*_log.*"), *out.glob("slurm-*.out")]:
         old.unlink()
@@ -393,13 +404,15 @@ def main() -> None:
                         help="one file pair per rank (submitit), per node (srun one task per node + torchrun --tee), "
                              "or one slurm-<job>.out for every rank (srun --label)")
     parser.add_argument("--culprit", type=int, default=None, help="the failing rank [default: ranks/2 + 3]")
-    parser.add_argument("--scenario", choices=("oom", "straggler", "memkill", "ibfail", "segv", "inithang"),
+    parser.add_argument("--scenario", choices=("oom", "straggler", "memkill", "ibfail", "segv", "inithang",
+                                               "latelost"),
                         default="oom",
                         help="a CUDA OOM on the culprit, a culprit that is silent while every other rank times out, "
                              "a culprit SIGKILLed by its cgroup's OOM killer while srun terminates the others, or a "
                              "culprit whose HCA fails (its ring peers on two other nodes report it), or a culprit "
                              "killed by SIGSEGV (its ring peers report it, the rest time out), or a culprit that "
-                             "never starts NCCL's init while the rest wait in it until the time limit")
+                             "never starts NCCL's init while the rest wait in it until the time limit, or a "
+                             "straggler that loses its net peer after the others timed out and aborted")
     args = parser.parse_args()
     if args.ranks < 2 or args.ranks % args.gpus_per_node:
         raise SystemExit("--ranks must be a multiple of --gpus-per-node and at least 2")

@@ -87,6 +87,7 @@ def test_case_layout(tmp_path: Path, files: list[str], expected: str) -> None:
     ("submitit", "memkill", 1, 3), ("submitit", "ibfail", 4, 6), ("merged", "ibfail", 2, 15),
     ("submitit", "segv", 4, 6), ("merged", "segv", 2, 15), ("submitit", "segv", 4, 0),
     ("submitit", "inithang", 8, 11), ("merged", "inithang", 4, 0), ("submitit", "inithang", 1, 15),
+    ("submitit", "latelost", 4, 6), ("merged", "latelost", 2, 15), ("torchrun", "latelost", 8, 9),
 ])
 def test_every_scenario_and_layout_is_diagnosed_as_planted(tmp_path: Path, layout: str, scenario: str, gpn: int,
                                                            culprit: int) -> None:
