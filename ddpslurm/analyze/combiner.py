@@ -5,7 +5,8 @@
 2. Ranks whose own failure is decisive (their own error, srun's first dead task, a rank that vanished) are
    ordered by time where their clocks compare (stronger evidence wins within `TIME_TOLERANCE`), else by the
    weight of all votes for them. Several ranks failing alike at once is *systemic*: no single rank. A rank whose
-   own failure is a lost peer is that peer's victim when a rank on the peer's node died on its own.
+   own failure is a lost peer is that peer's victim when a rank on the peer's node died on its own; a broken
+   transfer reported after the others timed out waiting is their abort (the rank is the one they waited for).
 3. Without a decisive own failure, the rank with the most vote weight, if it stands out (`MARGIN`) from the
    next; a tie is "no single rank", never a guess.
 4. Confidence comes from how the answer was reached and the margin.
@@ -218,8 +219,8 @@ def _less_lost_peers(strong: list[Candidate], tl: JobTimeline) -> list[Candidate
     kept, lost = [], defaultdict(list)
     for c in strong:
         peers = _own_peers(c, tl) if c.cause in LOST_PEER_CAUSES else set()
-        killers = [d for d in dead if len(peers) == 1 and _same_host(d.host, next(iter(peers)))
-                   and not _came_first(c, d)]
+        peer = next(iter(peers)) if len(peers) == 1 else None
+        killers = [d for d in dead if peer is not None and _same_host(d.host, peer) and not _came_first(c, d)]
         if not killers:
             kept.append(c)
             continue
@@ -313,9 +314,9 @@ def _verdict(c: Candidate, votes: list[Vote], tl: JobTimeline, how: str, confide
     cause = _explained_by_node(c, votes) or (late.cause if late else c.cause) or cause_of_silence(c, tl)
     own = [v for v in c.votes if v.own and v.evidence]
     chosen = max(own, key=lambda v: v.weight).evidence[0] if own else _first_evidence(c.votes)
-    if late is not None:
-        chosen, confidence = late.evidence[0] if late.evidence else chosen, "medium" if confidence == "high" else \
-            confidence
+    if late is not None:  # its own line is the consequence: the others' evidence shows the cause
+        chosen = late.evidence[0] if late.evidence else chosen
+        confidence = "medium" if confidence == "high" else confidence
     support = [e for v in sorted(c.votes, key=lambda v: -v.weight) for e in v.evidence if e is not chosen]
     reasons = _reasons(c.votes)
     if c.rank is None:
