@@ -324,7 +324,8 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
         raise ValueError(f"scenario {scenario} is written for srun tasks that are ranks (submitit, merged), not "
                          "torchrun's")
     if scenario in ("ibfail", "segv") and ranks // gpn < 3:
-        raise ValueError(f"scenario {scenario} needs 3 nodes or more: {culprit}'s ring peers on two other nodes")
+        raise ValueError(f"scenario {scenario} needs 3 nodes or more: rank {culprit}'s ring peers sit on two other "
+                         "nodes")
     if scenario == "latelost" and ranks // gpn < 2:
         raise ValueError("scenario latelost needs 2 nodes or more: the straggler's net peer on another node")
     out.mkdir(parents=True, exist_ok=True)  # only now: a bad argument leaves an earlier job there
