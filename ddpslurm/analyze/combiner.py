@@ -415,7 +415,7 @@ def _common_peer(alike: list[Candidate], tl: JobTimeline) -> str | None:
     (every rank failing to reach a login node named as MASTER_ADDR) is not a failed node of it."""
     named: set[str] = set()
     for c in alike:
-        peers = {p for v in c.votes if v.own for e in v.evidence if (p := peer_host(e, tl))}
+        peers = _own_peers(c, tl)
         if len(peers) != 1:
             return None
         named |= peers

@@ -390,12 +390,14 @@ def stuck_in_nccl_init(tl: JobTimeline) -> list[Vote]:
     reached: set[int] = set()
     sizes: Counter[int] = Counter()
     finished: set[int] = set()  # sizes of the communicators some rank finished
+    last: list[Event] = []  # the last two setup lines, the evidence
     for e in tl.events:
         if e.kind not in NCCL_SETUP_KINDS:
             continue
         if e.rank is None:
             return []
         reached.add(e.rank)
+        last = [*last[-1:], e]
         if e.kind == "nccl_init" and (n := _small_int(e.get("nranks"))):
             sizes[n] += 1
             if e.get("init") == "complete":
@@ -409,10 +411,9 @@ def stuck_in_nccl_init(tl: JobTimeline) -> list[Vote]:
         return []  # (world is at most twice the ranks that logged NCCL lines: the range is bounded by the input)
     ended = next((e.cause for e in tl.job_events if e.cause), None)
     until = f" until Slurm ended the job ({ended})" if ended else ""
-    evidence = tuple(e for e in tl.events if e.kind in NCCL_SETUP_KINDS)[-2:]
     return [Vote("stuck in NCCL init", NCCL_INIT_WAIT_WEIGHT / len(missing), f"{waiting} of {world} ranks set NCCL up "
                  f"and none finished its init (no Init COMPLETE), waiting{until}; rank {r} logged no NCCL line",
-                 rank=r, host=tl.facts.rank_host.get(r), cause="rendezvous_timeout", evidence=evidence)
+                 rank=r, host=tl.facts.rank_host.get(r), cause="rendezvous_timeout", evidence=tuple(last))
             for r in missing]
 
 
