@@ -149,6 +149,9 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("[PG ID 0 PG GUID 0(default_pg) Rank 11] failure detected by watchdog at work sequence id: 88 PG status: "
      "last enqueued work: 88, last completed work: 86", "watchdog-timeout-v3",
      {"rank": "11", "seq": "88", "last_enqueued": "88", "last_completed": "86"}),
+    ("[PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 20585 PG status: "
+     "last enqueued work: 20589, last completed work: 20584", "watchdog-timeout-v3",  # torch prints two spaces
+     {"rank": "0", "seq": "20585", "last_enqueued": "20589", "last_completed": "20584"}),
     ("RuntimeError: Timed out initializing process group in store based barrier on rank: 4, for key: "
      "store_based_barrier_key:1 (world_size=8, worker_count=7, timeout=0:30:00)", "store-barrier-timeout",
      {"rank": "4", "world_size": "8", "worker_count": "7"}),
