@@ -211,11 +211,12 @@ def _bounded_world(tl: JobTimeline) -> int | None:
 
 
 def timeout_reporters(tl: JobTimeline) -> list[Vote]:
-    """Watchdog timeouts: the ranks absent from the reporters, and the one whose last completed work is lowest."""
+    """Watchdog timeouts: the ranks absent from the reporters, the one whose last completed work is lowest, and
+    those that never issued the collective the others timed out in."""
     reports = [e for rt in tl.ranks.values() for e in rt.failures if e.kind == "watchdog_timeout"]
     if not reports:
         return []
-    votes = _lowest_completed(reports, tl)
+    votes = _lowest_completed(reports, tl) + _never_issued(reports, tl)
     reporters = {e.rank for e in reports}
     world = _bounded_world(tl)
     if world and len(reporters) < world:
@@ -245,6 +246,47 @@ def _lowest_completed(reports: list[Event], tl: JobTimeline) -> list[Vote]:
     return [Vote("lowest completed", 30.0 / len(behind), f"its last completed collective ({lowest}) is behind the "
                  "other ranks'", rank=r, host=tl.facts.rank_host.get(r), cause="collective_timeout",
                  evidence=tuple(e for e in reports if e.rank == r)[:2]) for r in behind]
+
+
+def _never_issued(reports: list[Event], tl: JobTimeline) -> list[Vote]:
+    """In a process group whose ranks timed out in work S, a rank whose last enqueued work is below S never issued
+    that collective: the others waited for it (ProcessGroupNCCL's watchdog and heartbeat monitor lines name the
+    group and its last enqueued work; a rank the flight recorder's dump signal reached says it too). Only a
+    minority can be behind: most behind is a mismatch of what the ranks issued, not one rank that is late."""
+    waited: dict[str, int] = {}  # process group -> the lowest work a watchdog timed out in
+    enqueued: dict[str, dict[int, int]] = defaultdict(dict)  # process group -> rank -> its last enqueued work
+    told: dict[tuple[str, int], Event] = {}
+    for e in (f for rt in tl.ranks.values() for f in rt.failures if f.kind in ENQUEUE_KINDS):
+        group, last = e.get("pg"), _work(e.get("last_enqueued"))
+        if group is None or e.rank is None:
+            continue
+        seq = _work(e.get("seq")) if e.kind == "watchdog_timeout" else None
+        if seq is not None:
+            waited[group] = min(waited.get(group, seq), seq)
+        if last is not None and last >= enqueued[group].get(e.rank, last):
+            enqueued[group][e.rank] = last
+            told[(group, e.rank)] = e
+    votes: list[Vote] = []
+    for group, work in sorted(waited.items()):
+        lasts = enqueued[group]
+        behind = sorted(r for r, last in lasts.items() if last < work)
+        if not behind or len(behind) * 2 > len(lasts):
+            continue
+        waiting = tuple(e for e in reports if e.get("pg") == group and _work(e.get("seq")) == work)[:1]
+        votes += [Vote("never issued", 30.0 / len(behind), f"its last enqueued collective in process group {group} is "
+                       f"#{lasts[r]}, before #{work}, the one {len(lasts) - len(behind)} other rank(s) waited in",
+                       rank=r, host=tl.facts.rank_host.get(r), cause="collective_timeout",
+                       evidence=(told[(group, r)], *waiting)) for r in behind]
+    return votes
+
+
+#: kinds whose lines tell a rank's last enqueued work in a process group (`last_enqueued`, `pg`)
+ENQUEUE_KINDS = ("watchdog_timeout", "dump_signal")
+
+
+def _work(value: str | None) -> int | None:
+    """A work sequence number (-1: none yet), or None."""
+    return int(value) if value is not None and value.lstrip("-").isdigit() and len(value) < 19 else None
 
 
 def _loud(rt: RankTimeline) -> bool:

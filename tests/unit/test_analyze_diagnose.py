@@ -483,3 +483,53 @@ def test_without_times_srun_orders_the_lost_peer(tmp_path: Path, straggler_last:
         handle.write("".join(others + mine if straggler_last else mine + others))
     got = analyze_paths([tmp_path]).to_dict()
     assert (got["cause"], got["first_failing_rank"]) == (want, straggler), got["summary"]
+
+
+def _dump_job(tmp_path: Path, hosts: list[str], gpn: int, culprit: int, torch: str, pg: str = "0") -> None:
+    """A culprit that never issued collective 41: the ranks of even nodes time out in it and signal the flight
+    recorder's dump (torch `2.5`: its watchdog's two lines, then the dump signal `from this local rank`; torch `2.3`:
+    the v2 watchdog line, then the dump signal); those of odd nodes and the culprit learn of it through the store
+    first and log only the signal, each with its last enqueued work (the culprit's 40)."""
+    first = next(r for r in range(len(hosts) * gpn) if (r // gpn) % 2 == 0 and r != culprit)
+    prefix = f"[PG ID {pg} PG GUID {pg}(default_pg)" if torch == "2.5" else f"[PG {pg} (default_pg)"
+    for rank in range(len(hosts) * gpn):
+        timed_out = (rank // gpn) % 2 == 0 and rank != culprit
+        last = 41 if rank != culprit else 40
+        head = f"[rank{rank}]:[E0612 10:34:0{3 if timed_out else 4}.{rank:03d}000 ProcessGroupNCCL.cpp:1987] " \
+               f"{prefix} Rank {rank}] "
+        if torch == "2.5":
+            told = "this local rank" if timed_out else f" rank {first}"
+            dump = (f"Received a dump signal due to a collective timeout from {told} and we will try our best to "
+                    f"dump the debug info. Last enqueued NCCL work: {last}, last completed NCCL work: 40.This is most "
+                    "likely caused by incorrect usages of collectives\n")
+        else:
+            told = "a dump signal from this local rank" if timed_out else "a global timeout from another rank"
+            dump = (f"Received {told} and will start to dump the debug info. Last enqueued NCCL work: {last}, last "
+                    "completed NCCL work: 40.\n")
+        text = f"{hosts[rank // gpn]}:{600 + rank}:{600 + rank} [{rank % gpn}] NCCL INFO Bootstrap : Using " \
+               f"ib0:10.7.{rank // gpn}.{rank % gpn + 10}<0>\n"
+        if timed_out and torch == "2.5":
+            text += (f"{head}Watchdog caught collective operation timeout: WorkNCCL(SeqNum=41, OpType=ALLREDUCE, "
+                     "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.\n"
+                     f"{head} failure detected by watchdog at work sequence id: 41 PG status: last enqueued work: 41, "
+                     "last completed work: 40\n")
+        elif timed_out:
+            text += (f"{head}Exception (either an error or timeout) detected by watchdog at work: 41, last enqueued "
+                     "NCCL work: 41, last completed NCCL work: 40.\n")
+        (tmp_path / f"515_{rank}_log.err").write_text(text + head + dump)
+
+
+@pytest.mark.parametrize(("hosts", "gpn", "culprit", "torch", "pg"), [
+    (["gpu-01", "gpu-02", "gpu-03", "gpu-04"], 4, 11, "2.5", "0"),
+    (["nid001234", "nid001235", "nid001236", "nid001237"], 2, 0, "2.3", "0"),
+    (["a1", "a2", "a3"], 8, 13, "2.5", "4"),
+    (["gpu-01", "gpu-02"], 4, 2, "2.3", "1"),
+])
+def test_the_rank_that_never_issued_the_timed_out_collective_is_the_one_waited_for(
+        tmp_path: Path, hosts: list[str], gpn: int, culprit: int, torch: str, pg: str) -> None:
+    """Half the ranks never log a timeout of their own (the store's dump signal came first), so no rank is absent
+    from the timeouts alone; the culprit's last enqueued work, one behind, names it."""
+    _dump_job(tmp_path, hosts, gpn, culprit, torch, pg)
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == \
+        ("collective_timeout", culprit, hosts[culprit // gpn]), got["summary"]

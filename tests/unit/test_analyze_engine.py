@@ -233,6 +233,44 @@ def test_timeouts_point_at_the_absent_and_the_lagging_rank() -> None:
     assert ranks_of(producers.timeout_reporters(lag)) == {2: 30.0}
 
 
+def enqueued(rank: int, last: int, *, seq: int | None = None, pg: str = "0") -> Event:
+    """A rank's line with its last enqueued work in process group `pg`: its watchdog timeout in work `seq`, or
+    (`seq` None) the flight recorder's dump signal that reached it."""
+    if seq is None:
+        return ev("dump_signal", "victim", rank, host="n1", cause="collective_timeout", priority=2, pg=pg,
+                  last_enqueued=str(last), last_completed=str(last - 1))
+    return ev("watchdog_timeout", "victim", rank, host="n1", cause="collective_timeout", priority=12, pg=pg,
+              seq=str(seq), last_enqueued=str(last), last_completed=str(seq - 1))
+
+
+def never_issued(tl: JobTimeline) -> dict[int | None, float]:
+    return ranks_of([v for v in producers.timeout_reporters(tl) if v.producer == "never issued"])
+
+
+@pytest.mark.parametrize(("behind", "pg"), [({5}, "0"), ({2, 9}, "0"), ({0}, "3")])
+def test_a_rank_whose_last_enqueued_work_is_before_the_timed_out_one_never_issued_it(behind: set[int],
+                                                                                    pg: str) -> None:
+    """The ranks that timed out in work 41 had enqueued it; one the dump signal reached with work 40 as its last
+    never issued it: the others waited for it, whether they or the store told it the most."""
+    events = [enqueued(r, 40, pg=pg) if r in behind else
+              enqueued(r, 41, seq=41, pg=pg) if r % 2 else enqueued(r, 41, pg=pg) for r in range(12)]
+    assert never_issued(timeline(events, world=12)) == {r: 30.0 / len(behind) for r in behind}
+
+
+@pytest.mark.parametrize("events", [
+    # most ranks behind the one that timed out: what they issued differs, no rank is late (one TP group's log)
+    [enqueued(7, 56117, seq=56117), *[enqueued(r, 56116) for r in range(7)]],
+    # behind in another process group than the one whose collective timed out
+    [*[enqueued(r, 41, seq=41, pg="0") for r in range(1, 8)], enqueued(0, 40, pg="1")],
+    # no timeout at all: only dump signals, nothing says which work the others waited in
+    [*[enqueued(r, 41) for r in range(1, 8)], enqueued(0, 40)],
+    # every rank enqueued the work they timed out in (a network fault, not a late rank)
+    [enqueued(r, 41, seq=41) for r in range(8)],
+])
+def test_no_rank_is_made_behind(events: list[Event]) -> None:
+    assert never_issued(timeline(events, world=8)) == {}
+
+
 @pytest.mark.parametrize(("fields", "attempt_mark", "cause", "rank"), [
     ({"world_size": "4", "worker_count": "3"}, False, "rendezvous_timeout", 3),
     ({"world_size": "4", "worker_count": "8"}, False, "rank_config_mismatch", None),

@@ -152,6 +152,17 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("[PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 20585 PG status: "
      "last enqueued work: 20589, last completed work: 20584", "watchdog-timeout-v3",  # torch prints two spaces
      {"rank": "0", "seq": "20585", "last_enqueued": "20589", "last_completed": "20584"}),
+    ("[E703 21:51:54.112142364 ProcessGroupNCCL.cpp:1987] [PG ID 0 PG GUID 0(default_pg) Rank 6] Received a dump "
+     "signal due to a collective timeout from  rank 7 and we will try our best to dump the debug info. Last enqueued "
+     "NCCL work: 56116, last completed NCCL work: 56116.This is most likely caused by incorrect usages of collectives",
+     "watchdog-dump-signal", {"pg": "0", "rank": "6", "from_rank": "7", "last_enqueued": "56116",
+                              "last_completed": "56116"}),
+    ("[PG 2 (tp) Rank 1] Received a global timeout from another rank and will start to dump the debug info. Last "
+     "enqueued NCCL work: 12, last completed NCCL work: -1.", "watchdog-dump-signal",
+     {"pg": "2", "rank": "1", "last_enqueued": "12", "last_completed": "-1"}),
+    ("[PG 0 Rank 3] Received a dump signal from this local rank and will start to dump the debug info. Last "
+     "enqueued HCCL work: 9, last completed HCCL work: 8.", "watchdog-dump-signal",
+     {"pg": "0", "rank": "3", "last_enqueued": "9", "last_completed": "8"}),
     ("RuntimeError: Timed out initializing process group in store based barrier on rank: 4, for key: "
      "store_based_barrier_key:1 (world_size=8, worker_count=7, timeout=0:30:00)", "store-barrier-timeout",
      {"rank": "4", "world_size": "8", "worker_count": "7"}),
