@@ -43,7 +43,8 @@ DEFAULT_JOBS = ("512:1.0:submitit:oom:-1", "4096:0.4:submitit:oom:4000", "16384:
                 "65536:1.0:submitit:oom:60001", "256:0.5:torchrun:straggler:77", "16384:0.5:merged:oom:11000",
                 "16384:0.5:submitit:straggler:13001", "16384:0.5:torchrun:oom:9001", "16384:0.5:submitit:memkill:9001",
                 "16384:0.5:submitit:ibfail:9001", "16384:0.5:submitit:segv:9001",
-                "16384:0.5:submitit:inithang:9001", "16384:0.5:submitit:latelost:9001")
+                "16384:0.5:submitit:inithang:9001", "16384:0.5:submitit:latelost:9001",
+                "16384:0.5:submitit:desync:9001")
 
 
 def job_folder(root: Path, spec: str) -> Path:

@@ -2,7 +2,7 @@
 
     python benchmarks/make_big_job.py --ranks 512 --gb 1.0 --out .bench/big_job [--seed 7] [--gpus-per-node 8]
                                       [--layout submitit|torchrun|merged] [--culprit R]
-                                      [--scenario oom|straggler|memkill|ibfail|segv|inithang|latelost]
+                                      [--scenario oom|straggler|memkill|ibfail|segv|inithang|latelost|desync]
 
 `--layout submitit` (default) writes `<jobid>_<rank>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it;
 `--layout torchrun` writes one pair per node (srun one task per node running torchrun --tee: lines prefixed
@@ -22,7 +22,11 @@ toward its address 8 s later, every other rank times out (planted: the rank); or
 the culprit never starts NCCL's init, every other rank logs `Init START` and waits in it (no `Init COMPLETE`, no
 training) until Slurm's time limit (planted: the rank, rendezvous_timeout); or (`latelost`, 2 nodes or more) a
 straggler whose InfiniBand peer on the next node is gone when it comes back, 100 s after the others timed out and
-aborted (planted: the rank, collective_timeout: its lost peer is their abort, not a broken link).
+aborted (planted: the rank, collective_timeout: its lost peer is their abort, not a broken link); or (`desync`,
+2 nodes or more) a culprit that never issued the collective the others wait in: torch >= 2.5 with the flight
+recorder's dump on timeout, the ranks of even nodes log their watchdog timeout and signal the dump, those of odd
+nodes and the culprit log only the dump signal that reached them through the store, each with its last enqueued
+work, the culprit's one behind (planted: the rank, collective_timeout).
 The planted answer is written to `PLANTED.json` (outside the log layout's name patterns) so the benchmark can check
 the diagnosis. Generated data stays out of git (.bench/).
 """
@@ -158,12 +162,17 @@ def progress_block(rank: int, first_step: int, n: int, rng: random.Random) -> st
     return "".join(parts)
 
 
-def watchdog(rank: int, seq: int, when: datetime) -> list[str]:
+def watchdog(rank: int, seq: int, when: datetime, v3: bool = False) -> list[str]:
+    """torch 2.4's watchdog lines for a timeout in work `seq` (`v3`: torch >= 2.5's first two)."""
     ts = glog_time(when, rank)
     w = (f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, "
          f"NumelIn=25165824, NumelOut=25165824, Timeout(ms)=600000) ran for {600000 + rank % 97} milliseconds "
          "before timing out.")
     pre = f"[rank{rank}]:[E{ts} ProcessGroupNCCL.cpp:"
+    if v3:
+        return [f"{pre}632] {w}",
+                f"{pre}2168] [PG ID 0 PG GUID 0(default_pg) Rank {rank}]  failure detected by watchdog at work "
+                f"sequence id: {seq} PG status: last enqueued work: {seq}, last completed work: {seq - 1}"]
     return [f"{pre}607] {w}",
             f"{pre}1664] [PG 0 (default_pg) Rank {rank}] Exception (either an error or timeout) detected by "
             f"watchdog at work: {seq}, last enqueued NCCL work: {seq}, last completed NCCL work: {seq - 1}.",
@@ -174,6 +183,32 @@ def watchdog(rank: int, seq: int, when: datetime) -> list[str]:
             f"{pre}627] [Rank {rank}] To avoid data inconsistency, we are taking the entire process down.",
             "terminate called after throwing an instance of 'c10::DistBackendError'",
             f"  what():  [PG 0 (default_pg) Rank {rank}] Process group watchdog thread terminated with exception: {w}"]
+
+
+def dump_signal(rank: int, when: datetime, first: int | None, enqueued: int, completed: int) -> list[str]:
+    """torch >= 2.5's heartbeat monitor on a rank once the flight recorder's dump signal reached it: from its own
+    watchdog (`first` None) or through the TCPStore from rank `first`, with this rank's last enqueued and completed
+    work of the default process group."""
+    pre = f"[rank{rank}]:[E{glog_time(when, rank)} ProcessGroupNCCL.cpp:"
+    pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}]"
+    source = "this local rank" if first is None else f" rank {first}"
+    head = [f"{pre}2106] {pg} First PG on this rank to signal dumping."] if first is None else \
+        [f"{pre}1922] {pg} Observed flight recorder dump signal from another rank via TCPStore."]
+    return [*head,
+            f"{pre}1987] {pg} Received a dump signal due to a collective timeout from {source} and we will try our "
+            f"best to dump the debug info. Last enqueued NCCL work: {enqueued}, last completed NCCL work: "
+            f"{completed}.This is most likely caused by incorrect usages of collectives, e.g., wrong sizes used "
+            "across ranks, the order of collectives is not same for all ranks or the scheduled collective, for some "
+            "reason, didn't run. Additionally, this can be caused by GIL deadlock or other reasons such as network "
+            "errors or bugs in the communications library (e.g. NCCL), etc.",
+            f"{pre}1700] {pg} ProcessGroupNCCL preparing to dump debug info. Include stack trace: 1, only active "
+            "collectives: 0"]
+
+
+def desync_first(ranks: int, gpn: int, culprit: int) -> int:
+    """The rank whose watchdog fires first in `desync` (the lowest rank on an even node that is not the culprit):
+    the one that signals every other rank to dump."""
+    return next(r for r in range(ranks) if (r // gpn) % 2 == 0 and r != culprit)
 
 
 def oom(rank: int, when: datetime) -> list[str]:
@@ -230,6 +265,16 @@ def rank_texts(r: int, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
             err += ib_failure(r, gpn, address_of(culprit, gpn), when + timedelta(seconds=8))  # IB retries run out
         else:  # the rest hang in their collective until the watchdog fires
             err += watchdog(r, 80001, when + timedelta(seconds=600, milliseconds=200 + r % 900))
+    elif scenario == "desync":  # the culprit never issued collective 80001; the dump signal reaches every rank
+        first = desync_first(ranks, gpn, culprit)
+        signal_at = when + timedelta(seconds=600, milliseconds=200 + first % 900)
+        if r == culprit:  # stuck before the collective (a data loader, a deadlock): it enqueued 80000 at most
+            err += dump_signal(r, signal_at + timedelta(milliseconds=300), first, 80000, 80000)
+        elif (r // gpn) % 2:  # the store's signal came before this rank's own watchdog fired
+            err += dump_signal(r, signal_at + timedelta(milliseconds=300), first, 80001, 80000)
+        else:
+            at = when + timedelta(seconds=600, milliseconds=200 + r % 900)
+            err += watchdog(r, 80001, at, v3=True)[:2] + dump_signal(r, at, None, 80001, 80000)
     elif r == culprit and scenario == "oom":
         err += oom(r, when)
     elif r == culprit:
@@ -254,6 +299,11 @@ def srun_lines(ranks: int, gpn: int, culprit: int, layout: str, scenario: str = 
                 f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Terminated"]
     if scenario == "segv":  # no --kill-on-bad-exit: the signal first, the others' aborts when their watchdog fires
         return killed_srun_lines(ranks, gpn, culprit, "Segmentation fault (core dumped)", "Aborted (core dumped)")
+    if scenario in ("desync", "latelost") and layout == "torchrun":  # the first watchdog's node's agent gives up first
+        return agent_exit_lines(ranks, gpn, desync_first(ranks, gpn, culprit) // gpn)
+    if scenario == "desync":  # every heartbeat monitor aborts its process after the dump, the first rank's first
+        return killed_srun_lines(ranks, gpn, desync_first(ranks, gpn, culprit), "Aborted (core dumped)",
+                                 "Aborted (core dumped)")
     if scenario == "latelost":  # the others abort at their watchdog timeouts; the straggler aborts 100 s later
         lines = killed_srun_lines(ranks, gpn, culprit, "Aborted (core dumped)", "Aborted (core dumped)")
         return [*lines[1:], lines[0]]
@@ -287,6 +337,13 @@ def killed_srun_lines(ranks: int, gpn: int, culprit: int, status: str, others: s
     return lines
 
 
+def agent_exit_lines(ranks: int, gpn: int, first_node: int) -> list[str]:
+    """srun under torchrun (one task per node): each node's agent exits 1 once a worker of its node failed and it
+    tore the others down, `first_node`'s first, then the others in node order."""
+    nodes = [first_node] + [n for n in range(ranks // gpn) if n != first_node]
+    return [f"srun: error: {host_of(n * gpn, gpn)}: task {n}: Exited with exit code 1" for n in nodes]
+
+
 def agent_lines(node: int, gpn: int) -> list[str]:
     """torchrun's agent on one node: SIGTERM to its workers, then the failure summary (pids are per rank)."""
     when = T0 + timedelta(hours=17)
@@ -315,7 +372,10 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     InfiniBand errors toward its address (a dead process's queue pairs go quiet like a dead HCA's), the rest time out;
     `inithang`: `culprit` never starts NCCL's init (stuck before it: a hung import, a filesystem), every other rank
     logs NCCL's `Init START` and waits in it until Slurm's time limit; `latelost`: `straggler`, and 100 s after
-    the others' watchdog timeouts the culprit reports an InfiniBand completion error toward its next node's address.
+    the others' watchdog timeouts the culprit reports an InfiniBand completion error toward its next node's address;
+    `desync`: `culprit` never issues collective 80001; the ranks of even nodes time out in it and signal the flight
+    recorder's dump, which reaches the odd nodes' ranks and the culprit through the store first (their last
+    enqueued work: 80001, the culprit's 80000).
     """
     culprit = ranks // 2 + 3 if culprit is None else culprit
     if not 0 <= culprit < ranks:
@@ -328,6 +388,9 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
                          "nodes")
     if scenario == "latelost" and ranks // gpn < 2:
         raise ValueError("scenario latelost needs 2 nodes or more: the straggler's net peer on another node")
+    if scenario == "desync" and ranks // gpn < 2:
+        raise ValueError("scenario desync needs 2 nodes or more: the ranks of odd nodes learn of the timeout "
+                         "through the store")
     out.mkdir(parents=True, exist_ok=True)  # only now: a bad argument leaves an earlier job there
     for old in [*out.glob(f"{JOB_ID}_*_log.*"), *out.glob("slurm-*.out")]:
         old.unlink()
@@ -406,14 +469,16 @@ def main() -> None:
                              "or one slurm-<job>.out for every rank (srun --label)")
     parser.add_argument("--culprit", type=int, default=None, help="the failing rank [default: ranks/2 + 3]")
     parser.add_argument("--scenario", choices=("oom", "straggler", "memkill", "ibfail", "segv", "inithang",
-                                               "latelost"),
+                                               "latelost", "desync"),
                         default="oom",
                         help="a CUDA OOM on the culprit, a culprit that is silent while every other rank times out, "
                              "a culprit SIGKILLed by its cgroup's OOM killer while srun terminates the others, or a "
                              "culprit whose HCA fails (its ring peers on two other nodes report it), or a culprit "
                              "killed by SIGSEGV (its ring peers report it, the rest time out), or a culprit that "
                              "never starts NCCL's init while the rest wait in it until the time limit, or a "
-                             "straggler that loses its net peer after the others timed out and aborted")
+                             "straggler that loses its net peer after the others timed out and aborted, or a "
+                             "culprit that never issued the collective the others time out in, told by the flight "
+                             "recorder's dump signal (torch >= 2.5)")
     args = parser.parse_args()
     if args.ranks < 2 or args.ranks % args.gpus_per_node:
         raise SystemExit("--ranks must be a multiple of --gpus-per-node and at least 2")

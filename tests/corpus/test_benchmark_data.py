@@ -88,6 +88,8 @@ def test_case_layout(tmp_path: Path, files: list[str], expected: str) -> None:
     ("submitit", "segv", 4, 6), ("merged", "segv", 2, 15), ("submitit", "segv", 4, 0),
     ("submitit", "inithang", 8, 11), ("merged", "inithang", 4, 0), ("submitit", "inithang", 1, 15),
     ("submitit", "latelost", 4, 6), ("merged", "latelost", 2, 15), ("torchrun", "latelost", 8, 9),
+    ("submitit", "desync", 4, 6), ("merged", "desync", 2, 15), ("torchrun", "desync", 8, 9),
+    ("submitit", "desync", 8, 0),
 ])
 def test_every_scenario_and_layout_is_diagnosed_as_planted(tmp_path: Path, layout: str, scenario: str, gpn: int,
                                                            culprit: int) -> None:
@@ -157,3 +159,27 @@ def test_a_refused_job_leaves_an_earlier_one_in_its_folder(tmp_path: Path) -> No
     with pytest.raises(ValueError, match="3 nodes"):
         make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=8, seed=1, scenario="ibfail")
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_desync_leaves_half_the_ranks_without_a_timeout_of_their_own(tmp_path: Path) -> None:
+    """The ranks of odd nodes and the culprit log only the dump signal the store brought them, so the culprit is
+    not the one rank absent from the timeouts; its last enqueued work, one behind the others', is what names it."""
+    make_big_job.generate(tmp_path, ranks=16, gb=0.002, gpn=4, seed=5, culprit=6, scenario="desync")
+    for r in range(16):
+        err = (tmp_path / f"{make_big_job.JOB_ID}_{r}_log.err").read_text()
+        assert ("Watchdog caught" in err) == (r // 4 % 2 == 0 and r != 6), r
+        assert f"Last enqueued NCCL work: {80000 if r == 6 else 80001}," in err, r
+        assert ("from this local rank" in err) == ("Watchdog caught" in err), r
+
+
+def test_desync_needs_two_nodes(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="2 nodes"):
+        make_big_job.generate(tmp_path, ranks=16, gb=0.001, gpn=16, seed=1, scenario="desync")
+
+
+@pytest.mark.parametrize("scenario", ["desync", "latelost"])
+def test_torchrun_srun_lines_name_each_node_once(scenario: str) -> None:
+    """Under torchrun srun's tasks are the nodes' agents: one exit line per node, the first watchdog's node first."""
+    lines = make_big_job.srun_lines(32, 8, 9, "torchrun", scenario)
+    assert [re.search(r"task (\d+):", line)[1] for line in lines] == ["0", "1", "2", "3"]
+    assert make_big_job.srun_lines(32, 8, 0, "torchrun", scenario)[0].endswith("task 0: Exited with exit code 1")
