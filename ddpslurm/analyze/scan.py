@@ -47,7 +47,7 @@ from ddpslurm.analyze.events import Event, FileSummary, SourceFile, moved, new_e
 from ddpslurm.analyze.line_count import newlines
 from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
 from ddpslurm.analyze.resolve import MAX_RANK_LIST
-from ddpslurm.analyze.signatures import HEAD_ANCHORS, UNTIMED_CHARS, Signature, SignatureSet, remember
+from ddpslurm.analyze.signatures import HEAD_ANCHORS, PLANNED_CHARS, Signature, SignatureSet, memo_key, remember
 from ddpslurm.analyze.timestamps import parse_time
 from ddpslurm.analyze.tracebacks import IDLE_PER_STREAM, ElasticBlock, Exc, TracebackAssembler
 
@@ -373,8 +373,8 @@ class _FileState:
     def handle(self, raw: bytes, lineno: int) -> None:
         key = None
         if not self.line_mode:
-            if len(raw) <= UNTIMED_CHARS:
-                key = raw.translate(_DIGITS_TO_ZERO)
+            if len(raw) <= PLANNED_CHARS:
+                key = memo_key(raw.translate(_DIGITS_TO_ZERO))
                 known = self.sigs.inert_lines.get(key)
                 if known is not None and self.still_inert(raw, *known):
                     return
@@ -485,7 +485,7 @@ class _FileState:
         self.stream_now = stream
         return rank, local, host, stream
 
-    def note_recipe(self, key: bytes, raw: bytes, text: str, spans: PrefixSpans,
+    def note_recipe(self, key: object, raw: bytes, text: str, spans: PrefixSpans,
                     hit: tuple[Signature, regex.Match] | None, slurm: bool, torchrun: bool) -> None:
         """Remember how a line of shape `key` was read when every line of that shape is read the same way, whatever
         its digits: its next ones are then replayed from spans (`replay`) instead of read again (16k ranks'
@@ -498,7 +498,7 @@ class _FileState:
         none, decides unless one of a few digit-sensitive ones matches (`SignatureSet.replay_checks`, run again
         on each line replayed); and when it left no state a later line depends on (nothing pending, no block
         opened). Only printable ASCII lines."""
-        if (self.line_mode or b"0000-00-00" in key
+        if (self.line_mode or b"0000-00-00" in raw.translate(_DIGITS_TO_ZERO)
                 or not raw.isascii() or text != raw.decode("ascii") or not recipe_patterns_blind()):
             return
         body = text[spans.start:]
@@ -529,7 +529,7 @@ class _FileState:
                               host, ns, named)
         return True
 
-    def note_inert(self, key: bytes, raw: bytes, text: str, p, body: str) -> None:
+    def note_inert(self, key: object, raw: bytes, text: str, p, body: str) -> None:
         """Remember the shape `key` of a line that said nothing when every line of that shape says nothing,
         whatever its digits, unless one of a few digit-sensitive signatures matches it: its next ones are then
         skipped after only those (16k ranks' NCCL INFO lines).
@@ -540,7 +540,8 @@ class _FileState:
         nothing behind: no rank prefix (`ranks_seen`), no srun line, no torchrun mention, nothing pending, no block
         opened. Only printable ASCII lines, whose text after the prefixes starts at the same byte in every one.
         """
-        if (p.rank is not None or self.line_mode or b"0000-00-00" in key or "Init " in body or not raw.isascii()
+        if (p.rank is not None or self.line_mode or "Init " in body or not raw.isascii()
+                or b"0000-00-00" in raw.translate(_DIGITS_TO_ZERO)
                 or text != raw.decode("ascii") or body_is_slurm(body) or _TORCHRUN.search(body)):
             return
         sensitive = self.sigs.only_sensitive(body)

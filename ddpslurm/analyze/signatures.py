@@ -10,6 +10,7 @@ itself. Per line, a signature's regex runs only when one of its literals is in t
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re as _re
 from collections.abc import Iterable, Sequence
@@ -41,6 +42,9 @@ MATCH_TIMEOUT = 0.25
 #: shipped signatures run untimed on lines up to this long (tests/unit/test_analyze_inputs.py checks them on
 #: adversarial lines of this length); site signatures and longer lines always run with MATCH_TIMEOUT
 UNTIMED_CHARS = 512
+#: lines up to this long have their shape's plan remembered (and the scanner's recipes and inert shapes): torch's
+#: flight recorder dump line, 600+ characters on every rank, is read in full once, not once per rank
+PLANNED_CHARS = 4096
 #: signature kinds the engine attaches to events it builds itself (never matched against a raw line)
 ENGINE_KINDS = ("elastic_failure",)
 #: a signature folder's cause table (advice, retry) beside its signature files
@@ -103,8 +107,17 @@ class CauseInfo:
     node_level: bool = False  # the cause lives on a node (a port, a NIC, a GPU, the node itself)
 
 
-#: line shapes whose plan a SignatureSet remembers (lines of at most UNTIMED_CHARS characters)
+#: line shapes whose plan a SignatureSet remembers (lines of at most PLANNED_CHARS characters)
 MAX_PLANS = 20_000
+
+
+def memo_key(masked: str | bytes) -> str | bytes | tuple[str, bytes]:
+    """What a memo of line shapes files `masked` (a line's shape) under: the shape itself up to UNTIMED_CHARS, a
+    128-bit digest of it beyond, so that a memo full of long shapes stays small."""
+    if len(masked) <= UNTIMED_CHARS:
+        return masked
+    data = masked.encode("utf-8", "surrogatepass") if isinstance(masked, str) else masked
+    return ("blake2b", hashlib.blake2b(data, digest_size=16).digest())
 
 
 def remember(memo: dict, key: Any, value: Any, limit: int) -> None:
@@ -152,14 +165,14 @@ class SignatureSet:
     _digit_literals: set[str] = field(default_factory=set, repr=False)
     _digit_literal_shapes: set[str] = field(default_factory=set, repr=False)  # those of `_digit_gated`, shaped
     #: line shape -> what the digit-blind signatures decide for it (this process; at most MAX_PLANS, `remember`)
-    _plans: dict[str, _Plan] = field(default_factory=dict, repr=False)
+    _plans: dict[Any, _Plan] = field(default_factory=dict, repr=False)
     #: shapes (digits as 0) of raw lines the scanner found can say nothing with these signatures unless one of a few
     #: digit-sensitive ones matches: the offset of their text after the prefixes, and those signatures (scan.py
     #: `_FileState.note_inert`; this process, at most MAX_INERT)
-    inert_lines: dict[bytes, tuple[int, tuple[int, ...]]] = field(default_factory=dict, repr=False)
+    inert_lines: dict[Any, tuple[int, tuple[int, ...]]] = field(default_factory=dict, repr=False)
     #: shapes of raw lines whose whole reading the scanner can replay from spans (scan.py `LineRecipe`; this
     #: process, at most scan.MAX_RECIPES)
-    line_recipes: dict[bytes, Any] = field(default_factory=dict, repr=False)
+    line_recipes: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None.
@@ -171,9 +184,9 @@ class SignatureSet:
         seen before runs the other signatures it may hold, then only the one digit-blind signature that matched
         (for its groups), instead of every candidate's regex.
         """
-        if len(text) > UNTIMED_CHARS:
+        if len(text) > PLANNED_CHARS:
             return self._match_all(text)
-        key = shape(text)
+        key = memo_key(shape(text))
         plan = self._plans.get(key)
         if plan is None:
             found, plan = self._match_and_plan(text)
@@ -204,8 +217,8 @@ class SignatureSet:
     def _shape_plan(self, text: str) -> _Plan | None:
         """The plan `match` made for `text`'s shape, where it holds for every line of that shape: None without one
         (a long line, a shape not met yet) or where a literal holding digits may be in such a line."""
-        masked = shape(text) if len(text) <= UNTIMED_CHARS else None
-        plan = self._plans.get(masked) if masked is not None else None
+        masked = shape(text) if len(text) <= PLANNED_CHARS else None
+        plan = self._plans.get(memo_key(masked)) if masked is not None else None
         if plan is None or any(lit in masked for lit in self._digit_literal_shapes):
             return None
         return plan

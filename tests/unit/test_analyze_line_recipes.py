@@ -74,15 +74,15 @@ def _load_generator():
     return module
 
 
-@pytest.mark.parametrize("layout", ["submitit", "torchrun"])
+@pytest.mark.parametrize(("layout", "scenario"), [("submitit", "oom"), ("torchrun", "oom"), ("submitit", "desync")])
 def test_a_large_job_scans_the_same_with_and_without_recipes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             layout: str) -> None:
+                                                             layout: str, scenario: str) -> None:
     """The benchmark's job (NCCL INFO inits, watchdog timeouts on every rank, a planted failure): its alike lines
-    are what recipes are for."""
+    are what recipes are for (`desync`: torch's dump-signal lines, 600+ characters, on every rank)."""
     gen = _load_generator()
     folder = tmp_path / "job"
     monkeypatch.setattr(sys, "argv", ["make_big_job.py", "--ranks", "64", "--gb", "0.004", "--out", str(folder),
-                                      "--layout", layout, "--culprit", "37"])
+                                      "--layout", layout, "--culprit", "37", "--scenario", scenario])
     gen.main()
     logs = sorted(p for p in folder.iterdir() if p.name.endswith((".out", ".err")))
     replays = _Replays(monkeypatch)
@@ -111,6 +111,9 @@ def _without_rank_map_comm():
     # NCCL's `0x` decides whether an `Init` line is one
     ("[rank3]: comm 5x7f3a rank 3 nranks 8 cudaDev 0 busId 1 - Init START",
      "[rank3]: comm 0x7f3a rank 3 nranks 8 cudaDev 0 busId 1 - Init START", _without_rank_map_comm),
+    # the same on a line longer than the shapes remembered as themselves (a digest of its shape is)
+    ("[rank3]: SystemExit: 144 (signal) " + "padding " * 80, "[rank3]: SystemExit: 143 (signal) " + "padding " * 80,
+     load_signatures),
     # the timestamp prefix's `19|20`
     ("2124-05-08 10:00:00 [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
      "2024-05-08 10:00:00 [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
@@ -175,3 +178,13 @@ def test_the_patterns_a_recipe_stands_in_for_are_digit_blind(monkeypatch: pytest
         assert not scan.recipe_patterns_blind()
     finally:
         scan.recipe_patterns_blind.cache_clear()
+
+
+def test_long_shapes_are_remembered_under_a_digest() -> None:
+    from ddpslurm.analyze.signatures import UNTIMED_CHARS, memo_key
+
+    short, long = "a0 " * 10, "b0 " * (UNTIMED_CHARS // 3 + 1)
+    assert memo_key(short) == short and memo_key(short.encode()) == short.encode()
+    key = memo_key(long)
+    assert key == memo_key(long.encode()) and key[0] == "blake2b" and len(key[1]) == 16
+    assert memo_key(long[:-1] + "c") != key
