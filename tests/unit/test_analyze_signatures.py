@@ -149,6 +149,11 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("[PG ID 0 PG GUID 0(default_pg) Rank 11] failure detected by watchdog at work sequence id: 88 PG status: "
      "last enqueued work: 88, last completed work: 86", "watchdog-timeout-v3",
      {"rank": "11", "seq": "88", "last_enqueued": "88", "last_completed": "86"}),
+    ("[E219 08:58:32.606667496 ProcessGroupNCCL.cpp:1785] [PG ID 2 PG GUID 3 Rank 3] Exception (either an error or "
+     "timeout) detected by watchdog at work: 31, last enqueued NCCL work: 58, last completed NCCL work: 30.",
+     "watchdog-timeout-v2", {"pg": "2", "rank": "3", "seq": "31", "last_enqueued": "58", "last_completed": "30"}),
+    ("[PG ID 0 PG GUID 0(default_pg) Rank 2] Timeout at NCCL work: 45, last enqueued NCCL work: 47, last completed "
+     "NCCL work: 44.", "watchdog-timeout-v2", {"pg": "0", "rank": "2", "seq": "45", "last_enqueued": "47"}),
     ("[PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 20585 PG status: "
      "last enqueued work: 20589, last completed work: 20584", "watchdog-timeout-v3",  # torch prints two spaces
      {"rank": "0", "seq": "20585", "last_enqueued": "20589", "last_completed": "20584"}),
@@ -157,6 +162,9 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "NCCL work: 56116, last completed NCCL work: 56116.This is most likely caused by incorrect usages of collectives",
      "watchdog-dump-signal", {"pg": "0", "rank": "6", "from_rank": "7", "last_enqueued": "56116",
                               "last_completed": "56116"}),
+    ("[PG ID 1 PG GUID 5 Rank 6] Received a dump signal due to a collective timeout from this local rank and we will "
+     "try our best to dump the debug info. Last enqueued NCCL work: 56116, last completed NCCL work: 56115.",
+     "watchdog-dump-signal", {"pg": "1", "rank": "6", "last_enqueued": "56116", "last_completed": "56115"}),
     ("[PG 2 (tp) Rank 1] Received a global timeout from another rank and will start to dump the debug info. Last "
      "enqueued NCCL work: 12, last completed NCCL work: -1.", "watchdog-dump-signal",
      {"pg": "2", "rank": "1", "last_enqueued": "12", "last_completed": "-1"}),
