@@ -312,7 +312,9 @@ def _by_weight(candidates: list[Candidate], votes: list[Vote], tl: JobTimeline) 
 def _verdict(c: Candidate, votes: list[Vote], tl: JobTimeline, how: str, confidence: str) -> Verdict:
     late = _lost_after_the_wait(c, tl)
     cause = _explained_by_node(c, votes) or (late.cause if late else c.cause) or cause_of_silence(c, tl)
-    own = [v for v in c.votes if v.own and v.evidence]
+    # the decisive line is the rank's own: an own failure's, or the line of its own a vote read (its last enqueued
+    # or completed work), before srun's line about its task
+    own = [v for v in c.votes if v.evidence and (v.own or v.evidence[0].rank == c.rank is not None)]
     chosen = max(own, key=lambda v: v.weight).evidence[0] if own else _first_evidence(c.votes)
     if late is not None:  # its own line is the consequence: the others' evidence shows the cause
         chosen = late.evidence[0] if late.evidence else chosen

@@ -489,7 +489,8 @@ def _dump_job(tmp_path: Path, hosts: list[str], gpn: int, culprit: int, torch: s
     """A culprit that never issued collective 41: the ranks of even nodes time out in it and signal the flight
     recorder's dump (torch `2.5`: its watchdog's two lines, then the dump signal `from this local rank`; torch `2.3`:
     the v2 watchdog line, then the dump signal); those of odd nodes and the culprit learn of it through the store
-    first and log only the signal, each with its last enqueued work (the culprit's 40)."""
+    first and log only the signal, each with its last enqueued work (the culprit's 40). srun reports the first
+    watchdog's task aborted first, then every other task."""
     first = next(r for r in range(len(hosts) * gpn) if (r // gpn) % 2 == 0 and r != culprit)
     prefix = f"[PG ID {pg} PG GUID {pg}(default_pg)" if torch == "2.5" else f"[PG {pg} (default_pg)"
     for rank in range(len(hosts) * gpn):
@@ -517,6 +518,11 @@ def _dump_job(tmp_path: Path, hosts: list[str], gpn: int, culprit: int, torch: s
             text += (f"{head}Exception (either an error or timeout) detected by watchdog at work: 41, last enqueued "
                      "NCCL work: 41, last completed NCCL work: 40.\n")
         (tmp_path / f"515_{rank}_log.err").write_text(text + head + dump)
+    with (tmp_path / "515_0_log.err").open("a") as handle:  # srun: the first watchdog's task aborted first
+        handle.write(f"srun: error: {hosts[first // gpn]}: task {first}: Aborted (core dumped)\n")
+        for n, host in enumerate(hosts):
+            tasks = ",".join(str(r) for r in range(n * gpn, n * gpn + gpn) if r != first)
+            handle.write(f"srun: error: {host}: tasks {tasks}: Aborted (core dumped)\n")
 
 
 @pytest.mark.parametrize(("hosts", "gpn", "culprit", "torch", "pg"), [
@@ -533,3 +539,7 @@ def test_the_rank_that_never_issued_the_timed_out_collective_is_the_one_waited_f
     got = analyze_paths([tmp_path]).to_dict()
     assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == \
         ("collective_timeout", culprit, hosts[culprit // gpn]), got["summary"]
+    # the decisive line is its own, the one that tells its last enqueued work, not a line about others
+    assert (got["evidence"][0]["rank"], "Last enqueued NCCL work: 40," in got["evidence"][0]["text"]) == (culprit, True)
+    row = next(r for r in got["ranks"] if r["rank"] == culprit)
+    assert "Last enqueued NCCL work: 40," in row["first_error"]
