@@ -59,12 +59,14 @@ def test_one_oom_then_watchdog_timeouts_everywhere(tmp_path: Path) -> None:
     assert got["evidence"][0]["rank"] == 3 and "OutOfMemoryError" in got["evidence"][0]["text"]
 
 
-def test_agent_sigterms_survivors_the_missing_pid_died_first(tmp_path: Path) -> None:
+@pytest.mark.parametrize("closing", ["Sending process {pid} closing signal SIGTERM",
+                                     "Closing process {pid} via signal SIGTERM"])  # elastic_launch's `_close`
+def test_agent_sigterms_survivors_the_missing_pid_died_first(tmp_path: Path, closing: str) -> None:
     log = tmp_path / "slurm-77.out"
     lines = [f"node01:{pid}:{pid} [{lr}] NCCL INFO comm 0x1{lr} rank {lr} nranks 4 cudaDev {lr} busId 1 - Init COMPLETE"
              for lr, pid in enumerate((100, 101, 102, 103))]
-    lines += [f"W0217 08:19:10.679000 99 torch/distributed/elastic/multiprocessing/api.py:890] Sending process {pid} "
-              "closing signal SIGTERM" for pid in (100, 101, 103)]
+    agent = "W0217 08:19:10.679000 99 torch/distributed/elastic/multiprocessing/api.py:890] "
+    lines += [agent + closing.format(pid=pid) for pid in (100, 101, 103)]
     log.write_text("\n".join(lines) + "\n")
     got = diagnose([log])
     assert got["first_failing_rank"] == 2
@@ -543,3 +545,28 @@ def test_the_rank_that_never_issued_the_timed_out_collective_is_the_one_waited_f
     assert (got["evidence"][0]["rank"], "Last enqueued NCCL work: 40," in got["evidence"][0]["text"]) == (culprit, True)
     row = next(r for r in got["ranks"] if r["rank"] == culprit)
     assert "Last enqueued NCCL work: 40," in row["first_error"]
+
+
+@pytest.mark.parametrize(("event", "hosts", "reporter"), [
+    ("Got async event : port error", ["gpu-01", "gpu-02"], 5),
+    ("Got non-fatal async event: port error(10)", ["nid0017", "nid0018", "nid0019"], 2),
+    ("async fatal event on QP (0x732d78661238): invalid request local work queue error", ["a", "b"], 0),
+])
+def test_an_ib_port_error_names_its_node(tmp_path: Path, event: str, hosts: list[str], reporter: int) -> None:
+    """NCCL's IB async event thread reports this node's port going down (or a fatal QP event) while the others time
+    out waiting: the node's link, to be excluded."""
+    gpn = 4
+    for rank in range(len(hosts) * gpn):
+        host, pid = hosts[rank // gpn], 700 + rank
+        text = f"{host}:{pid}:{pid} [{rank % gpn}] NCCL INFO Bootstrap : Using ib0:10.9.{rank // gpn}.{rank % gpn}<0>\n"
+        if rank == reporter:
+            text += f"{host}:{pid}:{pid + 9} [{rank % gpn}] transport/net_ib.cc:101 NCCL WARN NET/IB : mlx5_2:1 " \
+                    f"{event}\n"
+        else:
+            text += (f"[rank{rank}]:[E0612 10:34:03.{rank:03d}000 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank "
+                     f"{rank}] Exception (either an error or timeout) detected by watchdog at work: 41, last enqueued "
+                     "NCCL work: 41, last completed NCCL work: 40.\n")
+        (tmp_path / f"616_{rank}_log.err").write_text(text)
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_host"], got["exclude_nodes"]) == \
+        ("infiniband_error", hosts[reporter // gpn], [hosts[reporter // gpn]]), got["summary"]

@@ -154,6 +154,18 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "watchdog-timeout-v2", {"pg": "2", "rank": "3", "seq": "31", "last_enqueued": "58", "last_completed": "30"}),
     ("[PG ID 0 PG GUID 0(default_pg) Rank 2] Timeout at NCCL work: 45, last enqueued NCCL work: 47, last completed "
      "NCCL work: 44.", "watchdog-timeout-v2", {"pg": "0", "rank": "2", "seq": "45", "last_enqueued": "47"}),
+    # vendor forks of ProcessGroupNCCL (torch_npu's HCCL) print the same watchdog lines with their backend's name
+    ("[E324 13:00:25.428029551 compiler_depend.ts:574] [Rank 1] Watchdog caught collective operation timeout: "
+     "WorkHCCL(SeqNum=196, OpType=ALLREDUCE, Timeout(ms)=3600000) ran for 3600185 milliseconds before timing out.",
+     "watchdog-timeout-v1", {"rank": "1", "seq": "196", "op": "ALLREDUCE", "timeout_ms": "3600000"}),
+    ("[E324 13:00:25.4 compiler_depend.ts:628] Some HCCL operations have failed or timed out. Due to the "
+     "asynchronous nature of ASCEND kernels, subsequent NPU operations might run on corrupted/incomplete data.",
+     "watchdog-generic", {}),
+    ("[Rank 0] ProcessGroupHCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+     "collectives.", "heartbeat-monitor", {"stuck_s": "480"}),
+    ("[E1002 18:16:40.662691402 ProcessGroupNCCL.cpp:756] [Rank 1] Work WorkNCCL(SeqNum=2521, OpType=ALLREDUCE, "
+     "NumelIn=160672064, NumelOut=160672064, Timeout(ms)=600000) timed out in blocking wait.", "blocking-wait-timeout",
+     {"rank": "1", "seq": "2521", "op": "ALLREDUCE", "timeout_ms": "600000"}),
     ("[PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 20585 PG status: "
      "last enqueued work: 20589, last completed work: 20584", "watchdog-timeout-v3",  # torch prints two spaces
      {"rank": "0", "seq": "20585", "last_enqueued": "20589", "last_completed": "20584"}),
@@ -202,6 +214,31 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "slurm-oom-kill", {"step": "3321.0"}),
     ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 485370 closing signal SIGTERM",
      "elastic-sigterm", {"pid": "485370"}),
+    ("W0227 17:39:41.936000 293814 site-packages/torch/distributed/elastic/multiprocessing/api.py:766] Closing process "
+     "293866 via signal SIGTERM", "elastic-sigterm", {"pid": "293866", "signal": "SIGTERM"}),
+    # NCCL's socket wordings: 2.20-2.23, 2.27+ (lowercase 'connect to', the OS layer's poll), sends as well as recvs
+    ("node1:1234:1250 [0] misc/socket.cc:592 NCCL WARN socketStartConnect: connect to 10.0.0.2<45763> failed : Network "
+     "is unreachable", "nccl-connect-refused", {"peer_ip": "10.0.0.2", "peer_port": "45763",
+                                                "reason": "Network is unreachable"}),
+    ("h3:2387398:2387398 [3] os/linux.cc:200 NCCL WARN ncclOsSocketPollConnect: connect to 10.82.101.249<37857> "
+     "returned Connection refused, exceeded error retry count after 35 attempts", "nccl-connect-refused",
+     {"peer_ip": "10.82.101.249", "reason": "Connection refused"}),
+    ("node1:1234:1250 [0] misc/socket.cc:633 NCCL WARN socketPollConnect: Connect to 10.0.0.2<45763> returned "
+     "111(Connection refused) errno 115(Operation now in progress)", "nccl-connect-refused",
+     {"peer_ip": "10.0.0.2", "reason": "Connection refused"}),
+    ("node1:1234:1250 [0] misc/socket.cc:618 NCCL WARN socketPollConnect to 10.0.0.2<45763> failed with error "
+     "Interrupted system call", "nccl-connect-refused", {"peer_ip": "10.0.0.2", "reason": "Interrupted system call"}),
+    ("gpu-server320 [5] misc/socket.cc:46 NCCL WARN socketProgressOpt: Call to send to 10.44.137.149<52905> failed : "
+     "Connection reset by peer", "nccl-socket-peer-lost", {"peer_ip": "10.44.137.149", "peer_port": "52905"}),
+    ("n1:1:2 [0] misc/socket.cc:592 NCCL WARN socketStartConnect: connect to 10.0.0.2<35573> failed : Software caused "
+     "connection abort", "nccl-socket-peer-lost", {"peer_ip": "10.0.0.2"}),
+    # NCCL's IB async event thread: this node's port went down, a queue pair hit a fatal error
+    ("lrdn3031:166577:167079 [0] transport/net_ib.cc:101 NCCL WARN NET/IB : mlx5_2:1 Got async event : port error",
+     "nccl-ib-failure", {}),
+    ("nvl72026-T11:393849:395082 [0] transport/net_ib.cc:253 NCCL WARN NET/IB : mlx5_3:1 Got non-fatal async event: "
+     "port error(10)", "nccl-ib-failure", {}),
+    ("node-0:5911:5971 [0] transport/net_ib.cc:154 NCCL WARN NET/IB : mlx5_3:1 async fatal event on QP "
+     "(0x732d78661238): invalid request local work queue error", "nccl-ib-failure", {}),
     ("E0612 14:11:47.214000 211828 torch/distributed/elastic/multiprocessing/api.py:862] failed (exitcode: -6) "
      "local_rank: 1 (pid: 211841) of binary: /usr/bin/python3", "elastic-worker-failed",
      {"exitcode": "-6", "local_rank": "1", "pid": "211841"}),
