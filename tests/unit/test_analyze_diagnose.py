@@ -570,3 +570,18 @@ def test_an_ib_port_error_names_its_node(tmp_path: Path, event: str, hosts: list
     got = analyze_paths([tmp_path]).to_dict()
     assert (got["cause"], got["first_failing_host"], got["exclude_nodes"]) == \
         ("infiniband_error", hosts[reporter // gpn], [hosts[reporter // gpn]]), got["summary"]
+
+
+@pytest.mark.parametrize(("odd", "world"), [(0, 4), (5, 8)])
+def test_the_rank_every_other_rank_finds_with_another_model_is_named(tmp_path: Path, odd: int, world: int) -> None:
+    """DDP's constructor compares parameter counts: every rank names the odd one, the odd one names another."""
+    texts = {}
+    for r in range(world):
+        other = odd if r != odd else (odd + 1) % world
+        mine, theirs = (0, 338) if r == odd else (338, 0)
+        texts[r] = ("Traceback (most recent call last):\n  File \"train.py\", line 80, in <module>\n"
+                    "    model = DDP(model, device_ids=[local_rank])\n"
+                    f"RuntimeError: DDP expects same model across all ranks, but Rank {r} has {mine} params, while "
+                    f"rank {other} has inconsistent {theirs} params.\n")
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"]) == ("collective_mismatch", odd), got["summary"]

@@ -214,6 +214,10 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "slurm-oom-kill", {"step": "3321.0"}),
     ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 485370 closing signal SIGTERM",
      "elastic-sigterm", {"pid": "485370"}),
+    ("W0616 00:37:22.830000 4015698 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
+     "signal, shutting down workers", "elastic-child-failed", {"signal": "SIGTERM"}),
+    ("RuntimeError: DDP expects same model across all ranks, but Rank 1 has 338 params, while rank 0 has inconsistent "
+     "0 params.", "ddp-model-mismatch", {"reporter_rank": "1", "peer_rank": "0", "peer_params": "0"}),
     ("W0227 17:39:41.936000 293814 site-packages/torch/distributed/elastic/multiprocessing/api.py:766] Closing process "
      "293866 via signal SIGTERM", "elastic-sigterm", {"pid": "293866", "signal": "SIGTERM"}),
     # NCCL's socket wordings: 2.20-2.23, 2.27+ (lowercase 'connect to', the OS layer's poll), sends as well as recvs
