@@ -212,6 +212,11 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("srun: error: node02: task 3: Segmentation fault", "srun-task-segfault", {"tasks": "3"}),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=3321.0. Some of the step tasks have been OOM Killed.",
      "slurm-oom-kill", {"step": "3321.0"}),
+    ("slurmstepd-phoenix-07: error: Detected 2 oom-kill event(s) in StepId=1683797.batch. Some of your processes may "
+     "have been killed by the cgroup out-of-memory handler.", "slurm-oom-kill",
+     {"host": "phoenix-07", "count": "2", "step": "1683797.batch"}),
+    ("NET/IBP:Got completion from peer 7.6.13.83<36315> with status=12 opcode=32698 len=32696 vendor err 129 (Send)",
+     "nccl-ib-completion-error", {"peer_ip": "7.6.13.83", "status": "12"}),
     ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 485370 closing signal SIGTERM",
      "elastic-sigterm", {"pid": "485370"}),
     ("W0616 00:37:22.830000 4015698 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
