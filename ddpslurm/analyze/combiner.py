@@ -102,10 +102,19 @@ def combine(tl: JobTimeline, node_causes: frozenset[str] = frozenset()) -> Verdi
     votes = final_votes(all_votes(tl), tl)
     verdict = _combine(tl, votes)
     if verdict.rank is None and verdict.cause not in node_causes:
-        verdict.host = None  # no rank, and a cause that is not a node's: no node to name either
+        if verdict.cause == "unknown" and _named_lost_peer(verdict):
+            verdict.decided_by = "lost peer"  # where to look, not a cause: the node stays out of exclude_nodes
+        else:
+            verdict.host = None  # no rank, and a cause that is not a node's: no node to name either
     if verdict.host is not None and not is_host_name(verdict.host):
         verdict.host = None  # an address or a container id no record maps to a node
     return verdict
+
+
+def _named_lost_peer(verdict: Verdict) -> bool:
+    """The verdict's node is the one the victims named as the peer they lost, and nothing says why it went away."""
+    return verdict.host is not None and any(v.producer == "named peer" and v.rank is None and v.host == verdict.host
+                                            for v in verdict.votes)
 
 
 def _combine(tl: JobTimeline, votes: list[Vote]) -> Verdict:

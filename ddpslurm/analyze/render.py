@@ -20,6 +20,7 @@ DECIDED_BY = {
     "systemic": "no single rank: {reason}",
     "tie": "no single rank: {reason}",
     "none": "no single rank: {reason}",
+    "lost peer": "no single rank: {reason}",
 }
 
 
@@ -30,7 +31,8 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
     if sig is not None and sig.cause != verdict.cause:
         sig = None
     values: dict[str, Any] = dict(chosen.fields) if chosen is not None else {}
-    values.update({"rank": verdict.rank, "host": verdict.host or None})
+    values.update({"rank": verdict.rank, "host": verdict.host or None,
+                   "lost_node": verdict.host if verdict.decided_by == "lost peer" else None})
     template = (sig.summary if sig and sig.summary else None) or (info.summary if info else
                                                                    verdict.cause.replace("_", " "))
     summary = fill(template, values) + _ordering_note(verdict, tl)

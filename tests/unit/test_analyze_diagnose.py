@@ -220,10 +220,10 @@ def test_task_out_of_memory_names_the_task_and_says_what_srun_meant(tmp_path: Pa
 
 
 def _ib_job(tmp_path: Path, hosts: list[str], reporters: dict[int, int], gpn: int = 4,
-            deaths: dict[int, str] | None = None) -> None:
+            deaths: dict[int, str] | None = None, lost: str = "ib") -> None:
     """Ranks `gpn` to a host; every rank's NCCL bootstrap line names its host's address; each reporter's IB completion
-    error names the address of the rank `reporters[rank]`; each rank of `deaths` fails on its own (`DEATHS`); no rank
-    logs anything else."""
+    error (`lost` "socket": NCCL 2.24+'s failed socket send) names the address of the rank `reporters[rank]`; each rank
+    of `deaths` fails on its own (`DEATHS`); no rank logs anything else."""
     def address(rank: int) -> str:
         return f"10.7.{rank // gpn}.{20 + rank // gpn}"
 
@@ -235,7 +235,10 @@ def _ib_job(tmp_path: Path, hosts: list[str], reporters: dict[int, int], gpn: in
         if rank in reporters:
             peer = address(reporters[rank])
             text += (f"{host}:{pid}:{pid + 9} [{rank % gpn}] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got "
-                     f"completion from peer {peer}<4711> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n")
+                     f"completion from peer {peer}<4711> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n"
+                     if lost == "ib" else
+                     f"{host}:{pid}:{pid + 9} [{rank % gpn}] misc/socket.cc:46 NCCL WARN socketProgressOpt: Call to "
+                     f"send to {peer}<4711> failed : Connection reset by peer\n")
         if rank in (deaths or {}):
             text += DEATHS[deaths[rank]][1]  # type: ignore[index]
         if rank == 0:
@@ -269,6 +272,22 @@ def test_ranks_on_several_nodes_losing_one_ib_peer_name_that_node(tmp_path: Path
     assert got["exclude_nodes"] == [peer]
 
 
+@pytest.mark.parametrize(("reporters", "want_host"), [
+    ({1: 9, 13: 9}, "gpu-03"),  # two nodes lose their sockets to gpu-03: look there
+    ({13: 9}, "gpu-03"),
+    ({1: 9, 13: 5}, None),  # two different peers: nobody in common
+])
+def test_lost_sockets_to_one_node_say_where_to_look_without_a_cause(tmp_path: Path, reporters: dict[int, int],
+                                                                     want_host: str | None) -> None:
+    """Failed socket sends toward one node's address, and nothing on that node: the cause is unknown (a process
+    killed without a word, the node, its link), the node is named as where to look, and not excluded."""
+    _ib_job(tmp_path, ["gpu-01", "gpu-02", "gpu-03", "gpu-04"], reporters, lost="socket")
+    got = analyze_paths([tmp_path]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"], got["exclude_nodes"]) == \
+        ("unknown", None, want_host, []), got["summary"]
+    assert (want_host or "No failure of a rank's own") in got["summary"]
+
+
 @pytest.mark.parametrize(("reporters", "want_rank", "want_host"), [
     ({1: 9, 13: 5}, None, None),  # two different peers: nobody in common
     ({1: 9, 2: 9}, None, "gpu-01"),  # both reporters on one node: that node, as before
@@ -289,12 +308,14 @@ def test_no_common_ib_peer_is_made_up(tmp_path: Path, reporters: dict[int, int],
      "cuda_oom"),
     (["gpu-01", "gpu-02", "gpu-03", "gpu-04"], {13: 9}, 10, "cuda_oom"),  # one reporter; the address is the node's
 ])
+@pytest.mark.parametrize("lost", ["ib", "socket"])
 def test_ranks_losing_a_peer_whose_rank_died_on_its_own_name_that_rank(
-        tmp_path: Path, hosts: list[str], reporters: dict[int, int], dead: int, how: str) -> None:
+        tmp_path: Path, hosts: list[str], reporters: dict[int, int], dead: int, how: str, lost: str) -> None:
     """A rank dies (srun: segmentation fault; its own CUDA OOM) and its net peers on other nodes report InfiniBand
-    completion errors toward its node's address, as a dead link would look: the dead rank failed first, of its own
-    cause, and the reporters are its victims, however many, whatever the names and numbers."""
-    _ib_job(tmp_path, hosts, reporters, deaths={dead: how})
+    completion errors (or failed socket sends) toward its node's address, as a dead link would look: the dead rank
+    failed first, of its own cause, and the reporters are its victims, however many, whatever the names and
+    numbers."""
+    _ib_job(tmp_path, hosts, reporters, deaths={dead: how}, lost=lost)
     got = analyze_paths([tmp_path]).to_dict()
     assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == (how, dead, hosts[dead // 4]), \
         got["summary"]
