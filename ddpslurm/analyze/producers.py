@@ -305,7 +305,25 @@ def barrier_counts(tl: JobTimeline) -> list[Vote]:
     counted = [e for e in events if e.kind == "store_barrier" and e.get("worker_count") and e.get("world_size")]
     if counted:
         return _store_counts(counted, tl)
-    return _store_keys([e for e in events if e.kind == "store_barrier"], tl)
+    stores = [e for e in events if e.kind == "store_barrier"]
+    return _unique_id_root(stores, tl) or _store_keys(stores, tl)
+
+
+def _unique_id_root(stores: list[Event], tl: JobTimeline) -> list[Vote]:
+    """Ranks setting up an NCCL communicator wait in the store for the ncclUniqueId its root posts: when each
+    waiter's own number in the communicator is its rank in the job (the job's communicator) and all name one root
+    that is not among them, that rank never reached the communicator's setup (busy, hung, or dead before it)."""
+    waits = [e for e in stores if e.get("root_rank") is not None and e.rank is not None]
+    if len(waits) < 2 or any(_small_int(e.get("reporter_rank")) != e.rank for e in waits):
+        return []
+    roots = {_small_int(e.get("root_rank")) for e in waits}
+    root = roots.pop() if len(roots) == 1 else None
+    if root is None or root in {e.rank for e in waits}:
+        return []
+    waiters = len({e.rank for e in waits})
+    return [Vote("unique id", 35.0, f"{waiters} ranks setting up the job's NCCL communicator waited in the store for "
+                 "the ncclUniqueId this rank, its root, never posted", rank=root, host=tl.facts.rank_host.get(root),
+                 cause="rendezvous_timeout", evidence=tuple(waits[:2]))]
 
 
 #: Slurm ends of an attempt after which the job may run again (requeue): an earlier attempt is visible

@@ -606,3 +606,33 @@ def test_the_rank_every_other_rank_finds_with_another_model_is_named(tmp_path: P
                     f"rank {other} has inconsistent {theirs} params.\n")
     got = diagnose(write_ranks(tmp_path, texts))
     assert (got["cause"], got["first_failing_rank"]) == ("collective_mismatch", odd), got["summary"]
+
+
+UNIQUE_ID = ("[rank{r}]: torch.distributed.DistBackendError: [{printed}] is setting up NCCL communicator and "
+             "retrieving ncclUniqueId from [{root}] via c10d key-value store by key '0', but store->get('0') got "
+             "error: {reason}\n")
+
+
+@pytest.mark.parametrize(("world", "root", "reason"), [
+    (8, 0, "Socket Timeout"),
+    (4, 0, "wait timeout after 600000ms. This may indicate a possible application crash on rank 0 or a network set "
+           "up issue."),
+    (6, 0, "failed to recv, got 0 bytes"),
+])
+def test_ranks_waiting_for_the_unique_id_name_the_root_that_never_posted_it(tmp_path: Path, world: int, root: int,
+                                                                            reason: str) -> None:
+    """Every other rank of the job's communicator waits in the store for the ncclUniqueId its root posts; the root
+    logged nothing (waiting for input, saving, hung): it is the one they waited for."""
+    texts = {r: UNIQUE_ID.format(r=r, printed=r, root=root, reason=reason) for r in range(world) if r != root}
+    texts[root] = "step 100 loss 2.31\nsaving checkpoint...\n"
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"]) == ("rendezvous_timeout", root), got["summary"]
+
+
+def test_a_sub_communicators_root_is_no_rank_of_the_job(tmp_path: Path) -> None:
+    """Ranks 5-7 wait for the root of their 4-rank group ([1]-[3] waiting on [0]): their numbers there are not their
+    ranks in the job, so group rank 0 names no job rank."""
+    texts = {r: UNIQUE_ID.format(r=r, printed=r - 4, root=0, reason="Socket Timeout") for r in (5, 6, 7)}
+    texts.update({r: "step 100 loss 2.31\n" for r in (0, 1, 2, 3, 4)})
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert got["first_failing_rank"] not in (0,), got["summary"]

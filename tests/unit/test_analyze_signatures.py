@@ -221,6 +221,13 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "elastic-sigterm", {"pid": "485370"}),
     ("W0616 00:37:22.830000 4015698 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
      "signal, shutting down workers", "elastic-child-failed", {"signal": "SIGTERM"}),
+    ("torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
+     "c10d key-value store by key '0', but store->get('0') got error: failed to recv, got 0 bytes",
+     "nccl-unique-id-wait", {"reporter_rank": "3", "root_rank": "0", "reason": "failed to recv, got 0 bytes"}),
+    ("DistBackendError: [8] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value "
+     "store by key '0', but store->get('0') got error: wait timeout after 600000ms. This may indicate a possible "
+     "application crash on rank 0 or a network set up issue.", "nccl-unique-id-wait",
+     {"reporter_rank": "8", "root_rank": "0", "reason": "wait timeout after 600000ms"}),
     ("RuntimeError: DDP expects same model across all ranks, but Rank 1 has 338 params, while rank 0 has inconsistent "
      "0 params.", "ddp-model-mismatch", {"reporter_rank": "1", "peer_rank": "0", "peer_params": "0"}),
     ("W0227 17:39:41.936000 293814 site-packages/torch/distributed/elastic/multiprocessing/api.py:766] Closing process "
