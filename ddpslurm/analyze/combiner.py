@@ -131,14 +131,16 @@ def _combine(tl: JobTimeline, votes: list[Vote]) -> Verdict:
 #: Slurm's ends of a job that need not say why it stopped: a time limit or a cancel that ends ranks blocked in a
 #: collective init is how the wait ended, not why it failed
 WAIT_ENDS = ("slurm_time_limit", "slurm_cancelled")
+#: producers that name the rank the others waited for in a communicator's setup (NCCL's init, its unique id)
+WAIT_NAMERS = ("stuck in NCCL init", "unique id")
 
 
 def final_votes(votes: list[Vote], tl: JobTimeline) -> list[Vote]:
     """Drop a Slurm end of an attempt (preemption, time limit, node failure) after which the job ran again, and a
-    time limit or cancel that ended ranks waiting in NCCL's init for a rank that never came (the vote naming that
-    rank says how the wait ended)."""
+    time limit or cancel that ended ranks waiting in a communicator's setup (NCCL's init, its unique id) for a rank
+    that never came (the vote naming that rank says why they waited)."""
     ran_again = any(v.cause == "stale_rendezvous_state" for v in votes)  # a later attempt met the old state
-    waited = any(v.producer == "stuck in NCCL init" for v in votes)
+    waited = any(v.producer in WAIT_NAMERS for v in votes)
     return [v for v in votes if not (v.producer == "slurm" and (
         (v.cause in REQUEUE_MARKS and (ran_again or tl.went_on_after(v.evidence[0])))
         or (waited and v.cause in WAIT_ENDS)))]

@@ -252,6 +252,8 @@ _RANK_RULES = tuple(re.compile(p) for p in (
     rf"(?<![\w-])(?:node[_-]rank|group_rank|NODE_RANK|SLURM_NODEID){_SEP}(?P<n>\d+)(?!\d)",
     r"--node[-_]rank[= ](?P<n>\d+)",
     r"keys?: \S*/(?P<r>\d+)(?=[\"\\\s]|$)",  # gloo/c10d store key of the awaited rank
+    # ProcessGroupNCCL's unique-id wait: the waiter and the root, ranks of the communicator (the job's, in the corpus)
+    r"\[(?P<r>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from \[(?P<r2>\d+)\]",
     r"\[(?![Rr]ank)[A-Za-z_]+(?P<l>\d+)\]:",  # torchrun --tee `[default3]:` (local rank of the line's node)
     r"local_rank:? (?P<l>\d+) \(pid: (?P<pid>\d+)",  # torchelastic agent `failed (...) local_rank: 3 (pid: N)`
     r"(?:LOCAL_RANK|SLURM_LOCALID)=(?P<l>\d+)",
