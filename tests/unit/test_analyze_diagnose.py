@@ -613,18 +613,20 @@ UNIQUE_ID = ("[rank{r}]: torch.distributed.DistBackendError: [{printed}] is sett
              "error: {reason}\n")
 
 
-@pytest.mark.parametrize(("world", "root", "reason"), [
-    (8, 0, "Socket Timeout"),
+@pytest.mark.parametrize(("world", "root", "reason", "ending"), [
+    (8, 0, "Socket Timeout", ""),
     (4, 0, "wait timeout after 600000ms. This may indicate a possible application crash on rank 0 or a network set "
-           "up issue."),
-    (6, 0, "failed to recv, got 0 bytes"),
+           "up issue.", "slurmstepd: error: *** JOB 77 ON n1 CANCELLED AT 2025-06-02T10:14:03 ***\n"),
+    (6, 0, "failed to recv, got 0 bytes",
+     "slurmstepd: error: *** STEP 77.0 ON n1 CANCELLED AT 2025-06-02T10:14:03 DUE TO TIME LIMIT ***\n"),
 ])
 def test_ranks_waiting_for_the_unique_id_name_the_root_that_never_posted_it(tmp_path: Path, world: int, root: int,
-                                                                            reason: str) -> None:
+                                                                            reason: str, ending: str) -> None:
     """Every other rank of the job's communicator waits in the store for the ncclUniqueId its root posts; the root
-    logged nothing (waiting for input, saving, hung): it is the one they waited for."""
+    logged nothing (waiting for input, saving, hung): it is the one they waited for, also when a cancel or the time
+    limit ended the root's wait later."""
     texts = {r: UNIQUE_ID.format(r=r, printed=r, root=root, reason=reason) for r in range(world) if r != root}
-    texts[root] = "step 100 loss 2.31\nsaving checkpoint...\n"
+    texts[root] = "step 100 loss 2.31\nsaving checkpoint...\n" + ending
     got = diagnose(write_ranks(tmp_path, texts))
     assert (got["cause"], got["first_failing_rank"]) == ("rendezvous_timeout", root), got["summary"]
 
