@@ -89,7 +89,7 @@ class Verdict:
     rank: int | None
     host: str | None
     confidence: str
-    decided_by: str  # job | time | weight | only | systemic | tie | none
+    decided_by: str  # job | time | weight | only | systemic | tie | none | lost peer
     reasons: list[str]
     chosen: Event | None
     support: list[Event]
