@@ -235,8 +235,9 @@ def _lowest_completed(reports: list[Event], tl: JobTimeline) -> list[Vote]:
         value = e.get("last_completed")
         if value is None and (e.get("seq") or "").isdigit():
             value = str(int(e.get("seq", "0")) - 1)
-        if value is not None and value.lstrip("-").isdigit() and len(value) < 19 and e.rank is not None:
-            done[e.rank] = min(done.get(e.rank, int(value)), int(value))
+        completed = _work(value)
+        if completed is not None and e.rank is not None:
+            done[e.rank] = min(done.get(e.rank, completed), completed)
     if len(set(done.values())) < 2:
         return []
     lowest = min(done.values())
