@@ -216,7 +216,7 @@ def timeout_reporters(tl: JobTimeline) -> list[Vote]:
     reports = [e for rt in tl.ranks.values() for e in rt.failures if e.kind == "watchdog_timeout"]
     if not reports:
         return []
-    votes = _lowest_completed(reports, tl) + _never_issued(reports, tl)
+    votes = _lowest_completed(reports, tl) + _never_issued(reports, tl) + _mismatched_collectives(reports, tl)
     reporters = {e.rank for e in reports}
     world = _bounded_world(tl)
     if world and len(reporters) < world:
@@ -230,23 +230,112 @@ def timeout_reporters(tl: JobTimeline) -> list[Vote]:
 
 
 def _lowest_completed(reports: list[Event], tl: JobTimeline) -> list[Vote]:
-    done: dict[int, int] = {}
+    """In each process group, the minority of ranks whose last completed work is lowest: the others waited for
+    them. Work numbers count per group, so ranks are compared within the group their line names (`pg`); lines
+    that name none (torch < 2.2) make one group only while no rank reports several works (`_groups`)."""
+    votes: list[Vote] = []
+    for group, lines in _groups(reports).items():
+        done: dict[int, int] = {}
+        for e in lines:
+            value = e.get("last_completed")
+            if value is None and (e.get("seq") or "").isdigit():
+                value = str(int(e.get("seq", "0")) - 1)
+            completed = _work(value)
+            if completed is not None and e.rank is not None:
+                done[e.rank] = min(done.get(e.rank, completed), completed)
+        if len(set(done.values())) < 2:
+            continue
+        lowest = min(done.values())
+        behind = sorted(r for r, v in done.items() if v == lowest)
+        if len(behind) * 2 > len(done):
+            continue
+        where = f" in process group {group}" if group is not None else ""
+        votes += [Vote("lowest completed", 30.0 / len(behind), f"its last completed collective ({lowest}){where} is "
+                       "behind the other ranks'", rank=r, host=tl.facts.rank_host.get(r), cause="collective_timeout",
+                       evidence=tuple(e for e in lines if e.rank == r)[:2]) for r in behind]
+    return votes
+
+
+def _groups(reports: list[Event]) -> dict[str | None, list[Event]]:
+    """Watchdog reports by the process group their line names. Lines naming none (torch < 2.2) are one group only
+    while every rank reports one work at most: a rank that times out in several works is in several groups (tensor,
+    pipeline and data parallel each count their own), and unnamed groups' numbers cannot be compared."""
+    out: dict[str | None, list[Event]] = defaultdict(list)
     for e in reports:
-        value = e.get("last_completed")
-        if value is None and (e.get("seq") or "").isdigit():
-            value = str(int(e.get("seq", "0")) - 1)
-        completed = _work(value)
-        if completed is not None and e.rank is not None:
-            done[e.rank] = min(done.get(e.rank, completed), completed)
-    if len(set(done.values())) < 2:
-        return []
-    lowest = min(done.values())
-    behind = sorted(r for r, v in done.items() if v == lowest)
-    if len(behind) * 2 > len(done):
-        return []
-    return [Vote("lowest completed", 30.0 / len(behind), f"its last completed collective ({lowest}) is behind the "
-                 "other ranks'", rank=r, host=tl.facts.rank_host.get(r), cause="collective_timeout",
-                 evidence=tuple(e for e in reports if e.rank == r)[:2]) for r in behind]
+        out[e.get("pg")].append(e)
+    unnamed = out.get(None, [])
+    works: dict[int | None, set[str | None]] = defaultdict(set)
+    for e in unnamed:
+        works[e.rank].add(e.get("seq"))
+    if any(len(seqs) > 1 for seqs in works.values()):
+        del out[None]
+    return out
+
+
+#: work types that pair differently on each side (point-to-point, a batch of them), or that torch does not name
+UNPAIRED_OPS = ("SEND", "RECV", "RECVANYSOURCE", "COALESCED", "UNKNOWN")
+#: collectives whose input has the same number of elements on every rank (the list forms of all-gather and
+#: reduce-scatter may be uneven; gather, scatter and all-to-all sizes differ by rank by design)
+SAME_SIZE_OPS = ("ALLREDUCE", "ALLREDUCE_COALESCED", "BROADCAST", "REDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE")
+
+
+def _mismatched_collectives(reports: list[Event], tl: JobTimeline) -> list[Vote]:
+    """Ranks of one process group that timed out in the same work number but name different collectives in it
+    (`OpType`), or the same collective of a fixed size with different element counts (`NumelIn`): they issued
+    different calls, each waiting for peers that never joined it (a desync: a branch, an uneven batch, a module
+    run on some ranks only). A job-level collective_mismatch; the one rank that differs from all the others (at
+    least two that agree) is named."""
+    votes: list[Vote] = []
+    for group, lines in _groups(reports).items():
+        by_work: dict[str, dict[int, Event]] = defaultdict(dict)
+        for e in lines:
+            if e.rank is not None and e.get("op") and _work(e.get("seq")) is not None:
+                by_work[e.get("seq", "")].setdefault(e.rank, e)
+        for seq, first in sorted(by_work.items(), key=lambda item: int(item[0])):
+            called = {r: _call_of(e) for r, e in first.items()}
+            if len(called) < 2 or any(c is None for c in called.values()) or len(set(called.values())) < 2:
+                continue
+            votes += _mismatch_votes(group, seq, first, called, tl)
+            break  # the first work they disagree in; later ones follow from it
+    return votes
+
+
+def _call_of(e: Event) -> tuple[str, str | None] | None:
+    """A watchdog report's collective as ranks must agree on it: its type, and its input size where fixed."""
+    op = e.get("op") or ""
+    if op in UNPAIRED_OPS:
+        return None
+    return op, e.get("numel_in") if op in SAME_SIZE_OPS else None
+
+
+def _mismatch_votes(group: str | None, seq: str, first: dict[int, Event], called: dict[int, tuple],
+                    tl: JobTimeline) -> list[Vote]:
+    alike: dict[tuple, list[int]] = defaultdict(list)
+    for rank, call in sorted(called.items()):
+        alike[call].append(rank)
+    kinds = sorted(alike.items(), key=lambda item: (len(item[1]), item[1][0]))
+    where = f"work #{seq}" + (f" of process group {group}" if group is not None else "")
+    told = "; ".join(f"{_call_text(call)} on rank{'s' if len(ranks) > 1 else ''} {_rank_list(ranks)}"
+                     for call, ranks in kinds)
+    evidence = tuple(first[ranks[0]] for _call, ranks in kinds)[:4]
+    votes = [Vote("mismatched collectives", 35.0, f"the ranks timed out in {where} in different collectives: {told}",
+                  cause="collective_mismatch", evidence=evidence)]
+    odd = kinds[0][1]
+    if len(kinds) == 2 and len(odd) == 1 and len(kinds[1][1]) >= 2:
+        r = odd[0]
+        votes.append(Vote("odd collective", 40.0, f"in {where} it waited in {_call_text(kinds[0][0])} while "
+                          f"{len(kinds[1][1])} other ranks waited in {_call_text(kinds[1][0])}", rank=r,
+                          host=tl.facts.rank_host.get(r), cause="collective_mismatch",
+                          evidence=(first[r], first[kinds[1][1][0]])))
+    return votes
+
+
+def _call_text(call: tuple[str, str | None]) -> str:
+    return call[0] + (f" of {call[1]} elements" if call[1] is not None else "")
+
+
+def _rank_list(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:5])) + (f" and {len(ranks) - 5} more" if len(ranks) > 5 else "")
 
 
 def _never_issued(reports: list[Event], tl: JobTimeline) -> list[Vote]:

@@ -271,6 +271,72 @@ def test_no_rank_is_made_behind(events: list[Event]) -> None:
     assert never_issued(timeline(events, world=8)) == {}
 
 
+def old_watchdog(rank: int, seq: int, op: str = "ALLREDUCE", numel: str | None = None, pg: str | None = None) -> Event:
+    """A watchdog timeout in the format that names the work's type (and, from torch 2.1, its size)."""
+    fields = {"seq": str(seq), "op": op, **({"numel_in": numel} if numel else {}), **({"pg": pg} if pg else {})}
+    return ev("watchdog_timeout", "victim", rank, host=f"n{rank // 4}", cause="collective_timeout", priority=10,
+              **fields)
+
+
+def test_unnamed_groups_are_not_compared_when_a_rank_times_out_in_several_works() -> None:
+    """Before torch 2.2 the line names no process group; a rank that timed out in works 96117 and 96125 is in
+    two groups, so another rank's work 64088 is another group's number, not a rank 32,000 collectives behind."""
+    several = [old_watchdog(0, 96117), old_watchdog(0, 96125), old_watchdog(7, 64088)]
+    assert ranks_of(producers.timeout_reporters(timeline(several))) == {}
+    one_each = [old_watchdog(r, 90) for r in (0, 1, 2)] + [old_watchdog(3, 87)]
+    assert ranks_of(producers.timeout_reporters(timeline(one_each))) == {3: 30.0}
+
+
+def test_lowest_completed_is_compared_within_each_named_group() -> None:
+    """Work numbers of different process groups say nothing of each other: group 3's low numbers are its own."""
+    events = [enqueued(r, 500, seq=500, pg="0") for r in range(4)] + [enqueued(r, 20, seq=20, pg="3") for r in (4, 5)]
+    assert ranks_of(producers.timeout_reporters(timeline(events, world=6))) == {}
+    events.append(enqueued(6, 18, seq=18, pg="3"))
+    assert ranks_of([v for v in producers.timeout_reporters(timeline(events, world=7))
+                     if v.producer == "lowest completed"]) == {6: 30.0}
+
+
+def mismatch(tl: JobTimeline) -> list[tuple[str, int | None, str | None]]:
+    return [(v.producer, v.rank, v.cause) for v in producers.timeout_reporters(tl) if v.cause == "collective_mismatch"]
+
+
+@pytest.mark.parametrize("renumber", [0, 8])
+def test_ranks_timed_out_in_one_work_of_different_collectives_disagreed_on_what_to_call(renumber: int) -> None:
+    r0, r1, r5 = 0 + renumber, 1 + renumber, 5 + renumber
+    events = [old_watchdog(r1, 3742816, "_ALLGATHER_BASE"), old_watchdog(r0, 3742816, "REDUCE"),
+              old_watchdog(r5, 3742816, "_ALLGATHER_BASE")]
+    assert mismatch(timeline(events)) == [("mismatched collectives", None, "collective_mismatch"),
+                                         ("odd collective", r0, "collective_mismatch")]
+    verdict = combine(timeline(events))
+    assert (verdict.cause, verdict.rank) == ("collective_mismatch", r0)
+
+
+def test_a_fixed_size_collective_of_different_sizes_is_a_mismatch_without_a_rank_when_one_against_one() -> None:
+    events = [old_watchdog(1, 2109, "_ALLGATHER_BASE", "262711296"), old_watchdog(0, 2109, "_ALLGATHER_BASE", "40960")]
+    assert mismatch(timeline(events)) == [("mismatched collectives", None, "collective_mismatch")]
+    verdict = combine(timeline(events))
+    assert (verdict.cause, verdict.rank) == ("collective_mismatch", None)
+
+
+@pytest.mark.parametrize("events", [
+    # point-to-point works pair a send with a receive: different types by design
+    [old_watchdog(0, 12, "SEND"), old_watchdog(1, 12, "RECV"), old_watchdog(2, 12, "RECV")],
+    # all-to-all and the list form of all-gather may be uneven: their sizes differ by rank
+    [old_watchdog(0, 12, "ALLTOALL_BASE", "64"), old_watchdog(1, 12, "ALLTOALL_BASE", "96")],
+    [old_watchdog(0, 12, "ALLGATHER", "64"), old_watchdog(1, 12, "ALLGATHER", "96")],
+    # different works (one rank behind): the lowest-completed rule's, not a mismatch
+    [old_watchdog(0, 12, "ALLREDUCE"), old_watchdog(1, 11, "BROADCAST"), old_watchdog(2, 12, "ALLREDUCE")],
+    # the same work number in two named groups: each group's own
+    [old_watchdog(0, 12, "ALLREDUCE", pg="0"), old_watchdog(1, 12, "_ALLGATHER_BASE", pg="2")],
+    # an unnamed group while a rank times out in several works: groups cannot be told apart
+    [old_watchdog(0, 12, "ALLREDUCE"), old_watchdog(0, 40, "ALLREDUCE"), old_watchdog(1, 12, "_ALLGATHER_BASE")],
+    # they agree
+    [old_watchdog(r, 12, "ALLREDUCE", "1024") for r in range(3)],
+])
+def test_no_mismatch_is_made_of(events: list[Event]) -> None:
+    assert mismatch(timeline(events)) == []
+
+
 @pytest.mark.parametrize(("fields", "attempt_mark", "cause", "rank"), [
     ({"world_size": "4", "worker_count": "3"}, False, "rendezvous_timeout", 3),
     ({"world_size": "4", "worker_count": "8"}, False, "rank_config_mismatch", None),

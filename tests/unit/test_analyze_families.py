@@ -136,7 +136,21 @@ FAMILIES = [
     ("subprocess.CalledProcessError: Command '['/usr/bin/python', '-u', 'train.py', '--local_rank=1']' returned "
      "non-zero exit status 1.", "launcher-child-failed", "agent_failed", "user_code_exception", "culprit", "self",
      {"local_rank": "1", "exitcode": "1"}),
-    # distributed machinery failing in a way no specific signature reads: never the user's code
+    # Python words a CalledProcessError for a child a signal ended 'died with <Signals.X: N>' (or an unknown one)
+    ("subprocess.CalledProcessError: Command '['/usr/bin/python3', '-u', 'train.py', '--local_rank=7', '--lr', "
+     "'0.4']' died with <Signals.SIGSEGV: 11>.", "launcher-child-signal", "agent_failed", "segfault", "culprit",
+     "self", {"local_rank": "7", "signal": "SIGSEGV", "signum": "11"}),
+    ("CalledProcessError: Command '['python', 'train.py', '--local-rank=2']' died with unknown signal 40.",
+     "launcher-child-signal", "agent_failed", "segfault", "culprit", "self", {"local_rank": "2", "signum": "40"}),
+    # the watchdog's timeout line whose start another process's output broke: its work description ends it
+    ("[E616 13:41:10.909476913 ProcessGroupNCCL.cpp:565] [Rank 1] Watchdog caught collective operatMERS_CACHE` is "
+     "deprecated and will be removed in v5 of Transformion timeout: WorkNCCL(SeqNum=2109, OpType=_ALLGATHER_BASE, "
+     "NumelIn=262711296, NumelOut=525422592, Timeout(ms)=1800000) ran for 1800007 milliseconds before timing out.",
+     "watchdog-timeout-tail", "watchdog_timeout", "collective_timeout", "victim", "none",
+     {"rank": "1", "seq": "2109", "op": "_ALLGATHER_BASE", "numel_in": "262711296", "timeout_ms": "1800000"}),
+    ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=BROADCAST, NumelIn=40960, "
+     "NumelOut=40960, Timeout(ms)=600000) ran for 600083 milliseconds before timing out.", "watchdog-timeout-v1",
+     "watchdog_timeout", "collective_timeout", "victim", "none", {"seq": "7", "op": "BROADCAST", "numel_in": "40960"}),
     ("torch.distributed.DistBackendError: [3] is setting up something new", "distributed-library-exception",
      "exception", "unknown", "victim", "none", {}),
     ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] odd state", "distributed-library-"
