@@ -113,7 +113,7 @@ def refine_exit(e: Event) -> Event:
         signal = signal or SIGNAL_NAMES.get(int(signum), f"signal {signum}")
     if code.lstrip("-").isdigit() and len(code) < 6 and int(code) < 0:
         signal = signal or SIGNAL_NAMES.get(-int(code), f"signal {-int(code)}")
-    root = e.kind != "elastic_failure" or e.get("section") == "root"
+    root = e.kind != "elastic_failure" or e.get("section") in ("root", "tied")  # tied: alike roots (scan.tied_roots)
     if signal:
         cause, role = SIGNAL_CAUSES.get(signal, ("unknown", "either"))
         role = LAUNCHER_SIGNAL_ROLES.get(signal, role) if root else role

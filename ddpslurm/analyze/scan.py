@@ -400,7 +400,7 @@ class _FileState:
             consumed, entries = block.feed(body, lineno)
             if not block.active:
                 del self.elastic[stream]
-            for entry in entries:
+            for entry in tied_roots(entries):
                 self._elastic_event(entry, host)
             if consumed:
                 return
@@ -731,7 +731,7 @@ class _FileState:
     def _elastic_event(self, entry: dict[str, str], host: str | None) -> None:
         from ddpslurm.analyze.timestamps import parse_record_time
 
-        sig_id = "elastic-root-cause" if entry.get("section") == "root" else "elastic-other-failure"
+        sig_id = "elastic-root-cause" if entry.get("section") in ("root", "tied") else "elastic-other-failure"
         sig = self.sigs.by_id(sig_id)
         rank = small_int(entry.get("rank"))
         local = small_int(entry.get("local_rank"))
@@ -747,11 +747,25 @@ class _FileState:
     def finish(self) -> None:
         for stream, block in list(self.elastic.items()):
             host = (self.streams.get(stream) or (None, None, None))[2] or self.source.host
-            for entry in block.finish():
+            for entry in tied_roots(block.finish()):
                 self._elastic_event(entry, host)
         self.elastic.clear()
         for stream, exc in self.tracebacks.close_all():
             self._exception(exc, stream)
+
+
+def tied_roots(entries: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A torchelastic failure block's entries, its root cause and the entries that failed alike in the same second
+    made equals (section `tied`). The agent names as root the failure with the earliest timestamp, in whole seconds,
+    the lowest rank among equals (ChildFailedError.get_first_failure): a root whose second, exit code and error
+    (its numbers aside: a pid) are another entry's is the first of several alike by its number alone."""
+    def alike(entry: dict[str, str]) -> tuple:
+        told = entry.get("exception") or entry.get("traceback") or ""
+        return entry.get("time"), entry.get("exitcode"), _DIGITS.sub("N", told)
+
+    roots = {alike(e) for e in entries if e.get("section") == "root" and e.get("time")}
+    tied = {key for key in roots if sum(alike(e) == key for e in entries) > 1}
+    return [{**e, "section": "tied"} if e.get("time") and alike(e) in tied else e for e in entries]
 
 
 class ReadDeadline(OSError):

@@ -122,6 +122,44 @@ def test_elastic_failure_block(tmp_path: Path, sigs) -> None:
     assert root.time is not None and other.time is not None and root.time < other.time
 
 
+def elastic_block(entries: list[tuple[int, str, str, str]], root: int) -> str:
+    """A ChildFailedError block of (rank, time, exitcode, traceback) entries, entry `root` as its root cause."""
+    def entry(i: int, rank: int, when: str, code: str, told: str) -> str:
+        return (f"[{i}]:\n  time      : 2024-03-27_{when}\n  host      : node07\n  rank      : {rank} (local_rank: "
+                f"{rank})\n  exitcode  : {code} (pid: {4560 + rank})\n  error_file: <N/A>\n  traceback : {told}\n")
+    others = [entry(i + 1, *e) for i, e in enumerate(entries) if i != root]
+    return ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 60 + "\ntrain.py FAILED\n"
+            + "-" * 60 + "\nFailures:\n" + "".join(others) + "-" * 60 + "\nRoot Cause (first observed failure):\n"
+            + entry(0, *entries[root]) + "=" * 60 + "\n")
+
+
+SEGV = "Signal 11 (SIGSEGV) received by PID {}"
+
+
+@pytest.mark.parametrize("ranks", [(0, 1, 2), (5, 6, 7), (3, 0, 9)])
+def test_a_root_cause_alike_its_others_in_the_same_second_names_no_rank(tmp_path: Path, ranks: tuple) -> None:
+    """torchelastic picks the lowest rank among failures of the same second: three segfaults alike are three."""
+    entries = [(r, "14:52:55", "-11", SEGV.format(4560 + r)) for r in ranks]
+    log = tmp_path / "console.log"
+    log.write_text(elastic_block(entries, root=0))
+    got = analyze_paths([log]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == ("segfault", None)
+
+
+@pytest.mark.parametrize(("entries", "rank"), [
+    # an earlier second
+    ([(4, "14:52:54", "-11", SEGV.format(4564)), (1, "14:52:55", "-11", SEGV.format(4561))], 4),
+    # the same second, but the others were stopped by the agent (SIGTERM), not alike
+    ([(4, "14:52:55", "-11", SEGV.format(4564)), (1, "14:52:55", "-15", "Signal 15 (SIGTERM) received by PID 4561")],
+     4),
+])
+def test_a_root_cause_that_differs_from_the_others_is_the_first(tmp_path: Path, entries: list, rank: int) -> None:
+    log = tmp_path / "console.log"
+    log.write_text(elastic_block(entries, root=0))
+    got = analyze_paths([log]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == ("segfault", rank)
+
+
 def test_nccl_init_maps_host_pid_to_global_rank(tmp_path: Path) -> None:
     log = tmp_path / "slurm-1.out"
     log.write_text(
