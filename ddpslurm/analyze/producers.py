@@ -736,10 +736,30 @@ def flight_recorder(tl: JobTimeline) -> list[Vote]:
     return votes
 
 
+def duplicate_ranks(tl: JobTimeline) -> list[Vote]:
+    """Launchers that number ranks themselves (Lightning, Fabric, NeMo) announce each process's rank once: a rank
+    announced by several processes while others of the world never are means processes took the same numbers (srun's
+    tasks not handed to the launcher, each node counting from 0): the world cannot form, whoever waits first."""
+    told = [e for e in tl.events if e.kind == "rank_announce" and e.get("global_rank") is not None]
+    worlds = {_small_int(e.get("world_size")) for e in told}
+    world = worlds.pop() if len(worlds) == 1 else None
+    if not world:
+        return []
+    counts = Counter(e.get("global_rank") for e in told)
+    twice = sorted((int(r) for r, n in counts.items() if n > 1 and r is not None and r.isdigit()))
+    if not twice or len(counts) >= world:
+        return []
+    first = str(twice[0])
+    shown = ", ".join(map(str, twice[:5])) + (" and more" if len(twice) > 5 else "")
+    return [Vote("duplicate ranks", 45.0, f"rank(s) {shown} of {world} were announced by more than one process and "
+                 f"{world - len(counts)} never were: processes took the same rank numbers",
+                 cause="rank_config_mismatch", evidence=tuple(e for e in told if e.get("global_rank") == first)[:2])]
+
+
 PRODUCERS: tuple[Callable[[JobTimeline], list[Vote]], ...] = (
     job_events, own_failures, detectors_and_hosts, srun_task_deaths, vanished_ranks, agent_teardown,
     barrier_counts, timeout_reporters, named_peers, odd_versions, interface_picks, ranks_beyond_world,
-    logs_that_stop_early, hang_stacks, flight_recorder, stuck_in_nccl_init,
+    logs_that_stop_early, hang_stacks, flight_recorder, stuck_in_nccl_init, duplicate_ranks,
 )
 
 

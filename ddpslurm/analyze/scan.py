@@ -199,7 +199,7 @@ def _read_more(handle, view: memoryview, had: int) -> int:
 
 
 #: kinds whose lines are facts (an interface picked, a pid's NCCL rank, an ncclras report), never failures
-FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress")
+FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce")
 #: torch's line before NCCL's own reason (ProcessGroupNCCL's getNcclErrorDetailStr, torch 1.13+)
 LAST_ERROR = "Last error:"
 #: how many lines above `Last error:` the NCCL error it explains may start (message, interpretation, head)

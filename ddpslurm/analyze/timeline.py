@@ -19,7 +19,7 @@ from ddpslurm.analyze.timestamps import comparable
 
 FAILURE_ROLES = ("culprit", "victim", "either")
 #: kinds that record a fact of the run (an interface picked, a rank map, progress), never a failure
-FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress")
+FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce")
 #: kinds that show a rank got past init and into the collectives (an earlier start-up error was recovered)
 ALIVE_KINDS = ("nccl_init", "nccl_rank_map", "progress", "watchdog_timeout", "peer_lost", "barrier", "hang",
                "ras_report", "dump_signal")

@@ -337,6 +337,30 @@ def test_no_mismatch_is_made_of(events: list[Event]) -> None:
     assert mismatch(timeline(events)) == []
 
 
+def announce(rank: int, world: int, label: int) -> Event:
+    return ev("rank_announce", "either", None, cause="unknown", line=label * 10 + rank, global_rank=str(rank),
+              member=str(rank + 1), world_size=str(world))
+
+
+@pytest.mark.parametrize("base", [0, 4])
+def test_ranks_announced_twice_while_others_never_are_is_a_rank_layout_mismatch(base: int) -> None:
+    """Two nodes each counting from `base`: ranks base..base+3 twice, the rest of the 8 never."""
+    events = [announce(base + r, 8, node) for node in (0, 1) for r in range(4)]
+    votes = producers.duplicate_ranks(timeline(events))
+    assert [(v.producer, v.rank, v.cause) for v in votes] == [("duplicate ranks", None, "rank_config_mismatch")]
+    assert combine(timeline(events)).cause == "rank_config_mismatch"
+
+
+@pytest.mark.parametrize("events", [
+    [announce(r, 8, 0) for r in range(8)],  # each once
+    [announce(r, 4, attempt) for attempt in (0, 1) for r in range(4)],  # twice each, none missing (two attempts)
+    [announce(r, 8, 0) for r in range(3)],  # a part of the world, each once (a log cut short)
+    [announce(1, 8, 0), announce(1, 4, 1)],  # worlds disagree: not one launch's numbers
+])
+def test_no_duplicate_ranks_are_made_of(events: list[Event]) -> None:
+    assert producers.duplicate_ranks(timeline(events)) == []
+
+
 @pytest.mark.parametrize(("fields", "attempt_mark", "cause", "rank"), [
     ({"world_size": "4", "worker_count": "3"}, False, "rendezvous_timeout", 3),
     ({"world_size": "4", "worker_count": "8"}, False, "rank_config_mismatch", None),

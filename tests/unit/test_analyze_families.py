@@ -186,6 +186,11 @@ def test_family_line_is_the_expected_event(tmp_path: Path, sigs, prefix: str, li
 
 # (line, signature, kind, fields): facts, never failures (no role, no cause)
 FACTS = [
+    # launchers that number ranks themselves announce each process's (Lightning/Fabric >= 1.6, PL < 1.6)
+    ("Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/8", "launcher-rank-announce", "rank_announce",
+     {"global_rank": "3", "member": "4", "world_size": "8"}),
+    ("initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/16", "launcher-rank-announce", "rank_announce",
+     {"global_rank": "0", "world_size": "16"}),
     (H + "NCCL INFO Bootstrap : Using lo:127.0.0.1<0>", "nccl-interface-pick", "interface",
      {"via": "Bootstrap", "ifname": "lo", "ip": "127.0.0.1", "scope": "loopback"}),
     (H + "NCCL INFO Bootstrap: Using eth0:1:10.3.1.7<0>", "nccl-interface-pick", "interface",
