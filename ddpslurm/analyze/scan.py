@@ -757,15 +757,23 @@ class _FileState:
 def tied_roots(entries: list[dict[str, str]]) -> list[dict[str, str]]:
     """A torchelastic failure block's entries, its root cause and the entries that failed alike in the same second
     made equals (section `tied`). The agent names as root the failure with the earliest timestamp, in whole seconds,
-    the lowest rank among equals (ChildFailedError.get_first_failure): a root whose second, exit code and error
-    (its numbers aside: a pid) are another entry's is the first of several alike by its number alone."""
-    def alike(entry: dict[str, str]) -> tuple:
-        told = entry.get("exception") or entry.get("traceback") or ""
-        return entry.get("time"), entry.get("exitcode"), _DIGITS.sub("N", told)
+    the lowest rank among equals (ChildFailedError.get_first_failure): a root whose second and exit code are
+    another entry's, and its error too (pids aside) where both tell one, is the first of several alike by its
+    number alone. Entries that show no time (a paste without them) cannot be ordered either."""
+    roots = [e for e in entries if e.get("section") == "root"]
+    tied = [e for e in entries if any(e is not root and _alike(e, root) for root in roots)]
+    if not tied:
+        return entries
+    tied += [root for root in roots if any(_alike(e, root) for e in tied)]
+    return [{**e, "section": "tied"} if any(e is t for t in tied) else e for e in entries]
 
-    roots = {alike(e) for e in entries if e.get("section") == "root" and e.get("time")}
-    tied = {key for key in roots if sum(alike(e) == key for e in entries) > 1}
-    return [{**e, "section": "tied"} if e.get("time") and alike(e) in tied else e for e in entries]
+
+def _alike(a: dict[str, str], b: dict[str, str]) -> bool:
+    """Two failure entries the agent could not order: the same second (or neither shows one), the same exit code,
+    and the same error where both tell one (a cut paste may lose an entry's last lines)."""
+    told = [_DIGITS.sub("N", e.get("exception") or e.get("traceback") or "") for e in (a, b)]
+    return (a.get("time") == b.get("time") and a.get("exitcode") is not None and a.get("exitcode") == b.get("exitcode")
+            and (told[0] == told[1] or not all(told)))
 
 
 class ReadDeadline(OSError):
