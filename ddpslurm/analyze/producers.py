@@ -76,15 +76,16 @@ HOST_REPORT_SCALE = 0.8  # a line about a node (kernel, driver) without the rank
 
 
 def detectors_and_hosts(tl: JobTimeline) -> list[Vote]:
-    """Lines that name a host (node failure, OOM killer on a node) or nobody (a detector's check failed)."""
+    """Lines that name a host (node failure, OOM killer on a node, a line that accuses its host whatever rank printed
+    it) or nobody (a detector's check failed)."""
     votes = []
     for e in tl.unranked + [f for rt in tl.ranks.values() for f in rt.failures]:
         who = _accuses(e)
         if e.role == "culprit" and who == "none":
             votes.append(Vote("detector", 40.0, "a rank detected bad data from a peer it does not name",
                               cause=e.cause, evidence=(e,)))
-        elif e.rank is None and e.role in ("culprit", "either") and who in ("self", "host"):
-            host = e.host or e.get("host")
+        elif e.role in ("culprit", "either") and (who == "host" or (e.rank is None and who == "self")):
+            host = e.host or e.get("host") or (tl.facts.rank_host.get(e.rank) if e.rank is not None else None)
             host = host if host and is_host_name(host) else None
             votes.append(Vote("host report", own_weight(e) * HOST_REPORT_SCALE,
                               f"reported on host {host or '?'} without a rank", host=host, cause=e.cause,

@@ -200,6 +200,17 @@ def _read_more(handle, view: memoryview, had: int) -> int:
 
 #: kinds whose lines are facts (an interface picked, a pid's NCCL rank, an ncclras report), never failures
 FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce")
+#: the stream of a line without a prefix of its own
+UNPREFIXED = (None, None, None)
+#: the lines torch's NCCL error message continues on after its first (ProcessGroupNCCL: "NCCL error ..., NCCL version
+#: V" + getNcclErrorDetailStr: "\nncclRemoteError: <what it means>" + "\nLast error:\n<NCCL's reason>"); a log line
+#: prefix (`[rankR]:`) is put on the message's first line only
+_CONTINUATION = re.compile(r"nccl[A-Z]\w*Error: |Last error:\s*$")
+
+
+def continues(body: str) -> bool:
+    """Whether a line is one torch's NCCL error message continues on (its reason: `_FileState._continued`)."""
+    return _CONTINUATION.match(body) is not None
 #: torch's line before NCCL's own reason (ProcessGroupNCCL's getNcclErrorDetailStr, torch 1.13+)
 LAST_ERROR = "Last error:"
 #: how many lines above `Last error:` the NCCL error it explains may start (message, interpretation, head)
@@ -347,6 +358,8 @@ class _FileState:
     rank_maps: set[tuple] = field(default_factory=set)
     #: (bytes before NCCL's "NCCL INFO Channel", the printer's NCCL rank) of the channel lines read so far
     channel_lines: set[tuple[bytes, bytes]] = field(default_factory=set)
+    #: the number and stream of the last line read (handled or replayed): what an unprefixed continuation continues
+    previous: tuple[int, object] = (-1, UNPREFIXED)
     #: (host, pid, comm, NCCL rank) of the `Init START` lines whose COMPLETE is not read yet: their event's index
     init_starts: dict[tuple, int] = field(default_factory=dict)
 
@@ -390,7 +403,7 @@ class _FileState:
         spans = prefix_spans(text)
         p = spans.prefix(text)
         slurm = body_is_slurm(p.text)
-        rank, local, host, stream = self._take_prefix(p, slurm)
+        rank, local, host, stream = self._take_prefix(p, slurm, lineno)
         body = p.text
         torchrun = _TORCHRUN.search(body) is not None
         if torchrun and self.summary is not None:
@@ -464,9 +477,19 @@ class _FileState:
             self.init_starts[key] = len(self.events)
         self._emit(lineno, "nccl_init", body, rank, host, pid, local, time_text, fields=(*fields, ("init", stage)))
 
-    def _take_prefix(self, p: Prefix, slurm: bool) -> tuple[int | None, int | None, str | None, tuple]:
+    def _take_prefix(self, p: Prefix, slurm: bool, lineno: int) -> tuple[int | None, int | None, str | None, tuple]:
         """The rank, local rank and host a line speaks for (its prefixes, else its file's), and its stream; notes
-        the rank it names and which kind of prefix named it (`_emit` reads them)."""
+        the rank it names and which kind of prefix named it (`_emit` reads them). A line without a prefix that
+        continues torch's NCCL error message on the line above speaks for that line's stream (`continues`)."""
+        if p.rank is None and p.host is None and self.previous[0] == lineno - 1 and self.previous[1] != UNPREFIXED \
+                and continues(p.text):
+            stream = self.previous[1]
+            rank, local, host, self.label_rank, self.prefix_rank = self.streams[stream]
+            self.previous = (lineno, stream)
+            self.handled += 1
+            self.stream_lines[stream] += 1
+            self.stream_now = stream
+            return rank, local, host, stream
         src = self.source
         rank = p.rank if p.rank is not None else src.rank
         local = p.local_rank if p.local_rank is not None else src.local_rank
@@ -483,6 +506,7 @@ class _FileState:
         self.handled += 1
         self.stream_lines[stream] = self.stream_lines.get(stream, 0) + 1
         self.stream_now = stream
+        self.previous = (lineno, stream)
         return rank, local, host, stream
 
     def note_recipe(self, key: object, raw: bytes, text: str, spans: PrefixSpans,
@@ -516,7 +540,7 @@ class _FileState:
         if recipe.checks and self.sigs.first_match(text[recipe.prefix.start:], recipe.checks) is not None:
             return False
         p = recipe.prefix.prefix(text)
-        rank, local, host, _stream = self._take_prefix(p, recipe.slurm)
+        rank, local, host, _stream = self._take_prefix(p, recipe.slurm, lineno)
         if recipe.torchrun and self.summary is not None:
             self.summary.torchrun = True
         if recipe.signature is None:
@@ -629,10 +653,22 @@ class _FileState:
                 break
             del self.waiting[first.stream]
         pending = self.waiting.pop(stream, None)
+        if pending is None and stream == UNPREFIXED:
+            pending = self._continued(lineno)
         if pending is None:
             return False
-        self._explain_last_error(body.strip(), lineno, pending)
+        if not self._explain_last_error(body.strip(), lineno, pending):
+            with self._speaking_for(pending.stream) as (rank, local, host):  # nothing generic above: a line of its own
+                self._match_line(body, lineno, None, rank, local, host, pending.stream)
         return True
+
+    def _continued(self, lineno: int) -> _Pending | None:
+        """The `Last error:` of another stream on the line just above an unprefixed line: that line is its reason
+        (the continuation of the same message)."""
+        for owner, pending in self.waiting.items():
+            if pending.line == lineno - 1:
+                return self.waiting.pop(owner)
+        return None
 
     def _note_generic(self, stream: object) -> None:
         """The event just appended is a generic NCCL error of `stream`: a `Last error:` of it may explain it."""
@@ -640,11 +676,11 @@ class _FileState:
         found.append([len(self.events) - 1, self.handled, self.stream_lines.get(stream, 0), self.events[-1]])
         del found[:-5]
 
-    def _explain_last_error(self, reason: str, lineno: int, pending: _Pending) -> None:
+    def _explain_last_error(self, reason: str, lineno: int, pending: _Pending) -> int:
         """NCCL's own reason (the line after torch's `Last error:`) decides what the generic NCCL error lines
         of the same stream just above it mean: a refused connect, a lost peer, a full /dev/shm, not an "internal
         error". "Just above" is LAST_ERROR_REACH lines of that stream: the lines between, less the other streams'
-        lines read between (an interleaved log of many ranks puts theirs in between)."""
+        lines read between (an interleaved log of many ranks puts theirs in between). Returns how many it explained."""
         hit = self.sigs.match(reason)
         generic = []
         for record in reversed(self.generic.get(pending.stream, ())):
@@ -666,6 +702,7 @@ class _FileState:
             self.events[i] = record[3] = replace(
                 e, cause=sig.cause, role=sig.role, signature=sig.id, priority=sig.priority,
                 fields=(*kept, *groups, ("last_error", reason[:500]), ("accuses", sig.accuses)))
+        return len(generic)
 
     def _time(self, time_text: str | None, body: str) -> tuple[float | None, str | None]:
         found = parse_time(time_text, self.year) if time_text else None

@@ -337,6 +337,19 @@ def test_no_mismatch_is_made_of(events: list[Event]) -> None:
     assert mismatch(timeline(events)) == []
 
 
+@pytest.mark.parametrize("rank", [3, 12])
+def test_a_line_that_accuses_its_host_names_no_rank_whichever_printed_it(rank: int) -> None:
+    """NCCL's duplicate-GPU check names a pair on a node: the rank an srun label gave the line is not the culprit."""
+    dup = ev("nccl_warn", "culprit", rank, host="g7", cause="duplicate_gpu", priority=80, accuses="host",
+             other_rank="0")
+    votes = producers.detectors_and_hosts(timeline([dup]))
+    assert [(v.producer, v.rank, v.host, v.cause) for v in votes] == [("host report", None, "g7", "duplicate_gpu")]
+    assert producers.own_failures(timeline([dup])) == []
+    verdict = combine(timeline([dup, ev("nccl_init", None, rank + 1, host="g7", nccl_rank=str(rank + 1))]),
+                      frozenset({"duplicate_gpu"}))
+    assert (verdict.cause, verdict.rank, verdict.host) == ("duplicate_gpu", None, "g7")
+
+
 def announce(rank: int, world: int, label: int) -> Event:
     return ev("rank_announce", "either", None, cause="unknown", line=label * 10 + rank, global_rank=str(rank),
               member=str(rank + 1), world_size=str(world))

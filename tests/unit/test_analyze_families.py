@@ -55,7 +55,7 @@ FAMILIES = [
      "rank 12. You can use NCCL_DEBUG=INFO", "nccl-mismatched-collective", "mismatch_detected", "collective_mismatch",
      "culprit", "none", {"around_rank": "12"}),
     ("Duplicate GPU detected : rank 5 and rank 1 both on CUDA device 1a000", "nccl-duplicate-gpu", "nccl_warn",
-     "duplicate_gpu", "culprit", "self", {"rank": "5", "other_rank": "1", "busid": "1a000"}),
+     "duplicate_gpu", "culprit", "host", {"rank": "5", "other_rank": "1", "busid": "1a000"}),
     # c10d's client connect timeout: torch 1.x/2.0 '(host, port)', later 'host:port' and '[v6]:port'; the agent's error
     ("[E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to (gpu-b3, 29400).",
      "client-connect-timeout", "socket", "network_unreachable", "either", "self",
@@ -326,6 +326,36 @@ def test_last_error_reason_of_one_rank_is_not_taken_from_another(tmp_path: Path,
     by_rank = {e.rank: (e.cause, e.get("last_error")) for e in events}
     assert by_rank[2] == ("shm_error", "Call to posix_fallocate failed : No space left on device")
     assert by_rank[5][0] == "unknown"
+
+
+ASYNC_REMOTE = ("{p}[E415 21:17:08.996319560 ProcessGroupNCCL.cpp:552] [Rank {r}] Collective WorkNCCL(SeqNum=335, "
+                "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) raised the following async exception: "
+                "NCCL error: remote process exited or there was a network error, NCCL version 2.21.5\n"
+                "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
+                "prematurely.\nLast error:\nsocketProgress: Connection closed by remote peer {host}<32926>\n"
+                "Exception raised from checkForNCCLErrorsInternal at ProcessGroupNCCL.cpp:2363 (most recent call "
+                "first):\n")
+
+
+@pytest.mark.parametrize(("rank", "host"), [(1, "ip-172-31-45-209.ec2.internal"), (6, "gpu-b17")])
+def test_the_unprefixed_lines_of_a_prefixed_nccl_error_message_are_its_ranks(tmp_path: Path, sigs, rank: int,
+                                                                            host: str) -> None:
+    """torch prefixes a message's first line only (`[rankR]:`): the `ncclRemoteError:` line, `Last error:` and
+    NCCL's reason after it are the same rank's, and the peer it lost is named."""
+    events = scan_text(tmp_path, sigs, "step 9\n" + ASYNC_REMOTE.format(p=f"[rank{rank}]:", r=rank, host=host))
+    assert {e.rank for e in events} == {rank}
+    assert [e.get("peer_host") for e in events if e.get("peer_host")] == [host]
+    log = tmp_path / "console.log"
+    log.write_text(ASYNC_REMOTE.format(p=f"[rank{rank}]:", r=rank, host=host))
+    got = analyze_paths([log]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("unknown", None, host)
+
+
+def test_an_unprefixed_line_that_does_not_continue_the_message_is_not_the_ranks(tmp_path: Path, sigs) -> None:
+    text = ("[rank3]:RuntimeError: NCCL error: remote process exited or there was a network error, NCCL version "
+            "2.21.5\nstep 10 | loss 2.1\nncclRemoteError: A call failed possibly due to a network error.\n")
+    events = scan_text(tmp_path, sigs, text)
+    assert sorted((e.line, e.rank) for e in events) == [(1, 3), (3, None)]
 
 
 WRAPPED = "[rank3]:[E1120 10:00:00.1 ProcessGroupNCCL.cpp:1] [PG 0 Rank 3] Exception (either an error or timeout) \
