@@ -407,12 +407,14 @@ def _reasons(votes: list[Vote]) -> list[str]:
 
 def _no_single_rank(alike: list[Candidate], votes: list[Vote], tl: JobTimeline, how: str, reason: str, *,
                     cause: str | None = None, chosen: Event | None = None) -> Verdict:
-    """No single first rank: the cause they share, and their host when they all share one."""
+    """No single first rank: the cause they share, and their host when they all share one (or, failing that, when
+    every vote of that cause that names a host names the same one: slurmstepd's host-less OOM line and srun's
+    `host: tasks 1-3: Out Of Memory` tell one event)."""
     causes = Counter(c.cause for c in alike if c.cause)
     cause = cause or (causes.most_common(1)[0][0] if causes else None) or victims_cause(tl)
     hosts = {c.host for c in alike}
     peer = None if len(hosts) == 1 else _common_peer(alike, tl)
-    host = hosts.pop() if len(hosts) == 1 else peer or _standout_host(votes)
+    host = hosts.pop() if len(hosts) == 1 else peer or _standout_host(votes) or _host_of_cause(votes, cause)
     if peer is not None:
         reason += f"; each of them lost its transfers to one peer, {peer}"
     if chosen is None and alike:
@@ -440,6 +442,12 @@ def _common_peer(alike: list[Candidate], tl: JobTimeline) -> str | None:
     if any(_same_host(peer, h) for h in own) or not any(_same_host(peer, h) for h in job_hosts):
         return None
     return peer
+
+
+def _host_of_cause(votes: list[Vote], cause: str | None) -> str | None:
+    """The one host the votes of `cause` name, if they name exactly one."""
+    named = {v.host.split(".")[0] for v in votes if cause and v.cause == cause and v.host}
+    return next(v.host for v in votes if v.cause == cause and v.host) if len(named) == 1 else None
 
 
 def _standout_host(votes: list[Vote]) -> str | None:

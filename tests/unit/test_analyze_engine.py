@@ -350,6 +350,18 @@ def test_a_line_that_accuses_its_host_names_no_rank_whichever_printed_it(rank: i
     assert (verdict.cause, verdict.rank, verdict.host) == ("duplicate_gpu", None, "g7")
 
 
+@pytest.mark.parametrize("host", ["nid001277", "gpu-b07"])
+def test_a_host_less_node_report_takes_the_one_host_its_cause_s_other_votes_name(host: str) -> None:
+    """slurmstepd's OOM line names no host; srun's line for the tasks it killed does: one event, one node."""
+    oom = ev("oom_kill", "culprit", None, cause="host_oom", priority=92, file="slurm.out", line=1)
+    events = [oom, srun("1-3", "Out Of Memory", host=host, line=2, cause="host_oom")]
+    verdict = combine(timeline(events), frozenset({"host_oom"}))
+    assert (verdict.cause, verdict.rank, verdict.host) == ("host_oom", None, host)
+    two = [oom, srun("0-3", "Out Of Memory", host="n1", line=2, cause="host_oom"),
+           srun("4-7", "Out Of Memory", host="n2", line=2, cause="host_oom")]
+    assert combine(timeline(two), frozenset({"host_oom"})).host is None
+
+
 def announce(rank: int, world: int, label: int) -> Event:
     return ev("rank_announce", "either", None, cause="unknown", line=label * 10 + rank, global_rank=str(rank),
               member=str(rank + 1), world_size=str(world))

@@ -65,6 +65,16 @@ FAMILIES = [
      {"peer_host": "10.8.0.4", "port": "29511"}),
     ("[c10d] The client socket has timed out after 30s while trying to connect to [fd00::12]:1234",
      "client-connect-timeout", "socket", "network_unreachable", "either", "self", {"peer_host": "[fd00::12]"}),
+    # ... to the store on its own node (loopback): refused, never dropped, until the deadline: no store yet
+    ("[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to (127.0.0.1, "
+     "53580).", "client-connect-timeout-loopback", "socket", "rendezvous_timeout", "either", "self",
+     {"store_host": "127.0.0.1", "port": "53580"}),
+    ("[c10d] The client socket has timed out after 600s while trying to connect to localhost:29500",
+     "client-connect-timeout-loopback", "socket", "rendezvous_timeout", "either", "self", {"store_host": "localhost"}),
+    # a connect that timed out (no answer at all) retried: a refused one is retried without a word
+    ("[W1031 20:51:17.466244000 socket.cpp:755] [c10d] The server socket on [::ffff:10.4.6.125]:63617 has timed out, "
+     "will retry.", "client-connect-retry-timeout", "socket", "network_unreachable", "either", "self",
+     {"peer_host": "[::ffff:10.4.6.125]", "port": "63617"}),
     ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has "
      "failed. See inner exception for details.", "rendezvous-connection-error", "exception", "network_unreachable",
      "either", "self", {}),
