@@ -256,6 +256,9 @@ def test_rank_map_lines_give_the_nccl_process_its_pid(tmp_path: Path, sigs) -> N
 
 
 BENIGN = [
+    # IB async events that are news, not errors (libibverbs' names)
+    H + "transport/net_ib.cc:101 NCCL WARN NET/IB : mlx5_0:1 Got async event : GID table change",
+    H + "NCCL WARN NET/IB : mlx5_2:1 Got non-fatal async event: client reregistration",
     H + "NCCL WARN Failed to open libibverbs.so[.1]",
     H + "NCCL INFO Failed to open libibverbs.so[.1]",
     H + "misc/utils.cc:60 NCCL WARN Could not find real path of /sys/class/net/eth0/device",

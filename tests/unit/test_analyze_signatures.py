@@ -253,6 +253,10 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "nccl-ib-failure", {}),
     ("nvl72026-T11:393849:395082 [0] transport/net_ib.cc:253 NCCL WARN NET/IB : mlx5_3:1 Got non-fatal async event: "
      "port error(10)", "nccl-ib-failure", {}),
+    ("node201:2954:3012 [0] NCCL WARN NET/IB : mlx5_0:1 Got async event : local access violation work queue "
+     "error", "nccl-ib-failure", {}),
+    ("gn07:811:902 [3] transport/net_ib.cc:101 NCCL WARN NET/IB : mlx5_1:1 Got async event : CQ error",
+     "nccl-ib-failure", {}),
     ("node-0:5911:5971 [0] transport/net_ib.cc:154 NCCL WARN NET/IB : mlx5_3:1 async fatal event on QP "
      "(0x732d78661238): invalid request local work queue error", "nccl-ib-failure", {}),
     ("E0612 14:11:47.214000 211828 torch/distributed/elastic/multiprocessing/api.py:862] failed (exitcode: -6) "
