@@ -445,9 +445,13 @@ def _common_peer(alike: list[Candidate], tl: JobTimeline) -> str | None:
 
 
 def _host_of_cause(votes: list[Vote], cause: str | None) -> str | None:
-    """The one host the votes of `cause` name, if they name exactly one."""
-    named = {v.host.split(".")[0] for v in votes if cause and v.cause == cause and v.host}
-    return next(v.host for v in votes if v.cause == cause and v.host) if len(named) == 1 else None
+    """The one host the votes of `cause` name, if they name exactly one and no rank failing of it is on a host the
+    logs do not tell (that rank may be elsewhere)."""
+    of_cause = [v for v in votes if cause and v.cause == cause]
+    named = {v.host.split(".")[0] for v in of_cause if v.host}
+    if len(named) != 1 or any(v.rank is not None and not v.host for v in of_cause):
+        return None
+    return next(v.host for v in of_cause if v.host)
 
 
 def _standout_host(votes: list[Vote]) -> str | None:

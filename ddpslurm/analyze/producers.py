@@ -737,6 +737,30 @@ def flight_recorder(tl: JobTimeline) -> list[Vote]:
     return votes
 
 
+def desync_reports(tl: JobTimeline) -> list[Vote]:
+    """ProcessGroupWrapper's mismatch reports (`mismatch_report`): each reporting rank names the first rank whose
+    collective differs from its own, and the odd rank names a peer too. The job had a mismatch; the rank that at
+    least two reporters name, more than any other, is the odd one; one report (or a split) singles out nobody."""
+    named: dict[int, tuple[int, Event]] = {}
+    for e in (f for f in [*tl.unranked, *(f for rt in tl.ranks.values() for f in rt.failures)]
+              if f.kind == "mismatch_report"):
+        reporter = e.rank if e.rank is not None else _small_int(e.get("reporter"))
+        other = _small_int(e.get("named_rank"))
+        if reporter is not None and other is not None and other != reporter:
+            named.setdefault(reporter, (other, e))
+    if not named:
+        return []
+    counts = Counter(other for other, _e in named.values()).most_common()
+    votes = [Vote("mismatch reports", 40.0, f"{len(named)} rank(s) found a collective that differs from another "
+                  "rank's", cause="collective_mismatch", evidence=tuple(e for _o, e in named.values())[:3])]
+    top, n = counts[0]
+    if n >= 2 and (len(counts) == 1 or n > counts[1][1]):
+        votes.append(Vote("odd collective", 45.0, f"named as running a different collective by {n} of the "
+                          f"{len(named)} ranks that report the mismatch", rank=top, host=tl.facts.rank_host.get(top),
+                          cause="collective_mismatch", evidence=tuple(e for o, e in named.values() if o == top)[:3]))
+    return votes
+
+
 def duplicate_ranks(tl: JobTimeline) -> list[Vote]:
     """Launchers that number ranks themselves (Lightning, Fabric, NeMo) announce each process's rank once: a rank
     announced by several processes while others of the world never are means processes took the same numbers (srun's
@@ -760,7 +784,7 @@ def duplicate_ranks(tl: JobTimeline) -> list[Vote]:
 PRODUCERS: tuple[Callable[[JobTimeline], list[Vote]], ...] = (
     job_events, own_failures, detectors_and_hosts, srun_task_deaths, vanished_ranks, agent_teardown,
     barrier_counts, timeout_reporters, named_peers, odd_versions, interface_picks, ranks_beyond_world,
-    logs_that_stop_early, hang_stacks, flight_recorder, stuck_in_nccl_init, duplicate_ranks,
+    logs_that_stop_early, hang_stacks, flight_recorder, stuck_in_nccl_init, duplicate_ranks, desync_reports,
 )
 
 

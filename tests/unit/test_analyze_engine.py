@@ -360,6 +360,28 @@ def test_a_host_less_node_report_takes_the_one_host_its_cause_s_other_votes_name
     two = [oom, srun("0-3", "Out Of Memory", host="n1", line=2, cause="host_oom"),
            srun("4-7", "Out Of Memory", host="n2", line=2, cause="host_oom")]
     assert combine(timeline(two), frozenset({"host_oom"})).host is None
+    # ranks failing of it on a host the logs do not tell may be elsewhere: no host
+    unknown = [ev("nccl_warn", "culprit", r, cause="nccl_internal_error", priority=20) for r in (54, 55)]
+    known = ev("nccl_warn", "culprit", 52, host="ip-0a0c04e3", cause="nccl_internal_error", priority=20)
+    assert combine(timeline([*unknown, known]), frozenset({"nccl_internal_error"})).host is None
+
+
+def wrapper_report(reporter: int, named: int) -> Event:
+    """ProcessGroupWrapper's symmetric report on `reporter`: its collective differs from `named`'s."""
+    return ev("mismatch_report", "victim", reporter, host=f"n{reporter // 4}", cause="collective_mismatch",
+              priority=70, accuses="none", reporter=str(reporter), named_rank=str(named))
+
+
+@pytest.mark.parametrize(("reports", "rank"), [
+    ([(2, 3)], None),  # one report: it says only that two ranks differ
+    ([(0, 3), (1, 3), (2, 3), (3, 0)], 3),  # most reporters name rank 3, which names a peer too
+    ([(0, 1), (1, 0)], None),  # one against one
+    ([(4, 9), (5, 9), (6, 2), (7, 2)], None),  # a split
+])
+def test_mismatch_reports_name_the_rank_most_reporters_name_never_a_reporter(reports: list, rank: int | None) -> None:
+    tl = timeline([wrapper_report(r, q) for r, q in reports])
+    verdict = combine(tl)
+    assert (verdict.cause, verdict.rank) == ("collective_mismatch", rank)
 
 
 def announce(rank: int, world: int, label: int) -> Event:

@@ -54,6 +54,11 @@ FAMILIES = [
     (H + "init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around "
      "rank 12. You can use NCCL_DEBUG=INFO", "nccl-mismatched-collective", "mismatch_detected", "collective_mismatch",
      "culprit", "none", {"around_rank": "12"}),
+    # ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL): each rank that sees a fingerprint differ names itself and it
+    ("RuntimeError: Detected mismatch between collectives on ranks. Rank 2 is running collective: CollectiveFinger"
+     "Print(SequenceNumber=32, OpType=ALLREDUCE, TensorShape=[], TensorDtypes=Float), but Rank 3 is running "
+     "collective: CollectiveFingerPrint(SequenceNumber=0OpType=GATHER).", "collective-mismatch-wrapper",
+     "mismatch_report", "collective_mismatch", "victim", "none", {"reporter": "2", "named_rank": "3"}),
     ("Duplicate GPU detected : rank 5 and rank 1 both on CUDA device 1a000", "nccl-duplicate-gpu", "nccl_warn",
      "duplicate_gpu", "culprit", "host", {"rank": "5", "other_rank": "1", "busid": "1a000"}),
     # c10d's client connect timeout: torch 1.x/2.0 '(host, port)', later 'host:port' and '[v6]:port'; the agent's error
