@@ -13,6 +13,9 @@ CAUSES: tuple[str, ...] = (
     "node_failure", "shm_error", "dataloader_worker_killed", "nccl_internal_error", "segfault", "unknown",
 )
 ROLES = ("culprit", "victim", "either")
+#: kinds whose lines record a fact of the run (an interface picked, a pid's NCCL rank, an ncclras report, progress,
+#: a launcher's rank announcement), never a failure: the scanner gives them no cause, the timeline no failure
+FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce")
 RETRY = ("requeue", "stop", "unknown")
 
 

@@ -775,9 +775,8 @@ def duplicate_ranks(tl: JobTimeline) -> list[Vote]:
     if not twice or len(counts) >= world:
         return []
     first = str(twice[0])
-    shown = ", ".join(map(str, twice[:5])) + (" and more" if len(twice) > 5 else "")
-    return [Vote("duplicate ranks", 45.0, f"rank(s) {shown} of {world} were announced by more than one process and "
-                 f"{world - len(counts)} never were: processes took the same rank numbers",
+    return [Vote("duplicate ranks", 45.0, f"rank(s) {_rank_list(twice)} of {world} were announced by more than one "
+                 f"process and {world - len(counts)} never were: processes took the same rank numbers",
                  cause="rank_config_mismatch", evidence=tuple(e for e in told if e.get("global_rank") == first)[:2])]
 
 

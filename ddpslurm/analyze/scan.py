@@ -43,7 +43,7 @@ from ddpslurm.analyze.attribution import (
     piece,
     prefix_spans,
 )
-from ddpslurm.analyze.events import Event, FileSummary, SourceFile, moved, new_event
+from ddpslurm.analyze.events import FACT_KINDS, Event, FileSummary, SourceFile, moved, new_event
 from ddpslurm.analyze.line_count import newlines
 from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
 from ddpslurm.analyze.resolve import MAX_RANK_LIST
@@ -198,8 +198,6 @@ def _read_more(handle, view: memoryview, had: int) -> int:
     return total
 
 
-#: kinds whose lines are facts (an interface picked, a pid's NCCL rank, an ncclras report), never failures
-FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce")
 #: the stream of a line without a prefix of its own
 UNPREFIXED = (None, None, None)
 #: the lines torch's NCCL error message continues on after its first (ProcessGroupNCCL: "NCCL error ..., NCCL version

@@ -13,13 +13,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ddpslurm.analyze.events import Event, FileSummary, SourceFile
+from ddpslurm.analyze.events import FACT_KINDS, Event, FileSummary, SourceFile
 from ddpslurm.analyze.resolve import JOB_KINDS, JobFacts, expand_ranks, plausible_world
 from ddpslurm.analyze.timestamps import comparable
 
 FAILURE_ROLES = ("culprit", "victim", "either")
-#: kinds that record a fact of the run (an interface picked, a rank map, progress), never a failure
-FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce")
 #: kinds that show a rank got past init and into the collectives (an earlier start-up error was recovered)
 ALIVE_KINDS = ("nccl_init", "nccl_rank_map", "progress", "watchdog_timeout", "peer_lost", "barrier", "hang",
                "ras_report", "dump_signal", "mismatch_report")
