@@ -14,8 +14,9 @@ CAUSES: tuple[str, ...] = (
 )
 ROLES = ("culprit", "victim", "either")
 #: kinds whose lines record a fact of the run (an interface picked, a pid's NCCL rank, an ncclras report, progress,
-#: a launcher's rank announcement), never a failure: the scanner gives them no cause, the timeline no failure
-FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce")
+#: a launcher's rank announcement, a connect c10d retries), never a failure: the scanner gives them no cause, the
+#: timeline no failure
+FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce", "connect_retry")
 RETRY = ("requeue", "stop", "unknown")
 
 

@@ -201,6 +201,9 @@ def test_family_line_is_the_expected_event(tmp_path: Path, sigs, prefix: str, li
 
 # (line, signature, kind, fields): facts, never failures (no role, no cause)
 FACTS = [
+    # c10d retrying a refused connect (nothing listening yet): a start-up fact, never a failure of its own
+    ("[W socket.cpp:663] [c10d] The client socket has failed to connect to [lab-n01]:29500 (errno: 111 - Connection "
+     "refused).", "client-connect-retry-refused", "connect_retry", {"store_host": "[lab-n01]", "port": "29500"}),
     # launchers that number ranks themselves announce each process's (Lightning/Fabric >= 1.6, PL < 1.6)
     ("Initializing distributed: GLOBAL_RANK: 3, MEMBER: 4/8", "launcher-rank-announce", "rank_announce",
      {"global_rank": "3", "member": "4", "world_size": "8"}),
