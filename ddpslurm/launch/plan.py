@@ -40,8 +40,10 @@ ENV_DEFAULTS: tuple[tuple[str, str, str], ...] = (
     ("PYTHONUNBUFFERED", "1", "prints reach the logs at once"),
     ("PYTHONFAULTHANDLER", "1", "a segfault prints the Python stack of every thread"),
 )
-#: Set only where the NCCL in use supports it (NCCL >= 2.23, a CUDA build of torch).
-NCCL_TIMESTAMP_ENV = ("NCCL_DEBUG_TIMESTAMP_FORMAT", "[%F %T.%6f] ")
+#: Set only where the NCCL in use supports them (NCCL >= 2.23, a CUDA build of torch). NCCL stamps only its WARN
+#: lines unless told which levels to stamp (checked on an H100 with NCCL 2.28.9): every level, so that each INFO
+#: line (init, the communicator's ranks, the interfaces) carries its time too.
+NCCL_TIMESTAMP_ENVS = (("NCCL_DEBUG_TIMESTAMP_FORMAT", "[%F %T.%6f] "), ("NCCL_DEBUG_TIMESTAMP_LEVELS", "ALL"))
 NCCL_TIMESTAMP_MIN_VERSION = (2, 23, 0)
 #: Set only for torch < 2.2, whose default (0) leaves a failed collective hanging. Newer torch defaults
 #: TORCH_NCCL_ASYNC_ERROR_HANDLING to 3 (tear down without the hang-prone ncclCommAbort) and still reads
@@ -212,7 +214,8 @@ def rank_env(spec: JobSpec) -> tuple[tuple[str, str], ...]:
         ("DDPSLURM_ATTEMPT", "SLURM_RESTART_COUNT (0 for the first attempt)"),
     )
     defaults = tuple((name, f"{value} (unless set)") for name, value, _ in ENV_DEFAULTS)
-    stamp = ((NCCL_TIMESTAMP_ENV[0], f"{NCCL_TIMESTAMP_ENV[1]!r} (unless set; only with CUDA and NCCL >= 2.23)"),
+    only_new_nccl = "(unless set; only with CUDA and NCCL >= 2.23)"
+    stamp = (*((name, f"{value!r} {only_new_nccl}") for name, value in NCCL_TIMESTAMP_ENVS),
              (OLD_TORCH_ASYNC_ERROR_ENV[0], f"{OLD_TORCH_ASYNC_ERROR_ENV[1]} (unless set; only with torch < 2.2)"),
              ("PYTORCH_NVML_BASED_CUDA_CHECK", "1 (unless set): ddpslurm never initializes CUDA before the script"))
     return derived + defaults + stamp

@@ -36,7 +36,7 @@ from typing import Any
 from ddpslurm import __version__, preemption
 from ddpslurm.launch import records
 from ddpslurm.launch.plan import (
-    NCCL_TIMESTAMP_ENV,
+    NCCL_TIMESTAMP_ENVS,
     NCCL_TIMESTAMP_MIN_VERSION,
     OLD_TORCH_ASYNC_ERROR_ENV,
     OLD_TORCH_BEFORE,
@@ -200,7 +200,8 @@ def versions_and_nccl_defaults(environ: MutableMapping[str, str]) -> dict[str, s
         if nccl:
             found["nccl"] = ".".join(str(v) for v in nccl)
         if nccl >= NCCL_TIMESTAMP_MIN_VERSION:
-            environ.setdefault(*NCCL_TIMESTAMP_ENV)
+            for name, value in NCCL_TIMESTAMP_ENVS:
+                environ.setdefault(name, value)
     return found
 
 

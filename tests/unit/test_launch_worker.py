@@ -134,6 +134,21 @@ def test_versions_never_initialize_cuda(monkeypatch: pytest.MonkeyPatch) -> None
     assert "NCCL_ASYNC_ERROR_HANDLING" not in environ and "TORCH_NCCL_ASYNC_ERROR_HANDLING" not in environ
 
 
+@pytest.mark.parametrize(("nccl", "stamped"), [((2, 28, 9), True), ((2, 23, 0), True), ((2, 21, 5), False)])
+def test_nccl_timestamps_on_every_level(monkeypatch: pytest.MonkeyPatch, nccl: tuple[int, ...], stamped: bool) -> None:
+    """NCCL >= 2.23 stamps only WARN lines by default (seen on an H100 with NCCL 2.28.9): the worker asks for every
+    level, and leaves a person's own choice alone."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: nccl)
+    environ: dict[str, str] = {"NCCL_DEBUG_TIMESTAMP_FORMAT": "[%T] "}
+    found = versions_and_nccl_defaults(environ)
+    assert found["nccl"] == ".".join(map(str, nccl))
+    assert environ["NCCL_DEBUG_TIMESTAMP_FORMAT"] == "[%T] "
+    assert environ.get("NCCL_DEBUG_TIMESTAMP_LEVELS") == ("ALL" if stamped else None)
+
+
 def test_local_launcher_uses_loopback() -> None:
     environ: dict[str, str] = {}
     apply_interface(_config(launcher="local"), None, environ)
