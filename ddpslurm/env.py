@@ -281,9 +281,11 @@ def binding_warnings(environ: Mapping[str, str], local_world_size: int) -> list[
     visible = environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     devices = [d for d in visible.split(",") if d.strip()] if visible else []
     if visible and len(devices) < local_world_size:
+        why = ("Slurm binds GPUs per task (--gpus-per-task, --gpu-bind)" if environ.get("SLURM_JOB_ID") else
+               "fewer GPUs than ranks were given to this node (--gpus-per-node)")
         found.append(f"CUDA_VISIBLE_DEVICES={visible} holds {len(devices)} device(s) for {local_world_size} ranks "
-                     "on this node: Slurm binds GPUs per task (--gpus-per-task, --gpu-bind), so cuda:LOCAL_RANK "
-                     "does not exist here; use cuda:0, or ask for --gpus-per-node without per-task binding")
+                     f"on this node: {why}, so cuda:LOCAL_RANK does not exist here; use cuda:0, or ask for "
+                     "--gpus-per-node without per-task binding")
     if environ.get("SLURM_HET_SIZE"):
         found.append(f"heterogeneous job (SLURM_HET_SIZE={environ['SLURM_HET_SIZE']}): ranks and world size are "
                      "derived for this component only; run one component per DDP job")

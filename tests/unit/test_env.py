@@ -294,7 +294,8 @@ def test_torchrun_rendezvous_id_differs_across_requeues_and_steps(extra: dict[st
 @pytest.mark.parametrize(("environ", "local_ranks", "expected"), [
     ({}, 2, []),                                            # no GPUs: nothing to say
     ({"CUDA_VISIBLE_DEVICES": "0,1"}, 2, []),               # --gpus-per-node 2: every rank sees both
-    ({"CUDA_VISIBLE_DEVICES": "1"}, 2, ["holds 1 device(s) for 2 ranks"]),  # --gpus-per-task 1
+    ({"CUDA_VISIBLE_DEVICES": "1", "SLURM_JOB_ID": "7"}, 2, ["for 2 ranks on this node: Slurm binds"]),
+    ({"CUDA_VISIBLE_DEVICES": "0"}, 4, ["holds 1 device(s) for 4 ranks on this node: fewer GPUs"]),  # --local
     ({"CUDA_VISIBLE_DEVICES": "0"}, 1, []),
     ({"SLURM_HET_SIZE": "2"}, 1, ["heterogeneous job"]),
 ])
