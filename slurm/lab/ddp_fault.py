@@ -1,10 +1,14 @@
-"""A tiny env:// gloo DDP training script with one injectable fault, for the failure lab.
+"""A tiny env:// DDP training script with one injectable fault, for the failure lab.
 
 It follows the pattern of examples/train.py (env:// init, gloo, a tiny model on synthetic data,
 DistributedSampler) and knows nothing of ddpslurm. One rank (`--fault-rank`, its GLOBAL rank as
 launched) gets the fault; every other rank trains normally, so what they log is what real victims log.
 
     ddp_fault.py --fault raise --fault-rank 3 --fault-step 5 --timeout 20
+    ddp_fault.py --device cuda --backend nccl --fault cuda-oom --fault-rank 0   # on a GPU machine
+
+With `--device cuda` every rank trains on `cuda:LOCAL_RANK % device count` (ranks share GPUs when there are
+fewer GPUs than ranks: real NCCL refuses that with its duplicate-GPU error, gloo accepts it).
 
 Faults before init (the rank's own configuration is wrong, or it is late):
   bad-master-addr ARG   MASTER_ADDR := ARG on the faulty rank (an address where nothing listens)
@@ -28,6 +32,12 @@ Faults in the training loop at `--fault-step` on the faulty rank:
   dataloader-straggler ARG  the rank's DataLoader worker sleeps ARG seconds (default 600) loading the batch of
                         the fault step, so the rank never reaches that step's collectives: the others time out
   shm                   the rank's DataLoader worker gets a tiny private /dev/shm (mount namespace)
+  cuda-oom              allocate 1 GiB blocks on the rank's GPU until the CUDA caching allocator raises
+                        torch.OutOfMemoryError (needs --device cuda)
+  device-assert         index out of bounds inside a CUDA kernel: "CUDA error: device-side assert triggered"
+                        (needs --device cuda)
+  gpu-hang ARG          a CUDA kernel that spins about ARG seconds (default 600) on the rank's stream: the step's
+                        collectives queue behind it (a stuck kernel; needs --device cuda)
   none                  no fault (a healthy run; also what scancel/time-limit/node/external-kill scenarios use)
 """
 
@@ -43,8 +53,10 @@ import time
 
 PRE_INIT_FAULTS = ("bad-master-addr", "bad-ifname", "duplicate-rank", "world-size", "late-start")
 LOOP_FAULTS = ("raise", "segfault", "sigkill", "sigabrt", "hang", "shape-mismatch", "op-mismatch", "unused-params",
-               "oom", "oom-cgroup", "dataloader-kill", "dataloader-straggler", "shm")
+               "oom", "oom-cgroup", "dataloader-kill", "dataloader-straggler", "shm", "cuda-oom", "device-assert",
+               "gpu-hang")
 LOADER_FAULTS = ("dataloader-kill", "dataloader-straggler", "shm")  # faults that need a DataLoader worker
+CUDA_FAULTS = ("cuda-oom", "device-assert", "gpu-hang")  # faults that need --device cuda
 CGROUP_PREFIX = "ddpslurm-lab-"
 FAULTS = ("none", *PRE_INIT_FAULTS, *LOOP_FAULTS)
 METRIC_SIZE = 4
@@ -59,6 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fault-rank", type=int, default=-1, help="global rank (as launched) that gets the fault")
     p.add_argument("--fault-step", type=int, default=3, help="training step at which a loop fault fires")
     p.add_argument("--fault-arg", default="", help="the fault's argument (address, interface, seconds, rank)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the model trains (cuda: cuda:LOCAL_RANK modulo the GPUs this process sees)")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="the process group's backend")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--step-sleep", type=float, default=0.2, help="seconds per step, to make a job last")
     p.add_argument("--timeout", type=float, default=20.0, help="process-group timeout in seconds")
@@ -71,7 +86,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="ignore SIGUSR2 (as scripts with their own signal handling do), so no launcher sees it")
     p.add_argument("--no-metric", action="store_true",
                    help="skip the per-step loss all_reduce (so DDP's own reducer is the only collective)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.device == "cpu" and (args.backend == "nccl" or args.fault in CUDA_FAULTS):
+        p.error(f"--backend {args.backend} --fault {args.fault} needs --device cuda")
+    return args
 
 
 def fill_env_from_slurm(environ: dict[str, str]) -> None:
@@ -125,6 +143,45 @@ def confine_memory(limit_mib: int) -> None:
         handle.write(str(limit_mib << 20))
     with open(os.path.join(group, "cgroup.procs"), "w") as handle:
         handle.write(str(os.getpid()))
+
+
+def exhaust_gpu_memory(device) -> None:
+    """Hold 1 GiB blocks on `device` until the caching allocator raises torch.OutOfMemoryError (not caught)."""
+    import torch
+
+    hog = []
+    while True:
+        hog.append(torch.empty(1 << 30, dtype=torch.uint8, device=device))
+
+
+def trip_device_assert(device) -> None:
+    """Gather with an out-of-range index inside a kernel; the synchronize surfaces the device-side assert."""
+    import torch
+
+    table = torch.arange(4, device=device)
+    table[torch.tensor([4 + 1000], device=device)].sum()
+    torch.cuda.synchronize(device)
+
+
+def spin_gpu(device, seconds: float) -> None:
+    """Queue a kernel that busy-waits about `seconds` on the current stream (torch's own test helper; ~2 GHz)."""
+    import torch
+
+    with torch.cuda.device(device):
+        torch.cuda._sleep(int(seconds * 2e9))
+
+
+def pick_device(args: argparse.Namespace):
+    """cpu, or this rank's GPU: cuda:LOCAL_RANK modulo the GPUs it sees (set as the current device)."""
+    import torch
+
+    if args.device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit("ddp_fault.py: --device cuda, but torch sees no GPU (CUDA_VISIBLE_DEVICES, driver)")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
 
 
 def tiny_shm_worker_init(worker_id: int) -> None:
@@ -193,12 +250,15 @@ def main(argv: list[str] | None = None) -> int:
                 h = h + torch.relu(self.extra(h))
             return self.head(h)
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    device = pick_device(args)
+    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
-    print(f"rank {rank}/{world} on {os.uname().nodename} pid {os.getpid()}: process group ready", flush=True)
+    print(f"rank {rank}/{world} on {os.uname().nodename} pid {os.getpid()} device {device}: process group ready",
+          flush=True)
 
     torch.manual_seed(0)
-    model = Net() if args.no_ddp else DistributedDataParallel(Net())
+    net = Net().to(device)
+    model = net if args.no_ddp else DistributedDataParallel(net)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     workers = args.workers or (1 if faulty and args.fault in LOADER_FAULTS else 0)
     per_rank = args.batch_size * (args.steps + 1)
@@ -219,11 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     loader = DataLoader(data, batch_size=batch_size, sampler=sampler, num_workers=workers,
                         worker_init_fn=tiny_shm_worker_init if shm_fault else None)
 
-    loss = torch.zeros(())
+    loss = torch.zeros((), device=device)
     for step, (x, y) in enumerate(loader):
         if step >= args.steps:
             break
-        x, y = x[: args.batch_size], y[: args.batch_size]
+        x, y = x[: args.batch_size].to(device), y[: args.batch_size].to(device)
         fire = faulty and step == args.fault_step
         if fire and args.fault == "raise":
             raise ValueError(f"lab fault: bad batch at step {step}")
@@ -239,6 +299,12 @@ def main(argv: list[str] | None = None) -> int:
             confine_memory(int(args.fault_arg or 700))
         if fire and args.fault in ("oom", "oom-cgroup"):
             eat_memory()
+        if fire and args.fault == "cuda-oom":
+            exhaust_gpu_memory(device)
+        if fire and args.fault == "device-assert":
+            trip_device_assert(device)
+        if fire and args.fault == "gpu-hang":
+            spin_gpu(device, float(args.fault_arg or 600))
         out = model(x, skip_extra=fire and args.fault == "unused-params")
         loss = nn.functional.mse_loss(out, y)
         opt.zero_grad()
@@ -252,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.step_sleep)
             continue
         size = int(args.fault_arg or METRIC_SIZE + 1) if fire and args.fault == "shape-mismatch" else METRIC_SIZE
-        metric = torch.full((size,), loss.item())
+        metric = torch.full((size,), loss.item(), device=device)
         if fire and args.fault == "op-mismatch":
             dist.broadcast(metric, src=0)
         else:
