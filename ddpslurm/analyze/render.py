@@ -31,7 +31,8 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
     if sig is not None and sig.cause != verdict.cause:
         sig = None
     values: dict[str, Any] = dict(chosen.fields) if chosen is not None else {}
-    values.update({"rank": verdict.rank, "host": verdict.host or None,
+    reported_rank = values.get("rank") if values.get("accuses") == "host" else None  # a node's report names ranks
+    values.update({"rank": verdict.rank if verdict.rank is not None else reported_rank, "host": verdict.host or None,
                    "lost_node": verdict.host if verdict.decided_by == "lost peer" else None})
     template = (sig.summary if sig and sig.summary else None) or (info.summary if info else
                                                                    verdict.cause.replace("_", " "))

@@ -638,3 +638,16 @@ def test_a_sub_communicators_root_is_no_rank_of_the_job(tmp_path: Path) -> None:
     texts.update({r: "step 100 loss 2.31\n" for r in (0, 1, 2, 3, 4)})
     got = diagnose(write_ranks(tmp_path, texts))
     assert got["first_failing_rank"] not in (0,), got["summary"]
+
+
+@pytest.mark.parametrize("pair", [(0, 1), (6, 2)])
+def test_duplicate_gpu_summary_names_the_pair_of_the_node_report(tmp_path: Path, pair: tuple[int, int]) -> None:
+    """NCCL's duplicate-GPU report accuses the node, not a rank; the summary still names both ranks it reports
+    (a real 2-rank job on one H100 read 'Two ranks (rank 1 and another)')."""
+    a, b = pair
+    line = "{host}:{pid}:{pid} [0] init.cc:904 NCCL WARN Duplicate GPU detected : rank {me} and rank {other} both on " \
+           "CUDA device 60\n"
+    texts = {a: line.format(host="gpu-7", pid=538, me=a, other=b), b: line.format(host="gpu-7", pid=539, me=b, other=a)}
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("duplicate_gpu", None, "gpu-7")
+    assert re.search(rf"Two ranks \(({a} and {b}|{b} and {a})\) use the same GPU 60 on gpu-7", got["summary"])
