@@ -101,6 +101,8 @@ def combine(tl: JobTimeline, node_causes: frozenset[str] = frozenset()) -> Verdi
     `node_level`): when no single rank failed of one, the node the evidence singles out is still named."""
     votes = final_votes(all_votes(tl), tl)
     verdict = _combine(tl, votes)
+    if verdict.rank is None and verdict.decided_by == "none":
+        _name_the_sole_rank(verdict, tl)
     if verdict.rank is None and verdict.cause not in node_causes:
         if verdict.cause == "unknown" and _named_lost_peer(verdict):
             verdict.decided_by = "lost peer"  # where to look, not a cause: the node stays out of exclude_nodes
@@ -109,6 +111,25 @@ def combine(tl: JobTimeline, node_causes: frozenset[str] = frozenset()) -> Verdi
     if verdict.host is not None and not is_host_name(verdict.host):
         verdict.host = None  # an address or a container id no record maps to a node
     return verdict
+
+
+def _name_the_sole_rank(verdict: Verdict, tl: JobTimeline) -> None:
+    """A job of one rank (its start record or NCCL's communicator says so; one rank's log alone does not) whose rank
+    failed of no cause of its own, only waiting: a collective of a one-rank group waits on nothing but that rank's
+    own work (a kernel that never ends, a stalled stream), so that rank is the one that failed."""
+    if not one_rank_job(tl) or len(tl.ranks) != 1:
+        return
+    only = next(iter(tl.ranks.values()))
+    if not only.failures:
+        return
+    verdict.rank, verdict.host = only.rank, only.host or tl.facts.rank_host.get(only.rank)
+    verdict.decided_by = "only"
+    verdict.reasons = ["the job had one rank: what it waited for was its own work"]
+
+
+def one_rank_job(tl: JobTimeline) -> bool:
+    """The logs say the job had one rank (a start record, NCCL's communicator size), not merely one rank's log."""
+    return (tl.facts.launched_world or tl.facts.said_world) == 1
 
 
 def _named_lost_peer(verdict: Verdict) -> bool:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ddpslurm.analyze.combiner import Verdict
+from ddpslurm.analyze.combiner import Verdict, one_rank_job
 from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow, TimelineRow
 from ddpslurm.analyze.events import Event, FileSummary
 from ddpslurm.analyze.resolve import plausible_world
@@ -33,7 +33,8 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
     values: dict[str, Any] = dict(chosen.fields) if chosen is not None else {}
     reported_rank = values.get("rank") if values.get("accuses") == "host" else None  # a node's report names ranks
     values.update({"rank": verdict.rank if verdict.rank is not None else reported_rank, "host": verdict.host or None,
-                   "lost_node": verdict.host if verdict.decided_by == "lost peer" else None})
+                   "lost_node": verdict.host if verdict.decided_by == "lost peer" else None,
+                   "sole_world": 1 if verdict.rank is not None and one_rank_job(tl) else None})
     template = (sig.summary if sig and sig.summary else None) or (info.summary if info else
                                                                    verdict.cause.replace("_", " "))
     summary = fill(template, values) + _ordering_note(verdict, tl)

@@ -651,3 +651,46 @@ def test_duplicate_gpu_summary_names_the_pair_of_the_node_report(tmp_path: Path,
     got = diagnose(write_ranks(tmp_path, texts))
     assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("duplicate_gpu", None, "gpu-7")
     assert re.search(rf"Two ranks \(({a} and {b}|{b} and {a})\) use the same GPU 60 on gpu-7", got["summary"])
+
+
+WATCHDOG_2_11 = ("[rank{r}]:[E1127 12:19:35.829864914 ProcessGroupNCCL.cpp:689] [Rank {r}] Watchdog caught collective "
+                 "operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=561, NumelOut=561, "
+                 "Timeout(ms)=20000) ran for 20025 milliseconds before timing out.\n"
+                 "[rank{r}]:[E1127 12:19:35.830118096 ProcessGroupNCCL.cpp:2303] [PG ID 0 PG GUID 0(default_pg) Rank "
+                 "{r}]  failure detected by watchdog at work sequence id: 12 PG status: last enqueued work: 12, last "
+                 "completed work: 11\n")
+
+
+def _start_record(rank: int, world: int, host: str) -> str:
+    return json.dumps({"schema": 1, "kind": "start", "rank": rank, "local_rank": rank, "node_rank": 0,
+                       "world_size": world, "local_world_size": world, "host": host, "pid": 4100 + rank,
+                       "job_id": "9", "attempt": 0, "launcher": "srun", "time": "2026-11-27T12:18:00+00:00",
+                       "unix": 1795781880.0})
+
+
+@pytest.mark.parametrize(("rank", "world", "with_record", "named"), [
+    (0, 1, True, True),     # ddpslurm's start record: a job of one rank
+    (0, None, False, True),  # NCCL's communicator: nranks 1
+    (3, 8, True, False),    # one rank's log of an 8-rank job: it waited on the others
+    (0, None, None, False),  # one rank's log and nothing saying how many ranks the job had
+])
+def test_a_one_rank_job_that_timed_out_waited_on_itself(tmp_path: Path, rank: int, world: int | None,
+                                                      with_record: bool | None, named: bool) -> None:
+    """A real one-rank NCCL job on an H100 whose kernel never ended: its watchdog timed out the all_reduce with no
+    peer to wait for. The rank is named only when the logs say the job had one rank."""
+    attempt = tmp_path / "job_9" / "attempt_0"
+    attempt.mkdir(parents=True)
+    log = WATCHDOG_2_11.format(r=rank)
+    if with_record is False:
+        log = (f"gpu-3:4100:4100 [0] NCCL INFO ncclCommInitRankConfig comm 0xf7773b0 rank {rank} nranks 1 cudaDev 0 "
+               "nvmlDev 0 busId 60 commId 0x2f059b04c3a90844 - Init START\n") + log
+    (attempt / f"rank_{rank}.log").write_text(log)
+    if with_record:
+        (attempt / f"rank_{rank}.start.json").write_text(_start_record(rank, world or 1, "gpu-3"))
+    got = analyze_paths([tmp_path / "job_9"]).to_dict()
+    assert got["cause"] == "collective_timeout"
+    if named:
+        assert (got["first_failing_rank"], got["first_failing_host"]) == (rank, "gpu-3")
+        assert f"on rank {rank} of a 1-rank job" in got["summary"]
+    else:
+        assert got["first_failing_rank"] is None and "1-rank job" not in got["summary"]
