@@ -48,15 +48,15 @@ def with_accuses(e: Event, accuses: dict[str, str]) -> Event:
 
 def cut_last_lines(events: list[Event], sources: Sequence[SourceFile],
                    summaries: Sequence[FileSummary]) -> set[tuple[str, int]]:
-    """(file, line) of failure lines that end their file without a newline: a log cut mid-line (a node that
-    died, a paste cut short). The scan tells each file's last byte; a file it does not tell of is looked at, when
-    its last line holds a failure (one byte)."""
+    """(file, line) of failure lines that end their log without a newline: a log cut mid-line (a node that
+    died, a paste cut short); torchelastic's one-line error.json, parsed whole, is not. The scan tells each file's
+    last byte; a file it does not tell of is looked at, when its last line holds a failure (one byte)."""
     last = {s.file: s.lines for s in summaries if s.lines}
     whole = {s.file: s.ends_with_newline for s in summaries}
     on_last = {e.file for e in events if e.role is not None and last.get(e.file) == e.line}
     out = set()
     for source in sources:
-        if source.display not in on_last:
+        if source.display not in on_last or source.kind != "log":  # a record parsed whole is not cut
             continue
         ends = whole.get(source.display)
         if not (ends if ends is not None else _ends_with_newline(source.path)):
@@ -74,11 +74,17 @@ def _ends_with_newline(path: str) -> bool:
 
 
 def weaken_cut_lines(events: list[Event], cut: set[tuple[str, int]]) -> list[Event]:
-    """A failure line cut mid-way may have lost what named it: it counts as an `either` line (weak evidence)."""
+    """A failure line cut mid-way may have lost what named it: it counts as an `either` line (weak evidence). A line
+    only the catch-all exception signature read (priority 0) says no cause either: its type survived, but the message
+    that tells a victim's `RuntimeError: [...] Connection closed by peer` from a bug of the script's own did not."""
     if not cut:
         return events
-    return [evolve(e, role="either", priority=0) if (e.file, e.line) in cut and e.role == "culprit" else e
-            for e in events]
+    return [evolve(e, role="either", priority=0, cause="unknown" if _catch_all(e) else e.cause)
+            if (e.file, e.line) in cut and e.role == "culprit" else e for e in events]
+
+
+def _catch_all(e: Event) -> bool:
+    return e.kind == "exception" and e.priority == 0
 
 
 #: signals a job's teardown sends (srun, the agent, Slurm's cancel): a process they kill did not fail on its own

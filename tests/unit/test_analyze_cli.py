@@ -63,7 +63,8 @@ def test_non_utf8_and_truncated_file(tmp_path: Path) -> None:
     done = run(str(tmp_path), "--json")
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
-    assert (got["cause"], got["first_failing_rank"]) == ("user_code_exception", 3)
+    # the exception line is cut mid-way: its type is read, its cause is not (the message was CUDA's OOM)
+    assert (got["cause"], got["first_failing_rank"]) == ("unknown", 3)
 
 
 def test_huge_single_line_is_bounded(tmp_path: Path) -> None:

@@ -694,3 +694,41 @@ def test_a_one_rank_job_that_timed_out_waited_on_itself(tmp_path: Path, rank: in
         assert f"on rank {rank} of a 1-rank job" in got["summary"]
     else:
         assert got["first_failing_rank"] is None and "1-rank job" not in got["summary"]
+
+
+GLOO_TIMEOUT = ("Traceback (most recent call last):\n  File \"train.py\", line 40, in <module>\n"
+                "    dist.all_reduce(t)\n"
+                "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+                "25000ms for recv operation to complete\n")
+
+
+@pytest.mark.parametrize("cut", ["RuntimeError: [", "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tc"])
+def test_a_cut_catch_all_exception_line_is_not_the_ranks_own(tmp_path: Path, cut: str) -> None:
+    """Rank 3's log ends mid-line in the exception line of the same traceback its peers printed whole: only its type
+    survived, so it is not read as an exception of the rank's own (a bug in the script); what is left is a rank
+    whose log stops before any timeout, while the others' gloo collectives timed out."""
+    texts = {r: GLOO_TIMEOUT for r in range(3)}
+    texts[3] = GLOO_TIMEOUT.rsplit("RuntimeError", 1)[0] + cut  # no line end: the log was cut here
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert got["cause"] == "collective_timeout"
+
+
+def test_a_whole_exception_line_without_a_line_end_still_counts(tmp_path: Path) -> None:
+    """A culprit line the catch-all did not read alone (a signature of its own) keeps its cause when cut."""
+    texts = {r: GLOO_TIMEOUT for r in range(3)}
+    texts[3] = "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n" \
+               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of"
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"]) == ("cuda_oom", 3)
+
+
+def test_torchelastic_error_json_without_a_line_end_is_not_a_cut_line(tmp_path: Path) -> None:
+    """torchelastic writes error.json as one JSON line with no line end: parsed whole, it is no cut log line."""
+    for local_rank, message in ((0, "ValueError: bad batch 17 in shard 3"), (1, GLOO_TIMEOUT.splitlines()[-1])):
+        folder = tmp_path / "run_abc" / "attempt_0" / str(local_rank)
+        folder.mkdir(parents=True)
+        (folder / "error.json").write_text(json.dumps({"message": {"message": message, "extraInfo": {
+            "py_callstack": "Traceback ...", "timestamp": "1795781880"}}}))
+        (folder / "stderr.log").write_text("")
+    got = analyze_paths([tmp_path / "run_abc"]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == ("user_code_exception", 0)
