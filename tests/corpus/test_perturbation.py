@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import pytest
@@ -68,7 +68,7 @@ def applies(case: Path, name: str) -> bool:
     if name in ("merge_ranks", "interleave_ranks"):
         tasks = {n for n in names if perturb._FILE_TASK.match(n)}
         ranks = {n for n in names if perturb._FILE_RANK.match(n) and not n.endswith(".json")}
-        return len(tasks or ranks) >= 2
+        return len({perturb._task_of(PurePath(n)) for n in tasks or ranks}) >= 2  # one task's .out/.err: one
     return True
 
 
