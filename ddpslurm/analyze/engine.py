@@ -32,6 +32,7 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
         if found is not e:
             events[i] = found
     events = teardown_kills(events)
+    events = stuck_after_own_timeout(events)
     events = weaken_cut_lines(events, cut_last_lines(events, sources, summaries))
     timeline = build_timeline(events, facts, sources, summaries)
     verdict = combine(timeline, frozenset(c for c, info in sigs.causes.items() if info.node_level))
@@ -106,6 +107,17 @@ def teardown_kills(events: list[Event]) -> list[Event]:
 #: a launcher (torchelastic, DeepSpeed, mpirun) reporting the worker that died first of this signal: SIGABRT is
 #: the worker's own abort (an assertion, a C++ enforce) as often as its NCCL watchdog's, so it is not a victim
 LAUNCHER_SIGNAL_ROLES = {"SIGABRT": "either"}
+
+
+def stuck_after_own_timeout(events: list[Event]) -> list[Event]:
+    """ProcessGroupNCCL's heartbeat monitor ('watchdog got stuck for N seconds') on a rank whose own watchdog timed
+    out a collective: the watchdog thread hung in the timeout's teardown (dumping, aborting the communicator), the
+    monitor fired N seconds later. A consequence of that rank's wait, not a hang of its own: a victim's line."""
+    timed_out = {e.rank for e in events if e.kind == "watchdog_timeout" and e.rank is not None}
+    if not timed_out:
+        return events
+    return [replace(e, role="victim", fields=(*[f for f in e.fields if f[0] != "accuses"], ("accuses", "none")))
+            if e.kind == "hang" and e.rank in timed_out and e.role in ("culprit", "either") else e for e in events]
 
 
 def refine_exit(e: Event) -> Event:

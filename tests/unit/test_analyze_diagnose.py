@@ -732,3 +732,23 @@ def test_torchelastic_error_json_without_a_line_end_is_not_a_cut_line(tmp_path: 
         (folder / "stderr.log").write_text("")
     got = analyze_paths([tmp_path / "run_abc"]).to_dict()
     assert (got["cause"], got["first_failing_rank"]) == ("user_code_exception", 0)
+
+
+HEARTBEAT = ("[rank{r}]:[E626 05:14:36.393067540 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank {r}] "
+             "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+             "collectives.\n")
+TIMEOUT_V2 = ("[rank{r}]:[E626 05:06:30.929096625 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+              "operation timeout: WorkNCCL(SeqNum=120049, OpType=_ALLGATHER_BASE, NumelIn=16384000, "
+              "NumelOut=131072000, Timeout(ms)=1800000) ran for 1800065 milliseconds before timing out.\n")
+
+
+@pytest.mark.parametrize(("own_timeout", "culprit"), [(True, None), (False, 7)])
+def test_a_heartbeat_after_the_ranks_own_timeout_is_a_consequence(tmp_path: Path, own_timeout: bool,
+                                                                   culprit: int | None) -> None:
+    """The heartbeat monitor fires when the watchdog thread makes no progress: 480 s after a rank's own collective
+    timeout it is the timeout's teardown that hung (ArcticTraining#219), not a hang of that rank's own; without a
+    timeout of its own, its NCCL call hung while the others timed out waiting for it."""
+    texts = {r: TIMEOUT_V2.format(r=r) for r in range(7)}
+    texts[7] = (TIMEOUT_V2.format(r=7) if own_timeout else "") + HEARTBEAT.format(r=7)
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"]) == ("collective_timeout", culprit)
