@@ -754,6 +754,8 @@ class _FileState:
             sig, m = hit
             groups = tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None))
             kind = sig.kind if sig.kind != "signature" else "exception"
+            if local is None:  # a launcher's exception naming its child (spawn's 'process N terminated ...')
+                local = small_int(m.groupdict().get("local_rank"))
             self._emit(exc.line, kind, exc.text, rank, host, None, local, None, sig=sig, fields=groups + extra,
                        stream=stream)
         else:

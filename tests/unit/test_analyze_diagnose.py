@@ -34,6 +34,12 @@ def diagnose(paths: list[Path]) -> dict:
     return analyze_paths(paths).to_dict()
 
 
+def diagnose_one(path: Path, text: str) -> dict:
+    """The diagnosis of one pasted log."""
+    path.write_text(text)
+    return diagnose([path])
+
+
 def test_rank0_straggler_absent_from_timeouts(tmp_path: Path) -> None:
     texts = {r: WATCHDOG_V3.format(r=r, seq=90, done=89) + DIST_BACKEND.format(r=r, seq=90) for r in range(1, 4)}
     texts[0] = "evaluating and saving a checkpoint...\n"
@@ -752,3 +758,16 @@ def test_a_heartbeat_after_the_ranks_own_timeout_is_a_consequence(tmp_path: Path
     texts[7] = (TIMEOUT_V2.format(r=7) if own_timeout else "") + HEARTBEAT.format(r=7)
     got = diagnose(write_ranks(tmp_path, texts))
     assert (got["cause"], got["first_failing_rank"]) == ("collective_timeout", culprit)
+
+
+@pytest.mark.parametrize(("index", "signal", "cause"), [(0, "SIGKILL", "host_oom"), (3, "SIGSEGV", "segfault")])
+def test_mp_spawn_names_the_child_that_died(tmp_path: Path, index: int, signal: str, cause: str) -> None:
+    """torch.multiprocessing.spawn reports the child by its index (the local rank; on one node the rank) and the
+    signal that ended it, at the end of the parent's traceback (Prompt4NR#3)."""
+    log = ("Traceback (most recent call last):\n  File \"main.py\", line 9, in <module>\n"
+           "    mp.spawn(train, nprocs=4, join=True)\n"
+           "  File \"/opt/conda/lib/python3.10/site-packages/torch/multiprocessing/spawn.py\", line 146, in join\n"
+           "    raise ProcessExitedException(\n"
+           f"torch.multiprocessing.spawn.ProcessExitedException: process {index} terminated with signal {signal}\n")
+    got = diagnose_one(tmp_path / "console.log", log)
+    assert (got["cause"], got["first_failing_rank"]) == (cause, index)

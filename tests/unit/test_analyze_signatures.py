@@ -210,6 +210,16 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("slurmstepd: error: *** JOB 123 ON node01 CANCELLED AT 2024-05-08T08:47:31 ***", "slurm-job-cancelled", {}),
     ("srun: error: node02: tasks 2-7: Exited with exit code 1", "srun-task-exited", {"host": "node02", "tasks": "2-7"}),
     ("srun: error: node02: task 3: Segmentation fault", "srun-task-segfault", {"tasks": "3"}),
+    ("mpirun noticed that process rank 1 with PID xxxxxx on node xxxxxxxx exited on signal 9 (Killed).",
+     "mpirun-rank-signal", {"rank": "1", "signum": "9"}),  # a pasted log with the pid masked
+    ("mpirun noticed that process rank 3 with PID 4242 on node gpu-07 exited on signal 11 (Segmentation fault).",
+     "mpirun-rank-signal", {"rank": "3", "host": "gpu-07", "signum": "11"}),  # not the bare segfault signature
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 2 terminated with signal SIGKILL",
+     "spawn-process-signal", {"local_rank": "2", "signal": "SIGKILL"}),
+    ("slurmstepd: error:  mpi/pmix_v3: pmixp_coll_ring_reset_if_to: adas-ml [0]: pmixp_coll_ring.c:742: "
+     "0x14ce0c02cb20: collective timeout seq=0", "pmix-fence-timeout", {"reporter": "adas-ml", "seq": "0"}),
+    # a wrapper's own prefix before srun's task line (dagster-slurm): still srun's task line, not a process Killed
+    ("[SLURM STDERR fallback] srun: error: lrdn1786: task 0: Killed", "srun-task-killed", {"host": "lrdn1786"}),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=3321.0. Some of the step tasks have been OOM Killed.",
      "slurm-oom-kill", {"step": "3321.0"}),
     ("slurmstepd-phoenix-07: error: Detected 2 oom-kill event(s) in StepId=1683797.batch. Some of your processes may "
