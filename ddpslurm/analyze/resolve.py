@@ -92,13 +92,15 @@ class JobFacts:
 
 _STEP_ID = re.compile(r"^\d+(?:[._]\w+)?$")
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{8,64}$")  # docker/k8s hostnames: an id, not a node
+#: what a person pasting a log put in place of a host: `xxxxxxxx`, `****`, `<hostname>`, `[redacted]`
+_REDACTED = re.compile(r"^(?:([xX*#?])\1{2,}|<[^<>]*>|\[?redacted\]?|hidden)$", re.I)
 
 
 def is_host_name(text: str) -> bool:
-    """A node name as Slurm and the logs print it: not a job step id (`123.batch`), an address, a number or a
-    container's hex id."""
+    """A node name as Slurm and the logs print it: not a job step id (`123.batch`), an address, a number, a
+    container's hex id or what a person put in its place when pasting the log (`xxxxxxxx`)."""
     return bool(text) and not _STEP_ID.match(text) and not _CONTAINER_ID.match(text) and \
-        any(ch.isalpha() for ch in text) and text.count(":") < 2
+        not _REDACTED.match(text) and any(ch.isalpha() for ch in text) and text.count(":") < 2
 
 
 def plausible_world(ranks_seen: int, highest_seen: int) -> int:
@@ -177,6 +179,7 @@ class _Maps:
     local_rank: dict[tuple[str, int], int]
     unique_pid: dict[int, tuple[int, str]]
     single_host: bool
+    host_of_pid: dict[int, str]  # a pid printed with a host (NCCL's `host:pid:tid` head) on one host only
 
 
 def _maps(events: Sequence[Event], sources: Sequence[SourceFile], facts: JobFacts,
@@ -187,9 +190,13 @@ def _maps(events: Sequence[Event], sources: Sequence[SourceFile], facts: JobFact
     hosts = {e.host for e in events if e.host} | {s.host for s in sources if s.host}
     peers = {peer for e in events if (peer := e.get("peer_host"))}  # hosts the ranks connect to
     hosts |= {p.split(".")[0] for p in peers if is_host_name(p) and p.split(".")[0] != "localhost"}
+    pid_host: dict[int, str | None] = {}
+    for e in events:
+        if e.pid is not None and e.host:
+            pid_host[e.pid] = e.host if pid_host.get(e.pid, e.host) == e.host else None  # None: on two hosts
     return _Maps(worker_dir=_worker_dirs(events, sources), local_rank=local_rank,
                  unique_pid={pid: pairs[0] for pid, pairs in pid_hosts.items() if len(pairs) == 1},
-                 single_host=len(hosts) <= 1)
+                 single_host=len(hosts) <= 1, host_of_pid={pid: h for pid, h in pid_host.items() if h})
 
 
 def _attribute(e: Event, facts: JobFacts, maps: _Maps) -> Event:
@@ -203,6 +210,8 @@ def _attribute(e: Event, facts: JobFacts, maps: _Maps) -> Event:
         host = host or known[1]
     if e.kind in JOB_KINDS:
         return evolve(e, rank=None, host=host) if rank != e.rank or host != e.host else e
+    if host is None and e.pid is not None:  # a launcher's `failed (exitcode: -11) local_rank: 0 (pid: P)`
+        host = maps.host_of_pid.get(e.pid)
     if rank is None and host and e.pid is not None and (host, e.pid) in facts.pid_rank:
         rank = facts.pid_rank[(host, e.pid)]
     elif rank is None and host is None and e.pid is not None and e.pid in maps.unique_pid:

@@ -771,3 +771,15 @@ def test_mp_spawn_names_the_child_that_died(tmp_path: Path, index: int, signal: 
            f"torch.multiprocessing.spawn.ProcessExitedException: process {index} terminated with signal {signal}\n")
     got = diagnose_one(tmp_path / "console.log", log)
     assert (got["cause"], got["first_failing_rank"]) == (cause, index)
+
+
+@pytest.mark.parametrize(("node", "pid"), [("g1002", 2128869), ("gpu-a17", 4242)])
+def test_a_launchers_pid_takes_the_host_nccls_head_prints_with_it(tmp_path: Path, node: str, pid: int) -> None:
+    """torchrun's 'failed (exitcode: -11) local_rank: 0 (pid: P)' names no host; NCCL's `host:pid:tid` head of a line
+    the same process printed does (pytorch#135486, a segfault in a site's own RCCL build)."""
+    log = (f"0: {node}:{pid}:{pid + 11} [0] NCCL INFO NET/Socket : Using [0]ib0:10.0.0.2<0>\n"
+           "0: Fatal Python error: Segmentation fault\n"
+           "0: E0909 14:03:50.013000 22579342468928 torch/distributed/elastic/multiprocessing/api.py:833] failed "
+           f"(exitcode: -11) local_rank: 0 (pid: {pid}) of binary: /usr/bin/python3\n")
+    got = diagnose_one(tmp_path / "slurm-77.out", log)
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("segfault", 0, node)

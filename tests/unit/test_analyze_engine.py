@@ -194,7 +194,9 @@ def test_huge_numbers_anywhere_stay_bounded() -> None:
 
 @pytest.mark.parametrize(("name", "ok"), [("gpu-a01", True), ("node03.cluster", True), ("2815412.batch", False),
                                           ("10.0.0.5", False), ("fe80::1%ib0", False), ("123", False),
-                                          ("0c41e7b2", False), ("3f4e5a6b7c8d", False), ("dgx-a08", True)])
+                                          ("0c41e7b2", False), ("3f4e5a6b7c8d", False), ("dgx-a08", True),
+                                          ("xxxxxxxx", False), ("****", False), ("<hostname>", False),
+                                          ("[redacted]", False), ("xx", True), ("xnode-1", True)])
 def test_only_node_names_are_hosts(name: str, ok: bool) -> None:
     assert is_host_name(name) is ok
 
