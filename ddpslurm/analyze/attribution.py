@@ -44,8 +44,9 @@ class Prefix(NamedTuple):
 _HOST = r"(?:[A-Za-z][A-Za-z0-9_-]*\d[A-Za-z0-9_.-]*|\d{1,3}(?:\.\d{1,3}){3})"
 # Each rule: (regex anchored at the start, what the groups mean). Order matters only for overlaps.
 RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    # CI / collector timestamps in front: `2024-05-08T08:47:31.1234567Z `, `[2024-05-08 08:47:31] `
-    (re.compile(r"\[?(?P<time>(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]?:?\s+"
+    # CI / collector timestamps in front: `2024-05-08T08:47:31.1234567Z `, `[2024-05-08 08:47:31] `,
+    # `2025-11-09 15:39:31.043 +08:00 ` (a collector's offset after a space)
+    (re.compile(r"\[?(?P<time>(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?)\]?:?\s+"
                 r"(?=\S)(?!\[?[A-Z]?[a-z]*(?:\]|,\d))"), "time"),
     # log viewer line numbers: `[80746] ` or `80746| ` (never a rank)
     (re.compile(r"\[\d{3,}\]\s+|\d+\s*\|\s"), "lineno"),

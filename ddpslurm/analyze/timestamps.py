@@ -19,7 +19,7 @@ _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun",
 
 _ISO = regex.compile(
     r"(?<!\d)(?P<y>(?:19|20)\d\d)-(?P<mo>[01]\d)-(?P<d>[0-3]\d)[T _](?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)"
-    r"(?:[.,](?P<frac>\d{1,9}))?(?P<tz>Z|[+-][01]\d:?[0-5]\d)?(?!\d)"
+    r"(?:[.,](?P<frac>\d{1,9}))?(?: ?(?P<tz>Z|[+-][01]\d:?[0-5]\d))?(?!\d)"
 )
 _GLOG = regex.compile(
     r"(?<![\w])[IWEF](?P<mo>1[0-2]|0?[1-9])(?P<d>[0-3]\d) (?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)"

@@ -783,3 +783,13 @@ def test_a_launchers_pid_takes_the_host_nccls_head_prints_with_it(tmp_path: Path
            f"(exitcode: -11) local_rank: 0 (pid: {pid}) of binary: /usr/bin/python3\n")
     got = diagnose_one(tmp_path / "slurm-77.out", log)
     assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("segfault", 0, node)
+
+
+@pytest.mark.parametrize("stamp", ["2025-11-09 15:39:31.043 +08:00 ", "2025-11-09T15:39:31.043+08:00 ", ""])
+def test_a_collectors_stamp_with_its_offset_leaves_nccls_head_readable(tmp_path: Path, stamp: str) -> None:
+    """A log collector's stamp (with its UTC offset after a space) before NCCL 2.23+'s own stamp: the `host:pid:tid`
+    head behind them still names the node of an InfiniBand fault (NVIDIA/nccl#1905)."""
+    log = (f"{stamp}[2025-11-09 07:39:30] h100-28:238:1219 [0] transport/net_ib.cc:180 NCCL WARN NET/IB : mlx5_ib0:1 "
+           "async fatal event on QP (0x7f69f01519a8): local access violation work queue error\n")
+    got = diagnose_one(tmp_path / "console.log", log)
+    assert (got["cause"], got["first_failing_host"]) == ("infiniband_error", "h100-28")

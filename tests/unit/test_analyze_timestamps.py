@@ -30,6 +30,8 @@ def utc(y: int, mo: int, d: int, h: int, mi: int, s: float) -> float:
     ("[rank3]:[E612 10:24:03.200000266 ProcessGroupNCCL.cpp:607] x", 2024, utc(2024, 6, 12, 10, 24, 3.2), "glog"),
     ("[W1122 18:04:41.836253510 socket.cpp:494] x", 2026, utc(2026, 11, 22, 18, 4, 41.836253), "glog"),
     ("Starting at Fri Jan  5 09:58:11 EST 2024 on cdr2596", None, utc(2024, 1, 5, 9, 58, 11), "ctime"),
+    ("2025-11-09 15:39:31.043 +08:00 [2025-11-09 07:39:30] h100-28:238:1219 [0] x", None,
+     utc(2025, 11, 9, 7, 39, 31.043), "iso-tz"),  # a collector's offset after a space
     ("May  8 08:47:31 node02 kernel: NVRM: Xid 79", 2024, utc(2024, 5, 8, 8, 47, 31), "syslog"),
 ])
 def test_parse_time(text: str, year: int | None, expected: float, family: str) -> None:
