@@ -196,7 +196,8 @@ def test_huge_numbers_anywhere_stay_bounded() -> None:
                                           ("10.0.0.5", False), ("fe80::1%ib0", False), ("123", False),
                                           ("0c41e7b2", False), ("3f4e5a6b7c8d", False), ("dgx-a08", True),
                                           ("xxxxxxxx", False), ("****", False), ("<hostname>", False),
-                                          ("[redacted]", False), ("xx", True), ("xnode-1", True)])
+                                          ("[redacted]", False), ("HOSTNAME", False), ("xx", True),
+                                          ("xnode-1", True)])
 def test_only_node_names_are_hosts(name: str, ok: bool) -> None:
     assert is_host_name(name) is ok
 
