@@ -218,6 +218,19 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "spawn-process-signal", {"local_rank": "2", "signal": "SIGKILL"}),
     ("slurmstepd: error:  mpi/pmix_v3: pmixp_coll_ring_reset_if_to: adas-ml [0]: pmixp_coll_ring.c:742: "
      "0x14ce0c02cb20: collective timeout seq=0", "pmix-fence-timeout", {"reporter": "adas-ml", "seq": "0"}),
+    ("e66aa18dc444:3171:3171 [0] include/socket.h:311 WARN Socket creation failed : Address family not supported by "
+     "protocol", "nccl-socket-no-address", {}),
+    ("ncclSocketInit: connecting to address  with family 0 is neither AF_INET(2) nor AF_INET6(10)",
+     "nccl-socket-no-address", {}),
+    ("node-3:11:11 [0] bootstrap.cc:131 NCCL WARN Bootstrap Root : rank 1 of 8 ranks has already checked in",
+     "nccl-bootstrap-root-ranks", {"dup_rank": "1", "nranks": "8"}),
+    ("gpu-1:7:7 [0] bootstrap.cc:120 NCCL WARN Bootstrap Root : mismatch in rank count from procs 8 : 16",
+     "nccl-bootstrap-root-ranks", {"root_nranks": "8", "peer_nranks": "16"}),
+    ("[1,1]<stderr>:tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with "
+     "shape[2,1023,50257] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc",
+     "cuda-oom", {}),
+    ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task. The actor is dead because "
+     "its node has died. Node Id: 677df2a9020c5db4", "ray-actor-node-died", {"node_id": "677df2a9020c5db4"}),
     # a wrapper's own prefix before srun's task line (dagster-slurm): still srun's task line, not a process Killed
     ("[SLURM STDERR fallback] srun: error: lrdn1786: task 0: Killed", "srun-task-killed", {"host": "lrdn1786"}),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=3321.0. Some of the step tasks have been OOM Killed.",
@@ -301,3 +314,13 @@ def test_every_shipped_pattern_compiles(shipped) -> None:
     # shipped files are compiled lazily at run time, so this test is their validation
     for sig in shipped.signatures:
         assert sig.pattern.pattern == sig.pattern_text, sig.id
+
+
+@pytest.mark.parametrize("line", [
+    "ncclSocketInit: connecting to address  with family 59408 is neither AF_INET(2) nor AF_INET6(10)",  # garbage
+    "OOM when allocating tensor with shape[4096,4096] and type float on /job:localhost/replica:0/task:0/device:CPU:0 "
+    "by allocator cpu",  # TensorFlow's host allocator: not the GPU
+])
+def test_lookalikes_of_the_new_families_are_not_them(shipped, line: str) -> None:
+    hit = shipped.match(line)
+    assert hit is None or hit[0].id not in ("nccl-socket-no-address", "cuda-oom"), hit
