@@ -793,3 +793,15 @@ def test_a_collectors_stamp_with_its_offset_leaves_nccls_head_readable(tmp_path:
            "async fatal event on QP (0x7f69f01519a8): local access violation work queue error\n")
     got = diagnose_one(tmp_path / "console.log", log)
     assert (got["cause"], got["first_failing_host"]) == ("infiniband_error", "h100-28")
+
+
+def test_two_halves_with_different_models_name_no_rank(tmp_path: Path) -> None:
+    """Each rank names the lowest rank whose parameter count differs from its own: ranks 0-3 (399) all name rank 4,
+    ranks 4-7 (400) all name rank 0; neither is the odd one (accelerate#1481)."""
+    texts = {}
+    for r in range(8):
+        mine, other, theirs = (399, 4, 400) if r < 4 else (400, 0, 399)
+        texts[r] = (f"[rank{r}]: RuntimeError: DDP expects same model across all ranks, but Rank {r} has {mine} "
+                    f"params, while rank {other} has inconsistent {theirs} params.\n")
+    got = diagnose(write_ranks(tmp_path, texts))
+    assert (got["cause"], got["first_failing_rank"]) == ("collective_mismatch", None), got["summary"]

@@ -252,7 +252,7 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "application crash on rank 0 or a network set up issue.", "nccl-unique-id-wait",
      {"reporter_rank": "8", "root_rank": "0", "reason": "wait timeout after 600000ms"}),
     ("RuntimeError: DDP expects same model across all ranks, but Rank 1 has 338 params, while rank 0 has inconsistent "
-     "0 params.", "ddp-model-mismatch", {"reporter_rank": "1", "peer_rank": "0", "peer_params": "0"}),
+     "0 params.", "ddp-model-mismatch", {"reporter": "1", "named_rank": "0", "peer_params": "0"}),
     ("W0227 17:39:41.936000 293814 site-packages/torch/distributed/elastic/multiprocessing/api.py:766] Closing process "
      "293866 via signal SIGTERM", "elastic-sigterm", {"pid": "293866", "signal": "SIGTERM"}),
     # NCCL's socket wordings: 2.20-2.23, 2.27+ (lowercase 'connect to', the OS layer's poll), sends as well as recvs
