@@ -627,7 +627,8 @@ def renumber_ranks(facts: CaseFacts, dest: Path) -> Perturbed:
 # ---------------------------------------------------------------- clocks
 
 _ISO = re.compile(r"(?<!\d)(?P<y>(?:19|20)\d\d)-(?P<mo>[01]\d)-(?P<d>[0-3]\d)(?P<sep>[T _])"
-                  r"(?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)(?:(?P<fs>[.,])(?P<frac>\d{1,9}))?(?P<tz>Z|[+-][01]\d:?[0-5]\d)?(?!\d)")
+                  r"(?P<h>[0-2]\d):(?P<mi>[0-5]\d):(?P<s>[0-6]\d)(?:(?P<fs>[.,])(?P<frac>\d{1,9}))?"
+                  r"(?P<tz> ?(?:Z|[+-][01]\d:?[0-5]\d))?(?!\d)")  # a collector's offset may follow a space
 _GLOG = re.compile(r"(?<![\w])(?P<lvl>[IWEF])(?P<mo>1[0-2]|0?[1-9])(?P<d>[0-3]\d) (?P<h>[0-2]\d):(?P<mi>[0-5]\d):"
                    r"(?P<s>[0-6]\d)(?:\.(?P<frac>\d{1,9}))?(?P<tid> +\d+)?")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
