@@ -99,8 +99,7 @@ def teardown_kills(events: list[Event]) -> list[Event]:
             if e.get("signal") in TEARDOWN_SIGNALS and e.get("worker_pids")}
     if not torn:
         return events
-    return [replace(e, role="victim", fields=(*[f for f in e.fields if f[0] != "accuses"], ("accuses", "none")))
-            if e.role in ("culprit", "either") and (e.rank, e.file, e.get("worker_pids")) in torn else e
+    return [as_victim(e) if e.role in ("culprit", "either") and (e.rank, e.file, e.get("worker_pids")) in torn else e
             for e in events]
 
 
@@ -116,8 +115,13 @@ def stuck_after_own_timeout(events: list[Event]) -> list[Event]:
     timed_out = {e.rank for e in events if e.kind == "watchdog_timeout" and e.rank is not None}
     if not timed_out:
         return events
-    return [replace(e, role="victim", fields=(*[f for f in e.fields if f[0] != "accuses"], ("accuses", "none")))
-            if e.kind == "hang" and e.rank in timed_out and e.role in ("culprit", "either") else e for e in events]
+    return [as_victim(e) if e.kind == "hang" and e.rank in timed_out and e.role in ("culprit", "either") else e
+            for e in events]
+
+
+def as_victim(e: Event) -> Event:
+    """`e` as a victim's line that accuses nobody (a consequence of another failure, not a failure of its own)."""
+    return replace(e, role="victim", fields=(*[f for f in e.fields if f[0] != "accuses"], ("accuses", "none")))
 
 
 def refine_exit(e: Event) -> Event:
