@@ -49,6 +49,10 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
         advice.append(f"Resubmit avoiding the node: sbatch --exclude={','.join(exclude_nodes)} "
                       f"(or ddpslurm submit ... --exclude {','.join(exclude_nodes)}).")
     rows = rank_rows(tl, verdict)
+    if _every_rank_ended_normally(verdict, tl, rows):
+        summary = f"Every rank ({len(rows)}) ended normally, by its exit record: these logs show no failure."
+        advice = ["If the job still went wrong, look where these logs do not reach: its Slurm state (ddpslurm status "
+                  "JOBID, sacct) and the outputs your script writes."]
     return Diagnosis(cause=verdict.cause, first_failing_rank=verdict.rank, first_failing_host=verdict.host,
                      confidence=verdict.confidence, summary=summary, advice=advice,
                      evidence=evidence(tl, summaries, verdict), ranks=rows, retry=retry,
@@ -79,6 +83,13 @@ def fill(template: str, values: dict[str, Any]) -> str:
         return _OPTIONAL.sub(choose, template).format_map(_Safe(known))
     except (ValueError, IndexError, AttributeError):
         return template
+
+
+def _every_rank_ended_normally(verdict: Verdict, tl: JobTimeline, rows: list[RankRow]) -> bool:
+    """No failure found, and every rank the job had left an exit record that says it ended normally (a job that
+    completed, analyzed to be sure): not a failure nobody recognised."""
+    return (verdict.cause == "unknown" and verdict.rank is None and bool(rows) and not tl.job_events
+            and all(row.role == "ok" for row in rows))
 
 
 def _ordering_note(verdict: Verdict, tl: JobTimeline) -> str:

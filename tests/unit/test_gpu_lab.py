@@ -100,6 +100,18 @@ def test_a_healthy_real_nccl_job_has_no_failing_rank() -> None:
     got = analyze_paths([HEALTHY_JOB]).to_dict()
     assert got["first_failing_rank"] is None
     assert got["ranks"] and all(row["role"] == "ok" for row in got["ranks"])
+    assert got["summary"].startswith("Every rank (1) ended normally"), got["summary"]
+
+
+def test_a_job_with_a_rank_that_left_no_exit_record_is_not_called_normal(tmp_path: Path) -> None:
+    """The same healthy job with rank 0's exit record gone: nothing says it ended, so no 'ended normally'."""
+    import shutil
+
+    job = tmp_path / "job"
+    shutil.copytree(HEALTHY_JOB, job)
+    (job / "attempt_0" / "rank_0.exit.json").unlink()
+    got = analyze_paths([job]).to_dict()
+    assert "ended normally" not in got["summary"]
 
 
 def test_nccl_info_lines_carry_their_time() -> None:
