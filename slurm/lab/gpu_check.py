@@ -96,23 +96,27 @@ SCENARIOS = (
 
 
 def versions() -> dict[str, str]:
-    """torch, CUDA, NCCL and the GPU's name, asked from a child process (this runner never imports torch)."""
-    probe = ("import json, torch; n = torch.cuda.nccl.version() if torch.cuda.is_available() else None; "
-             "print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
-             "'nccl': '.'.join(map(str, n)) if n else None, "
-             "'gpu': torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "
-             "'gpus': torch.cuda.device_count()}))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    """torch, CUDA and NCCL (`ddpslurm doctor`'s probe) and the GPU's name, asked from a child process (this
+    runner never imports torch)."""
+    probe = ("import json, torch; from ddpslurm.doctor.probe import software; found, gpus = software(); "
+             "found.update(gpus=gpus, gpu=torch.cuda.get_device_name(0) if gpus else None); "
+             "print(json.dumps(found))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env=with_this_checkout())
     if done.returncode:
         raise SystemExit(f"gpu_check: torch could not be asked for its versions: {done.stderr.strip()[-300:]}")
     return json.loads(done.stdout)
 
 
+def with_this_checkout() -> dict[str, str]:
+    """The environment with this checkout first on PYTHONPATH (its ddpslurm, not an installed one)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+
+
 def ddpslurm(*args: str) -> subprocess.CompletedProcess:
     """This checkout's `ddpslurm` CLI in a child process (output captured; at most 10 minutes)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
     return subprocess.run([sys.executable, "-m", "ddpslurm.cli", *args], capture_output=True, text=True,
-                          timeout=600, env=env)
+                          timeout=600, env=with_this_checkout())
 
 
 def submit(scenario: Scenario, jobs: Path) -> dict:

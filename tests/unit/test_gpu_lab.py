@@ -121,3 +121,15 @@ def test_nccl_info_lines_carry_their_time() -> None:
     got = parse_time(info, None)
     assert got is not None and got[1] == "iso"
     assert calendar.timegm((2026, 11, 27, 0, 0, 0, 0, 0, 0)) < got[0] < calendar.timegm((2026, 11, 28, 0, 0, 0))
+
+
+def test_versions_are_the_doctor_probes() -> None:
+    """The runner records what `ddpslurm doctor`'s probe reads (asked in a child: the runner never imports torch),
+    and a GPU's name only where the probe counts one."""
+    from ddpslurm.doctor.probe import software
+
+    found = gpu_check.versions()
+    expected, gpus = software()
+    assert {k: found[k] for k in expected} == expected
+    assert found["gpus"] == gpus
+    assert (found["gpu"] is None) == (not gpus)
