@@ -187,16 +187,28 @@ def _maps(events: Sequence[Event], sources: Sequence[SourceFile], facts: JobFact
     pid_hosts: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for (h, pid), r in facts.pid_rank.items():
         pid_hosts[pid].append((r, h))
-    hosts = {e.host for e in events if e.host} | {s.host for s in sources if s.host}
-    peers = {peer for e in events if (peer := e.get("peer_host"))}  # hosts the ranks connect to
-    hosts |= {p.split(".")[0] for p in peers if is_host_name(p) and p.split(".")[0] != "localhost"}
-    pid_host: dict[int, str | None] = {}
-    for e in events:
-        if e.pid is not None and e.host:
-            pid_host[e.pid] = e.host if pid_host.get(e.pid, e.host) == e.host else None  # None: on two hosts
+    hosts, pid_host = _hosts_and_pids(events, sources)
     return _Maps(worker_dir=_worker_dirs(events, sources), local_rank=local_rank,
                  unique_pid={pid: pairs[0] for pid, pairs in pid_hosts.items() if len(pairs) == 1},
                  single_host=len(hosts) <= 1, host_of_pid={pid: h for pid, h in pid_host.items() if h})
+
+
+def _hosts_and_pids(events: Sequence[Event], sources: Sequence[SourceFile]) -> tuple[set[str], dict[int, str | None]]:
+    """In one pass over the events: the job's hosts (those of events and files, and the hosts ranks connect to),
+    and each pid's host (None: a pid seen on two hosts)."""
+    hosts = {s.host for s in sources if s.host}
+    peers: set[str] = set()
+    pid_host: dict[int, str | None] = {}
+    for e in events:
+        host = e.host
+        if host:
+            hosts.add(host)
+            if e.pid is not None:
+                pid_host[e.pid] = host if pid_host.get(e.pid, host) == host else None
+        if peer := e.get("peer_host"):
+            peers.add(peer)
+    hosts |= {p.split(".")[0] for p in peers if is_host_name(p) and p.split(".")[0] != "localhost"}
+    return hosts, pid_host
 
 
 def _attribute(e: Event, facts: JobFacts, maps: _Maps) -> Event:
