@@ -70,7 +70,9 @@ RULES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 #: `[rank3]:` after a tag no rule knows (a job name, a logger's own head): taken when no rank was found before it
 EMBEDDED_RANK = re.compile(r"(?<=[\s\]):|])\[[Rr]ank ?(?P<rank>\d{1,18})\]:\s?")
-NCCL_SOURCE = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+#: NCCL's line head `host:pid:tid [dev] `; a host name starts with a letter or digit (RFC 1123): a head cut inside its
+#: host (`-worker-1:946:988 [0] `, a paste) names no host
+NCCL_SOURCE = re.compile(r"(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
 
 
 Span = tuple[int, int]

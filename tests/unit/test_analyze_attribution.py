@@ -49,6 +49,9 @@ def test_time_prefix_is_kept_as_time() -> None:
     ("node02:1234:5678 [3] NCCL INFO x", ("node02", 1234)),
     ("gpu-a.cluster:99:100 [0] NCCL WARN y", ("gpu-a.cluster", 99)),
     ("NCCL INFO no source", None),
+    ("10-1-2-3:77:78 [1] NCCL INFO starts with a digit", ("10-1-2-3", 77)),
+    ("-worker-1:946:988 [0] NCCL WARN NET/IB : a paste cut inside the host", None),
+    (".cluster:99:100 [0] NCCL WARN cut before the dot", None),
 ])
 def test_nccl_source(line: str, expected: tuple[str, int] | None) -> None:
     assert nccl_source(line) == expected
