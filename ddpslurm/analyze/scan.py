@@ -49,7 +49,7 @@ from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
 from ddpslurm.analyze.resolve import MAX_RANK_LIST
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, PLANNED_CHARS, Signature, SignatureSet, memo_key, remember
 from ddpslurm.analyze.timestamps import parse_time
-from ddpslurm.analyze.tracebacks import IDLE_PER_STREAM, ElasticBlock, Exc, TracebackAssembler
+from ddpslurm.analyze.tracebacks import IDLE_PER_STREAM, ROOT_CAUSE_HEADER, ElasticBlock, Exc, TracebackAssembler
 
 CHUNK = 4 << 20
 MAX_LINE = 16 * 1024
@@ -407,6 +407,9 @@ class _FileState:
         if torchrun and self.summary is not None:
             self.summary.torchrun = True
         block = self.elastic.get(stream) if self.elastic else None
+        if block is None and body.lstrip().startswith(ROOT_CAUSE_HEADER):  # a block whose head is not in the input
+            block = self.elastic[stream] = ElasticBlock()
+            block.start()
         if block is not None:
             consumed, entries = block.feed(body, lineno)
             if not block.active:

@@ -34,6 +34,7 @@ except ModuleNotFoundError:  # Python 3.10
 #: anchor are found through it, the others become anchors themselves. Case-sensitive, like all prefilters.
 ANCHORS: tuple[str, ...] = (
     "rror", "Traceback", "WARN", "Init COMPLETE", "atchdog", "ignal", "illed", "exitcode", "imed out", "RESTART_COUNT",
+    "Root Cause (first observed failure)",  # torchelastic's failure block, read from it when its head is cut off
 )
 #: looked for only in the first HEAD_BYTES of a file (submitit writes it first)
 HEAD_ANCHORS: tuple[str, ...] = ("JobEnvironment(",)

@@ -203,6 +203,20 @@ _EXIT = re.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
 _SIG = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
 
 
+#: how far an entry's exception line is indented in its `traceback :` field: torch writes the child's traceback
+#: (its error file's py_callstack) with each newline followed by two spaces (`_format_failure`), so the frames sit at
+#: 4 and 6 and the exception line at 2; a message without that indentation (a plain string) starts at 0
+EXCEPTION_INDENTS = (0, 2)
+#: the header of the entry torchelastic names as the first failure: a block is read from it even where the lines
+#: above it (the ChildFailedError, `Failures:`) are not in the input (a paste that starts there)
+ROOT_CAUSE_HEADER = "Root Cause (first observed failure)"
+
+
+def _indent(text: str) -> int:
+    """How many spaces `text` starts with."""
+    return len(text) - len(text.lstrip(" "))
+
+
 @dataclass
 class ElasticBlock:
     """torchelastic's ChildFailedError summary: `Failures:`/`Other Failures:` and `Root Cause` entries."""
@@ -244,7 +258,7 @@ class ElasticBlock:
                 self._set(kv["key"], kv["value"].strip())
                 return True, []
             if self.in_traceback and stripped and not set(stripped) <= set("=-"):
-                if not text[:1].isspace() and _EXC_LINE.match(stripped) and "Traceback" not in stripped:
+                if _indent(text) in EXCEPTION_INDENTS and _EXC_LINE.match(stripped) and "Traceback" not in stripped:
                     self.current["exception"] = stripped
                 return True, []
         if stripped and set(stripped) <= set("=-") and len(stripped) > 10:

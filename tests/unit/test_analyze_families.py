@@ -532,6 +532,41 @@ def test_elastic_block_with_huge_numbers_does_not_raise(tmp_path: Path, sigs) ->
     assert [(e.rank, e.local_rank, e.pid) for e in root] == [(None, None, None)]
 
 
+ROOT_CAUSE_ENTRY = ["Root Cause (first observed failure):", "[0]:", "  time      : 2022-02-26_22:02:07",
+                    "  host      : gpu-node-39", "  rank      : {rank} (local_rank: 0)",
+                    "  exitcode  : 1 (pid: 181845)", "  error_file: /tmp/torchelastic_x/none_y/attempt_0/0/error.json",
+                    "  traceback : Traceback (most recent call last):",
+                    '    File "/env/lib/python3.8/site-packages/torch/distributed/elastic/multiprocessing/errors/'
+                    '__init__.py", line 345, in wrapper', "      return f(*args, **kwargs)",
+                    '    File "/work/pretrain_gpt.py", line 241, in main', "      die",
+                    "  NameError: name 'die' is not defined", "  ", "=" * 60]
+
+
+@pytest.mark.parametrize("rank", [0, 7, 304])
+@pytest.mark.parametrize("head", [True, False])
+def test_elastic_root_cause_with_its_childs_traceback_names_the_exception(tmp_path: Path, sigs, rank: int,
+                                                                           head: bool) -> None:
+    """torch writes the child's traceback (its error file) into `traceback :` with every newline followed by two
+    spaces: the exception line is the one at two. A paste that starts at `Root Cause` (no ChildFailedError, no
+    `Failures:` above it) is read as the block it is."""
+    above = ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "=" * 60,
+             "pretrain_gpt.py FAILED", "-" * 60, "Failures:", "  <NO_OTHER_FAILURES>", "-" * 60] if head else ["-" * 60]
+    text = "\n".join([*above, *ROOT_CAUSE_ENTRY]).format(rank=rank) + "\n"
+    roots = [e for e in scan_text(tmp_path, sigs, text) if e.kind == "elastic_failure"]
+    assert [(e.rank, e.host, e.text) for e in roots] == [(rank, "gpu-node-39", "NameError: name 'die' is not defined")]
+    (tmp_path / "console.log").write_text(text)
+    d = analyze_paths([tmp_path / "console.log"])
+    assert (d.cause, d.first_failing_rank, d.first_failing_host) == ("user_code_exception", rank, "gpu-node-39")
+
+
+def test_root_cause_words_in_a_script_line_start_no_block(tmp_path: Path, sigs) -> None:
+    """Only torchelastic's header starts a block: the words elsewhere in a line do not swallow what follows."""
+    text = "print: Root Cause (first observed failure): see below\n" + "\n".join(
+        ["Traceback (most recent call last):", '  File "t.py", line 1', "ValueError: mine"]) + "\n"
+    events = scan_text(tmp_path, sigs, text)
+    assert [(e.kind, e.text) for e in events] == [("exception", "ValueError: mine")]
+
+
 DS_HEAD = "[2024-02-06 06:23:39,510] [ERROR] [launch.py:321:sigkill_handler] ['/env/bin/python', '-u', 'train.py', "
 
 
