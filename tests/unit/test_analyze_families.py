@@ -577,14 +577,38 @@ def test_deepspeed_launcher_report_hard_wrapped_before_its_exit_code(tmp_path: P
     """A terminal or a paste wraps the launcher's long command line: the exit code on the next line is its own."""
     text = f"noise\n{DS_HEAD}'--local_rank={local}', '--lr',\n '2e-3'] exits with return code = {code}\nafter\n"
     events = [e for e in scan_text(tmp_path, sigs, text) if e.kind == "agent_failed"]
-    assert [(e.line, e.local_rank, e.get("exitcode")) for e in events] == [(2, local, code)]
+    named = (0, None) if local == 0 else (None, str(local))  # the last worker spawned's, not the failed one's
+    assert [(e.line, (e.local_rank, e.get("last_local_rank")), e.get("exitcode")) for e in events] == \
+        [(2, named, code)]
 
 
-def test_deepspeed_launcher_report_cut_before_its_exit_code_names_the_worker_not_a_cause(tmp_path: Path,
-                                                                                         sigs) -> None:
-    (tmp_path / "train.log").write_text(f"{DS_HEAD}'--local_rank=3', '--deepspeed', 'ds.json', '--bf16\n")
+@pytest.mark.parametrize(("local", "named"), [(0, 0), (3, None), (12, None)])
+def test_deepspeed_launcher_report_names_the_worker_only_when_it_was_the_only_one(tmp_path: Path, sigs,
+                                                                                  local: int,
+                                                                                  named: int | None) -> None:
+    """DeepSpeed's sigkill_handler prints the spawn loop's last command: '--local_rank=N' is the node's highest local
+    rank, whichever worker failed; 0 means one worker, the failed one. Cut before its code, it names no cause."""
+    (tmp_path / "train.log").write_text(f"{DS_HEAD}'--local_rank={local}', '--deepspeed', 'ds.json', '--bf16\n")
     d = analyze_paths([tmp_path])
-    assert (d.cause, d.first_failing_rank) == ("unknown", 3)
+    assert (d.cause, d.first_failing_rank) == ("unknown", named)
+
+
+@pytest.mark.parametrize("failed", [0, 1, 2])
+def test_deepspeed_launcher_report_leaves_the_rank_to_the_workers_own_traceback(tmp_path: Path, failed: int) -> None:
+    """Three workers, the launcher printing the last one's command (local rank 2) with the failed one's code: the
+    rank comes from the worker's own traceback; without it, the exit code tells the cause and no rank is named."""
+    spawned = "".join(f"[2024-02-06 06:23:30,1{i}0] [INFO] [launch.py:256:main] process {40 + i} spawned with "
+                      f"command: ['/env/bin/python', '-u', 'train.py', '--local_rank={i}']\n" for i in range(3))
+    trace = (f"[rank{failed}]: Traceback (most recent call last):\n[rank{failed}]:   File \"train.py\", line 12\n"
+             f"[rank{failed}]: ValueError: bad batch\n")
+    report = (f"[2024-02-06 06:23:39,500] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 40\n"
+              f"{DS_HEAD}'--local_rank=2'] exits with return code = {{code}}\n")
+    (tmp_path / "train.log").write_text(spawned + trace + report.format(code=1))
+    d = analyze_paths([tmp_path])
+    assert (d.cause, d.first_failing_rank) == ("user_code_exception", failed)
+    (tmp_path / "train.log").write_text(spawned + report.format(code=-11))
+    d = analyze_paths([tmp_path])
+    assert (d.cause, d.first_failing_rank) == ("segfault", None)
 
 
 def test_traceback_header_mid_line_leaves_the_text_before_it_a_line(tmp_path: Path, sigs) -> None:
