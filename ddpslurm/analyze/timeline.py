@@ -31,7 +31,7 @@ RETRIED_CAUSES = ("network_unreachable", "rendezvous_timeout")
 TEARDOWN_STATUSES = ("Terminated",)
 TEARDOWN_EXIT_CODES = ("143", "15", "137")
 #: a job-level event from Slurm about the step or job as a whole, not about a rank
-TEARDOWN_MARKERS = re.compile(r"_step_signal|Terminating (?:StepId|job step)|STEP \S+ ON \S+ CANCELLED|"
+TEARDOWN_MARKERS = re.compile(r"_step_signal|Terminating (?:StepId|job step)|STEP \S+ (?:ON \S+ )?CANCELLED|"
                               r"Job step aborted|Force Terminated")
 
 

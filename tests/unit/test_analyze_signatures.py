@@ -231,6 +231,17 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "cuda-oom", {}),
     ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task. The actor is dead because "
      "its node has died. Node Id: 677df2a9020c5db4", "ray-actor-node-died", {"node_id": "677df2a9020c5db4"}),
+    # older slurmstepd banners (req.c): the node after the time or the reason, no 'ON node' before CANCELLED
+    ("slurmstepd: *** JOB 1479012 CANCELLED AT 2015-02-04T06:33:25 *** on sh-2-3", "slurm-job-cancelled",
+     {"step": "1479012", "stepd_host": "sh-2-3"}),
+    ("slurmstepd: *** JOB 830329 CANCELLED AT 2018-08-06T17:21:44 DUE TO TIME LIMIT on n447 ***", "slurm-time-limit",
+     {"step": "830329", "stepd_host": "n447", "at": "2018-08-06T17:21:44"}),
+    ("slurmstepd: error: *** STEP 77.0 CANCELLED AT 2018-08-06T17:21:44 DUE TO PREEMPTION on n12 ***",
+     "slurm-preempted", {"step": "77.0", "stepd_host": "n12"}),
+    ("slurmstepd: error: *** JOB 77 CANCELLED AT 2018-08-06T17:21:44 DUE TO NODE n12 FAILURE ***",
+     "slurm-node-failure-step", {"step": "77", "stepd_host": "n12"}),
+    ("slurmstepd: error: *** STEP 77.1 CANCELLED AT 2018-08-06T17:21:44 *** on n12", "slurm-step-cancelled",
+     {"step": "77.1", "stepd_host": "n12"}),
     # a wrapper's own prefix before srun's task line (dagster-slurm): still srun's task line, not a process Killed
     ("[SLURM STDERR fallback] srun: error: lrdn1786: task 0: Killed", "srun-task-killed", {"host": "lrdn1786"}),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=3321.0. Some of the step tasks have been OOM Killed.",
