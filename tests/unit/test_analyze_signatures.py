@@ -242,6 +242,14 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "slurm-node-failure-step", {"step": "77", "stepd_host": "n12"}),
     ("slurmstepd: error: *** STEP 77.1 CANCELLED AT 2018-08-06T17:21:44 *** on n12", "slurm-step-cancelled",
      {"step": "77.1", "stepd_host": "n12"}),
+    # Ray's GCS marking a node dead (1.x 'ip:', 2.x 'address: ... node name:'): the node it names is the one lost
+    ("2022-02-15 16:53:52,096\tWARNING worker.py:1462 -- The node with node id: 8f205b12643d25d8c1ce57c4 and ip: "
+     "10.128.0.103 has been marked dead because the detector has missed too many heartbeats from it.",
+     "ray-node-marked-dead", {"node_id": "8f205b12643d25d8c1ce57c4", "host": "10.128.0.103"}),
+    ("WARNING worker.py:1866 -- The node with node id: 9426f445 and address: 10.130.0.113 and node name: tpu-w-3 has "
+     "been marked dead because the detector has missed too many heartbeats from it. This can happen when a (1) raylet "
+     "crashes unexpectedly (OOM, preempted node, etc.)", "ray-node-marked-dead",
+     {"host": "10.130.0.113", "node_name": "tpu-w-3"}),
     # a wrapper's own prefix before srun's task line (dagster-slurm): still srun's task line, not a process Killed
     ("[SLURM STDERR fallback] srun: error: lrdn1786: task 0: Killed", "srun-task-killed", {"host": "lrdn1786"}),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=3321.0. Some of the step tasks have been OOM Killed.",
