@@ -250,6 +250,9 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      "been marked dead because the detector has missed too many heartbeats from it. This can happen when a (1) raylet "
      "crashes unexpectedly (OOM, preempted node, etc.)", "ray-node-marked-dead",
      {"host": "10.130.0.113", "node_name": "tpu-w-3"}),
+    # Kubernetes: the kubelet's memory-pressure eviction, a container OOMKilled in its cgroup
+    ("Message:        The node was low on resource: memory.", "kubernetes-memory-eviction", {}),
+    ("pytorchjob-worker-3     0/1     OOMKilled   0          5m", "kubernetes-memory-eviction", {}),
     # a wrapper's own prefix before srun's task line (dagster-slurm): still srun's task line, not a process Killed
     ("[SLURM STDERR fallback] srun: error: lrdn1786: task 0: Killed", "srun-task-killed", {"host": "lrdn1786"}),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=3321.0. Some of the step tasks have been OOM Killed.",
@@ -324,6 +327,7 @@ def test_shipped_signature_matches(shipped, line: str, sig_id: str, fields: dict
     "incorrect.",
     "node1:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] via P2P/IPC",
     "step 100 loss 3.14",
+    "Message:        The node was low on resource: ephemeral-storage.",  # disk pressure, not memory
 ])
 def test_advice_and_noise_are_not_evidence(shipped, line: str) -> None:
     assert shipped.match(line) is None
