@@ -709,3 +709,19 @@ def test_each_rank_of_an_interleaved_log_gets_its_own_last_error_reason(tmp_path
     events = scan_text(tmp_path_factory.mktemp("log"), sigs, "".join(lines))
     got = {e.rank: (e.cause, e.get("last_error")) for e in events if e.kind != "interface"}
     assert got == {r: (reason[r][1], reason[r][0]) for r in ranks}
+
+
+@pytest.mark.parametrize("faulty", [1, 6])
+@pytest.mark.parametrize("error", ["unspecified launch failure", "an illegal memory access was encountered"])
+def test_watchdog_terminated_by_a_cuda_error_is_that_ranks_own_failure(tmp_path: Path, faulty: int, error: str) -> None:
+    """torch's NCCL watchdog that dies of a CUDA error found it in its own rank's context (a sticky kernel fault):
+    that rank is the culprit; the others' watchdogs time out waiting for it."""
+    timeout = ("[rank{r}]:[E808 10:41:07.406255799 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+               "operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
+               "ran for 600021 milliseconds before timing out.\n")
+    fault = (f"[rank{faulty}]:[E808 10:31:07.406255799 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank {faulty}] "
+             f"Process group watchdog thread terminated with exception: CUDA error: {error}\n")
+    lines = [fault if r == faulty else timeout.format(r=r) for r in range(8)]
+    (tmp_path / "slurm-9.out").write_text("".join(lines))
+    d = analyze_paths([tmp_path])
+    assert (d.cause, d.first_failing_rank) == ("user_code_exception", faulty)

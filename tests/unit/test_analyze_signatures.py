@@ -253,6 +253,10 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     # Kubernetes: the kubelet's memory-pressure eviction, a container OOMKilled in its cgroup
     ("Message:        The node was low on resource: memory.", "kubernetes-memory-eviction", {}),
     ("pytorchjob-worker-3     0/1     OOMKilled   0          5m", "kubernetes-memory-eviction", {}),
+    # torch's watchdog finding its own CUDA context broken: the kernel fault is the rank's own, not a timeout
+    ("192.168.13.81: [rank19]:[E808 10:31:07.406255799 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank 19] Process "
+     "group watchdog thread terminated with exception: CUDA error: unspecified launch failure", "cuda-illegal-access",
+     {"cuda_error": "unspecified launch failure"}),
     # a wrapper's own prefix before srun's task line (dagster-slurm): still srun's task line, not a process Killed
     ("[SLURM STDERR fallback] srun: error: lrdn1786: task 0: Killed", "srun-task-killed", {"host": "lrdn1786"}),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=3321.0. Some of the step tasks have been OOM Killed.",
