@@ -48,8 +48,9 @@ RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # `2025-11-09 15:39:31.043 +08:00 ` (a collector's offset after a space)
     (re.compile(r"\[?(?P<time>(?:19|20)\d\d-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d))?)\]?:?\s+"
                 r"(?=\S)(?!\[?[A-Z]?[a-z]*(?:\]|,\d))"), "time"),
-    # log viewer line numbers: `[80746] ` or `80746| ` (never a rank)
-    (re.compile(r"\[\d{3,}\]\s+|\d+\s*\|\s"), "lineno"),
+    # log viewer line numbers: `[80746] ` or `80746| ` (never a rank; torch's desync verdict `[100] finished
+    # collective #S, ...` lists ranks that way)
+    (re.compile(r"\[\d{3,}\]\s+(?!joined but|finished collective #)|\d+\s*\|\s"), "lineno"),
     # Open MPI --tag-output: `[1,3]<stdout>:`
     (re.compile(r"\[\d+,(?P<rank>\d{1,18})\]<std(?:out|err)>:\s?"), "rank"),
     # torch >= 2.2: `[rank3]:`, also `[Rank 3]:`

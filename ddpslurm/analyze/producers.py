@@ -761,6 +761,27 @@ def desync_reports(tl: JobTimeline) -> list[Vote]:
     return votes
 
 
+DESYNC_VERDICT_WEIGHT = 50.0  # torch read every rank's last collective from the store: above a rank's absence (30)
+
+
+def desync_verdicts(tl: JobTimeline) -> list[Vote]:
+    """ProcessGroupNCCL's desync report (`desync_verdict`): the ranks torch found at the lowest collective, or never
+    in one, held the others up. Every reporter reads the same store, so their lists are joined. The ranks it lists
+    share the blame; a list of the whole world (every rank stuck in one collective) names nobody."""
+    told = [f for f in [*tl.unranked, *(f for rt in tl.ranks.values() for f in rt.failures)]
+            if f.kind == "desync_verdict"]
+    named = sorted({r for e in told for r in expand_ranks(e.get("ranks") or "")})
+    if not named:
+        return []
+    world = max(_bounded_world(tl) or 0, named[-1] + 1)
+    if len(named) >= world:
+        return [Vote("desync report", 20.0, f"torch's desync report lists every rank ({world}) at one collective: "
+                     "they all waited in it", cause="collective_timeout", evidence=tuple(told[:2]))]
+    why = f"torch's desync report lists rank(s) {_rank_list(named)} as the lagging ones that held the others up"
+    return [Vote("desync report", DESYNC_VERDICT_WEIGHT / len(named), why, rank=r, host=tl.facts.rank_host.get(r),
+                 cause="collective_timeout", evidence=tuple(told[:3])) for r in named]
+
+
 def duplicate_ranks(tl: JobTimeline) -> list[Vote]:
     """Launchers that number ranks themselves (Lightning, Fabric, NeMo) announce each process's rank once: a rank
     announced by several processes while others of the world never are means processes took the same numbers (srun's
@@ -784,6 +805,7 @@ PRODUCERS: tuple[Callable[[JobTimeline], list[Vote]], ...] = (
     job_events, own_failures, detectors_and_hosts, srun_task_deaths, vanished_ranks, agent_teardown,
     barrier_counts, timeout_reporters, named_peers, odd_versions, interface_picks, ranks_beyond_world,
     logs_that_stop_early, hang_stacks, flight_recorder, stuck_in_nccl_init, duplicate_ranks, desync_reports,
+    desync_verdicts,
 )
 
 

@@ -59,7 +59,8 @@ ACCUSES = ("self", "peer", "none", "job", "host")
 KINDS = ("signature", "exception", "watchdog_timeout", "store_barrier", "barrier", "barrier_peer", "peer_lost",
          "slurm_job", "slurm_task", "oom_kill", "agent", "agent_sigterm", "agent_failed", "elastic_failure",
          "nccl_warn", "signal", "socket", "gpu", "hang", "mismatch_detected", "interface", "nccl_rank_map",
-         "ras_report", "progress", "dump_signal", "rank_announce", "mismatch_report", "connect_retry")
+         "ras_report", "progress", "dump_signal", "rank_announce", "mismatch_report", "connect_retry",
+         "desync_verdict")
 #: kinds logged by a rank that DETECTED a fault in data a peer sent (it is not the offender)
 DETECTOR_KINDS = ("mismatch_detected",)
 #: named groups that make a victim's line name a peer (`accuses = "peer"` by default)

@@ -20,11 +20,12 @@ from ddpslurm.analyze.timestamps import comparable
 FAILURE_ROLES = ("culprit", "victim", "either")
 #: kinds that show a rank got past init and into the collectives (an earlier start-up error was recovered)
 ALIVE_KINDS = ("nccl_init", "nccl_rank_map", "progress", "watchdog_timeout", "peer_lost", "barrier", "hang",
-               "ras_report", "dump_signal", "mismatch_report")
+               "ras_report", "dump_signal", "mismatch_report", "desync_verdict")
 #: kinds a rank logs when it starts (again): a new attempt after a preemption or time limit
 RESTART_KINDS = ("nccl_init", "start", "attempt_start", "rank_info", "store_barrier")
 #: kinds that show the job's process group was initialized: every rank had connected to the rendezvous
-INITIALIZED_KINDS = ("nccl_init", "watchdog_timeout", "progress", "hang", "dump_signal", "mismatch_report")
+INITIALIZED_KINDS = ("nccl_init", "watchdog_timeout", "progress", "hang", "dump_signal", "mismatch_report",
+                     "desync_verdict")
 #: causes of start-up errors a rank may retry through (c10d retries its connect until the timeout)
 RETRIED_CAUSES = ("network_unreachable", "rendezvous_timeout")
 #: what srun and slurmstepd say of a task killed by the step's teardown, not by its own fault

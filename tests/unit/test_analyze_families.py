@@ -725,3 +725,49 @@ def test_watchdog_terminated_by_a_cuda_error_is_that_ranks_own_failure(tmp_path:
     (tmp_path / "slurm-9.out").write_text("".join(lines))
     d = analyze_paths([tmp_path])
     assert (d.cause, d.first_failing_rank) == ("user_code_exception", faulty)
+
+
+def _desync_job(tmp_path: Path, verdict: str, reporters: tuple[int, ...] = (0,)) -> Path:
+    """A job whose watchdogs time out on `reporters`, each printing torch's desync report with `verdict` (the
+    report's own lines carry no prefix: they continue the rank's error message), the other ranks silent."""
+    lines = []
+    for r in reporters:
+        lines += [f"[rank{r}]:[E515 18:36:47.341808597 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+                  "operation timeout: WorkNCCL(SeqNum=241, OpType=ALLREDUCE, NumelIn=6, NumelOut=6, Timeout(ms)=600000)"
+                  " ran for 600086 milliseconds before timing out.",
+                  f"[rank{r}]:[E515 18:36:47.343377708 ProcessGroupNCCL.cpp:1937] Rank {r}",
+                  f"\t - [{r}] Timeout at collective: ALLREDUCE, #315",
+                  "\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:",
+                  verdict]
+    (tmp_path / "slurm-5.out").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("lagging", [7, 3, 120])
+@pytest.mark.parametrize("reporters", [(0,), (1, 2)])
+def test_desync_report_names_the_ranks_torch_found_lagging(tmp_path: Path, lagging: int,
+                                                           reporters: tuple[int, ...]) -> None:
+    """TORCH_NCCL_DESYNC_DEBUG's verdict (c10d TraceUtils.h) names the rank that stopped issuing collectives; the
+    reporters are victims. A rank of three digits is not a log viewer's line number."""
+    verdict = (f"\t     [{lagging}] finished collective #182, but didn't join collective #183 (count from 1)")
+    d = analyze_paths([_desync_job(tmp_path, verdict, reporters)])
+    assert (d.cause, d.first_failing_rank) == ("collective_timeout", lagging)
+
+
+@pytest.mark.parametrize("verdict", [
+    "\t   - [0, 1, 2, 3, 4, 5, 6, 7] joined but didn't finish collective #730 (count from 1)",
+    "\t - To our best knowledge, ranks [5, 6] are the lagging ranks that caused this timeout. They never joined any "
+    "collectives",
+])
+def test_desync_report_of_the_whole_world_or_of_several_ranks_names_no_single_rank(tmp_path: Path,
+                                                                                   verdict: str) -> None:
+    """Every rank stuck in one collective (below torch), or two ranks that never joined: no single rank."""
+    d = analyze_paths([_desync_job(tmp_path, verdict)])
+    assert (d.cause, d.first_failing_rank) == ("collective_timeout", None)
+
+
+def test_desync_report_of_ranks_that_never_joined_names_the_one(tmp_path: Path) -> None:
+    verdict = ("\t - To our best knowledge, ranks [6] are the lagging ranks that caused this timeout. They never "
+               "joined any collectives")
+    d = analyze_paths([_desync_job(tmp_path, verdict, (0, 3))])
+    assert (d.cause, d.first_failing_rank) == ("collective_timeout", 6)

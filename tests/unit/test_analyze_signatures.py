@@ -257,6 +257,13 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("192.168.13.81: [rank19]:[E808 10:31:07.406255799 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank 19] Process "
      "group watchdog thread terminated with exception: CUDA error: unspecified launch failure", "cuda-illegal-access",
      {"cuda_error": "unspecified launch failure"}),
+    # TORCH_NCCL_DESYNC_DEBUG's verdict (c10d TraceUtils.h): the lagging ranks, at the lowest collective or in none
+    ("\t     [7] finished collective #182, but didn't join collective #183 (count from 1)", "desync-verdict",
+     {"ranks": "7", "seq": "182"}),
+    ("\t   - [0, 1, 2, 3] joined but didn't finish collective #730 (count from 1)", "desync-verdict",
+     {"ranks": "0, 1, 2, 3", "seq": "730"}),
+    ("\t - To our best knowledge, ranks [3, 12] are the lagging ranks that caused this timeout. They never joined any "
+     "collectives", "desync-verdict", {"ranks": "3, 12"}),
     # a wrapper's own prefix before srun's task line (dagster-slurm): still srun's task line, not a process Killed
     ("[SLURM STDERR fallback] srun: error: lrdn1786: task 0: Killed", "srun-task-killed", {"host": "lrdn1786"}),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=3321.0. Some of the step tasks have been OOM Killed.",
