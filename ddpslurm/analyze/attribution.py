@@ -181,7 +181,8 @@ class PathInfo:
 
 
 _SUBMITIT = re.compile(r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_(?:log\.(?:out|err)|result\.pkl|submitted\.pkl)$")
-_DDP_RANK = re.compile(r"^rank_(?P<rank>\d+)(?P<rec>\.start\.json|\.exit\.json|\.log|\.out|\.err)?$")
+#: ddpslurm's `rank_R.log` and its records; a person's `rank3.log`, `rank-3.txt` name the global rank too
+_DDP_RANK = re.compile(r"^rank[_-]?(?P<rank>\d+)(?P<rec>\.start\.json|\.exit\.json|\.log|\.out|\.err|\.txt)?$")
 _ATTEMPT = re.compile(r"^attempt_(?P<n>\d+)$")
 _HOSTDIR = re.compile(rf"^(?:node[-_]?rank[-_]?\d+[-_])?(?P<host>{_HOST})$")
 _ELASTIC_RUN = re.compile(r"^[\w.-]+_[a-z0-9]{8}$")  # torchrun --log-dir: <run_id>_<random>

@@ -69,6 +69,10 @@ def test_nccl_source(line: str, expected: tuple[str, int] | None) -> None:
     ("ddpslurm.json", None, None, None, None, "job_record"),
     ("slurm-123.out", None, None, None, None, "log"),
     ("node02/slurm-1.out", None, None, "node02", None, "log"),
+    ("rank1.log", 1, None, None, None, "log"),  # a person's own names for per-rank logs
+    ("logs/rank-12.txt", 12, None, None, None, "log"),
+    ("ranks.log", None, None, None, None, "log"),
+    ("rank1_old.log", None, None, None, None, "log"),
 ])
 def test_path_info(path: str, rank, local_rank, host, attempt, kind) -> None:
     info = path_info(PurePath(path))
