@@ -257,6 +257,10 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("192.168.13.81: [rank19]:[E808 10:31:07.406255799 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank 19] Process "
      "group watchdog thread terminated with exception: CUDA error: unspecified launch failure", "cuda-illegal-access",
      {"cuda_error": "unspecified launch failure"}),
+    # Module.load_state_dict refusing a checkpoint, with or without its RuntimeError head
+    ("Error(s) in loading state_dict for Linear:", "state-dict-load-error", {"module": "Linear"}),
+    ("RuntimeError: Error(s) in loading state_dict for GPT2LMHeadModel:", "state-dict-load-error",
+     {"module": "GPT2LMHeadModel"}),
     # TORCH_NCCL_DESYNC_DEBUG's verdict (c10d TraceUtils.h): the lagging ranks, at the lowest collective or in none
     ("\t     [7] finished collective #182, but didn't join collective #183 (count from 1)", "desync-verdict",
      {"ranks": "7", "seq": "182"}),
