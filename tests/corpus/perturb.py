@@ -254,6 +254,10 @@ _RANK_RULES = tuple(re.compile(p) for p in (
     r"keys?: \S*/(?P<r>\d+)(?=[\"\\\s]|$)",  # gloo/c10d store key of the awaited rank
     # ProcessGroupNCCL's unique-id wait: the waiter and the root, ranks of the communicator (the job's, in the corpus)
     r"\[(?P<r>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from \[(?P<r2>\d+)\]",
+    # ProcessGroupNCCL's desync report (c10d TraceUtils.h): the reporter, the lagging ranks, the snapshot's ranks
+    r"- \[(?P<r>\d+)\] Timeout at collective",
+    r"ranks \[(?P<rl>\d+(?:, \d+)*)\] are the lagging ranks",
+    r"\[(?P<rl>\d+(?:, \d+)*)\] (?=joined but didn|finished collective #|started [A-Z_]|finished [A-Z_])",
     r"\[(?![Rr]ank)[A-Za-z_]+(?P<l>\d+)\]:",  # torchrun --tee `[default3]:` (local rank of the line's node)
     r"local_rank:? (?P<l>\d+) \(pid: (?P<pid>\d+)",  # torchelastic agent `failed (...) local_rank: 3 (pid: N)`
     r"(?:LOCAL_RANK|SLURM_LOCALID)=(?P<l>\d+)",
