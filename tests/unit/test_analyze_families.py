@@ -780,14 +780,15 @@ def test_a_checkpoint_one_rank_cannot_load_is_that_ranks_failure(tmp_path: Path,
     wait in the next collective: that rank, the script's own error."""
     for r in range(6):
         if r == bad:
-            text = (f"[rank{r}]: Traceback (most recent call last):\n[rank{r}]:   File \"train.py\", line 40, in <module>\n"
+            text = (f"[rank{r}]: Traceback (most recent call last):\n"
+                    f"[rank{r}]:   File \"train.py\", line 40, in <module>\n"
                     f"[rank{r}]: {head}Error(s) in loading state_dict for GPT:\n"
                     f"[rank{r}]: \tsize mismatch for wte.weight: copying a param with shape torch.Size([50304, 768]) "
                     "from checkpoint, the shape in current model is torch.Size([50257, 768]).\n")
         else:
-            text = (f"[rank{r}]:[E109 22:46:25.933527530 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
-                    "operation timeout: WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=600000) "
-                    "ran for 600044 milliseconds before timing out.\n")
+            text = (f"[rank{r}]:[E109 22:46:25.933527530 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught "
+                    "collective operation timeout: WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, NumelOut=1, "
+                    "Timeout(ms)=600000) ran for 600044 milliseconds before timing out.\n")
         (tmp_path / f"rank_{r}.log").write_text(text)
     d = analyze_paths([tmp_path])
     assert (d.cause, d.first_failing_rank) == ("user_code_exception", bad)
