@@ -257,6 +257,8 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("192.168.13.81: [rank19]:[E808 10:31:07.406255799 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank 19] Process "
      "group watchdog thread terminated with exception: CUDA error: unspecified launch failure", "cuda-illegal-access",
      {"cuda_error": "unspecified launch failure"}),
+    # gloo's enforce wraps its reason onto a line of its own
+    ("  ifa != nullptr. Unable to find address for: ^lo", "gloo-unable-to-find-address", {"ifname": "^lo"}),
     # Module.load_state_dict refusing a checkpoint, with or without its RuntimeError head
     ("Error(s) in loading state_dict for Linear:", "state-dict-load-error", {"module": "Linear"}),
     ("RuntimeError: Error(s) in loading state_dict for GPT2LMHeadModel:", "state-dict-load-error",
