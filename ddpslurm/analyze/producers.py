@@ -597,11 +597,17 @@ _BAD_IFNAME = re.compile(r"^(?:lo|docker\d*|virbr\d*|br-[0-9a-f]+)$")
 _BAD_ADDRESS = re.compile(r"^(?:127\.|::1$|fe80:|169\.254\.)", re.IGNORECASE)
 
 
+_LINK_LOCAL = re.compile(r"^(?:fe80:|169\.254\.)", re.IGNORECASE)
+
+
 def interface_picks(tl: JobTimeline) -> list[Vote]:
     """NCCL/gloo picked loopback, a link-local address or a container bridge in a job spanning hosts: the
     connect failures or the hang that follow are a wrong interface (NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)."""
     picks = [e for e in tl.events if e.kind == "interface" and (e.get("ifname") or e.get("ip"))]
     hosts = {h for h in tl.facts.rank_host.values()} | {e.host for e in picks if e.host}
+    advertised = _bad_peer_addresses(tl, len(hosts) >= 2)
+    if advertised:
+        return advertised
     if len(hosts) < 2 or not any(rt.failures for rt in tl.ranks.values()):
         return []
     bad = [e for e in picks if _BAD_IFNAME.match((e.get("ifname") or "").split(":")[0])
@@ -616,6 +622,18 @@ def interface_picks(tl: JobTimeline) -> list[Vote]:
                      evidence=tuple(bad[:2]))]
     return [Vote("interface pick", 45.0 / len(ranks), why, rank=r, host=tl.facts.rank_host.get(r),
                  cause="wrong_interface", evidence=tuple(e for e in bad if e.rank == r)[:2]) for r in ranks]
+
+
+def _bad_peer_addresses(tl: JobTimeline, across_hosts: bool) -> list[Vote]:
+    """A connect or a socket to a peer at a link-local address (fe80::/10, 169.254/16), or at a loopback one in a job
+    spanning hosts, failed: the peer advertised an address no other host can reach (NCCL's bootstrap and gloo's
+    device take the interface NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME names, else one they pick), not a peer that died."""
+    failed = [e for e in [*tl.unranked, *(f for rt in tl.ranks.values() for f in rt.failures)]
+              if (ip := e.get("peer_ip")) and (_LINK_LOCAL.match(ip) or (across_hosts and _BAD_ADDRESS.match(ip)))]
+    if not failed:
+        return []
+    why = f"ranks failed to reach a peer at {failed[0].get('peer_ip')}, an address other hosts cannot reach"
+    return [Vote("interface pick", 50.0, why, cause="wrong_interface", evidence=tuple(failed[:2]))]
 
 
 _INVALID_ARGUMENT = re.compile(r"\binvalid (?:argument|usage)\b", re.IGNORECASE)

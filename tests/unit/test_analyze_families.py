@@ -793,3 +793,36 @@ def test_a_checkpoint_one_rank_cannot_load_is_that_ranks_failure(tmp_path: Path,
     d = analyze_paths([tmp_path])
     assert (d.cause, d.first_failing_rank) == ("user_code_exception", bad)
     assert "checkpoint" in d.summary
+
+
+GLOO_FULL_MESH = ("[rank{r}]: RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/"
+                  "tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[{peer}]:{port}")
+NCCL_ABORTED = ("{host}:4242:4260 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to {peer}<51577> failed : "
+                "Software caused connection abort")
+
+
+@pytest.mark.parametrize("peer", ["fe80::20d:3aff:fef7:74b3%enP7906s1", "169.254.12.7"])
+@pytest.mark.parametrize("template", [GLOO_FULL_MESH, NCCL_ABORTED])
+def test_a_peer_at_a_link_local_address_is_a_wrong_interface(tmp_path: Path, peer: str, template: str) -> None:
+    """The peer advertised a link-local address (gloo's device, NCCL's bootstrap): no other host reaches it."""
+    lines = [template.format(r=r, host=f"node-{r}", peer=peer, port=29510 + r) for r in (1, 3)]
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    d = analyze_paths([tmp_path])
+    assert (d.cause, d.first_failing_rank) == ("wrong_interface", None)
+
+
+@pytest.mark.parametrize("peer", ["127.0.0.1", "127.0.1.1"])
+def test_a_peer_at_a_loopback_address_is_a_wrong_interface_only_across_hosts(tmp_path: Path, peer: str) -> None:
+    """Loopback is where one host's ranks meet: a refused connect there is a peer gone, unless the job spans
+    hosts (then the peer's hostname resolved to loopback: GLOO_SOCKET_IFNAME)."""
+    one_host = [f"[rank{r}]: terminate called after throwing an instance of 'gloo::IoException'\n[rank{r}]:   what():  "
+                f"[/work/third_party/gloo/gloo/transport/tcp/pair.cc:724] connect [{peer}]:3210: Connection refused"
+                for r in (0, 1)]
+    (tmp_path / "console.log").write_text("\n".join(one_host) + "\n")
+    assert analyze_paths([tmp_path]).cause != "wrong_interface"
+    for r, host in ((0, "gpu-a1"), (1, "gpu-b7")):
+        (tmp_path / f"{host}.log").write_text(
+            f"{host}:4{r}01:4{r}01 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.{r + 2}<0>\n"
+            f"{host}:4{r}01:4{r}01 [0] NCCL INFO comm 0x5581 rank {r} nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n")
+    d = analyze_paths([tmp_path])
+    assert d.cause == "wrong_interface"

@@ -257,7 +257,11 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("192.168.13.81: [rank19]:[E808 10:31:07.406255799 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank 19] Process "
      "group watchdog thread terminated with exception: CUDA error: unspecified launch failure", "cuda-illegal-access",
      {"cuda_error": "unspecified launch failure"}),
-    # gloo's enforce wraps its reason onto a line of its own
+    # gloo's pair failing to reach the address its peer advertised; its enforce's reason on a line of its own
+    ("  what():  [/work/third_party/gloo/gloo/transport/tcp/pair.cc:724] connect [127.0.1.1]:3210: Connection refused",
+     "gloo-pair-connect-failed", {"peer_ip": "127.0.1.1", "peer_port": "3210"}),
+    ("  timed out connecting: SO_ERROR: Connection refused, remote=[fe80::1%eth0]:29512", "gloo-pair-connect-failed",
+     {"peer_ip": "fe80::1%eth0", "peer_port": "29512"}),
     ("  ifa != nullptr. Unable to find address for: ^lo", "gloo-unable-to-find-address", {"ifname": "^lo"}),
     # Module.load_state_dict refusing a checkpoint, with or without its RuntimeError head
     ("Error(s) in loading state_dict for Linear:", "state-dict-load-error", {"module": "Linear"}),
