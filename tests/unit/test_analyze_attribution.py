@@ -24,6 +24,9 @@ from ddpslurm.analyze.attribution import clean, nccl_source, path_info, strip_pr
     ("gpu-st-p4d-24xlarge-1: loss", None, None, "gpu-st-p4d-24xlarge-1", "loss"),
     ("[trainer-worker-1] RuntimeError: x", None, None, "trainer-worker-1", "RuntimeError: x"),
     ("[2024-02-27T21:35:32.106313Z] 0c41e7b2 || [rank6]: RuntimeError: x", 6, None, "0c41e7b2", "RuntimeError: x"),
+    # Determined's trial log heads: the CLI's `[] [rank=N] `, the stored `<time> <container> [rank=N] || `
+    ("[] [rank=0] RuntimeError: CUDA out of memory.", 0, None, None, "RuntimeError: CUDA out of memory."),
+    ("[2024-02-27T21:35:28.926822Z] fa88a9df [rank=3] || Traceback", 3, None, None, "Traceback"),
     # a log viewer's line number is not a rank
     ("[80746] RuntimeError: x", None, None, None, "RuntimeError: x"),
     ("2024-05-08T08:47:31.1234567Z [rank2]: boom", 2, None, None, "boom"),
