@@ -605,8 +605,8 @@ class _FileState:
         `[Rank N]` tag in its body names); False when it only repeats a rank-map fact already told."""
         ev_host = host or (ns[0] if ns else None) or groups.get("host")
         pid = ns[1] if ns else small_int(groups.get("pid"))
-        if rank is None and sig.kind not in ("slurm_task",):
-            rank = small_int(groups.get("rank"))
+        if rank is None and sig.kind not in ("slurm_task",) and sig.accuses != "host":
+            rank = small_int(groups.get("rank"))  # a node's report (NCCL's duplicate GPU) names ranks, not its own
         if rank is None and ns is None:
             rank = named_rank
         if local is None:

@@ -826,3 +826,15 @@ def test_a_peer_at_a_loopback_address_is_a_wrong_interface_only_across_hosts(tmp
             f"{host}:4{r}01:4{r}01 [0] NCCL INFO comm 0x5581 rank {r} nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n")
     d = analyze_paths([tmp_path])
     assert d.cause == "wrong_interface"
+
+
+@pytest.mark.parametrize("head", ["(MegatronPolicyWorker pid=1391870) ", "", "[2026-07-10 06:19:36] "])
+def test_a_duplicate_gpu_report_without_a_rank_prefix_names_no_rank_of_its_own(tmp_path: Path, head: str) -> None:
+    """NCCL's duplicate-GPU report names the colliding pair (communicator ranks), never the reporter: a line with no
+    rank prefix takes no rank from its text; the node is the one to look at."""
+    line = (f"{head}pool0-00008:1391870:1393239 [7] init.cc:904 NCCL WARN Duplicate GPU detected : rank 15 and rank 7 "
+            "both on CUDA device e4000\n")
+    (tmp_path / "console.log").write_text(line)
+    d = analyze_paths([tmp_path])
+    assert (d.cause, d.first_failing_rank, d.first_failing_host) == ("duplicate_gpu", None, "pool0-00008")
+    assert "15 and 7" in d.summary
