@@ -257,6 +257,11 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("192.168.13.81: [rank19]:[E808 10:31:07.406255799 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank 19] Process "
      "group watchdog thread terminated with exception: CUDA error: unspecified launch failure", "cuda-illegal-access",
      {"cuda_error": "unspecified launch failure"}),
+    # device OOM in Intel's Level Zero / Unified Runtime codes (oneCCL, XPU) and HIP's error enum
+    ("2024:05:29-19:16:18:(202165) |CCL_ERROR| worker.cpp:338 ccl_worker_func: worker 0 caught internal exception: "
+     "oneCCL: ze_call.cpp:28 do_call: EXCEPTION: ze error at zeCommandQueueExecuteCommandLists, code: "
+     "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY", "cuda-oom", {}),
+    ("RuntimeError: HIP error: hipErrorOutOfMemory", "cuda-oom", {}),
     # gloo's pair failing to reach the address its peer advertised; its enforce's reason on a line of its own
     ("  what():  [/work/third_party/gloo/gloo/transport/tcp/pair.cc:724] connect [127.0.1.1]:3210: Connection refused",
      "gloo-pair-connect-failed", {"peer_ip": "127.0.1.1", "peer_port": "3210"}),
