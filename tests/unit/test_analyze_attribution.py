@@ -27,6 +27,7 @@ from ddpslurm.analyze.attribution import clean, nccl_source, path_info, strip_pr
     # Determined's trial log heads: the CLI's `[] [rank=N] `, the stored `<time> <container> [rank=N] || `
     ("[] [rank=0] RuntimeError: CUDA out of memory.", 0, None, None, "RuntimeError: CUDA out of memory."),
     ("[2024-02-27T21:35:28.926822Z] fa88a9df [rank=3] || Traceback", 3, None, None, "Traceback"),
+    ("[rank=23]: step=29 memory peak_mem_gib=2.08", 23, None, None, "step=29 memory peak_mem_gib=2.08"),
     # a log viewer's line number is not a rank
     ("[80746] RuntimeError: x", None, None, None, "RuntimeError: x"),
     ("2024-05-08T08:47:31.1234567Z [rank2]: boom", 2, None, None, "boom"),
