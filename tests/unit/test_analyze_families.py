@@ -797,8 +797,8 @@ def test_a_checkpoint_one_rank_cannot_load_is_that_ranks_failure(tmp_path: Path,
 
 GLOO_FULL_MESH = ("[rank{r}]: RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/"
                   "tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[{peer}]:{port}")
-NCCL_ABORTED = ("{host}:4242:4260 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to {peer}<51577> failed : "
-                "Software caused connection abort")
+NCCL_ABORTED = ("{host}:4242:4260 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to {peer}<51577> "
+                "failed : Software caused connection abort")
 
 
 @pytest.mark.parametrize("peer", ["fe80::20d:3aff:fef7:74b3%enP7906s1", "169.254.12.7"])
