@@ -257,6 +257,10 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("192.168.13.81: [rank19]:[E808 10:31:07.406255799 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank 19] Process "
      "group watchdog thread terminated with exception: CUDA error: unspecified launch failure", "cuda-illegal-access",
      {"cuda_error": "unspecified launch failure"}),
+    # wordings alone on a line that their signature's prefilter once missed
+    ("dial tcp: lookup master-0: No route to host", "client-connect-failed", {}),
+    ("terminate called after throwing an instance of 'std::bad_alloc'", "python-memory-error", {}),
+    ("192.168.1.51: Failed to CUDA calloc async 1920 bytes", "nccl-cuda-oom", {}),
     # device OOM in Intel's Level Zero / Unified Runtime codes (oneCCL, XPU) and HIP's error enum
     ("2024:05:29-19:16:18:(202165) |CCL_ERROR| worker.cpp:338 ccl_worker_func: worker 0 caught internal exception: "
      "oneCCL: ze_call.cpp:28 do_call: EXCEPTION: ze error at zeCommandQueueExecuteCommandLists, code: "
