@@ -838,3 +838,23 @@ def test_a_duplicate_gpu_report_without_a_rank_prefix_names_no_rank_of_its_own(t
     d = analyze_paths([tmp_path])
     assert (d.cause, d.first_failing_rank, d.first_failing_host) == ("duplicate_gpu", None, "pool0-00008")
     assert "15 and 7" in d.summary
+
+
+@pytest.mark.parametrize("host", ["gpu-n3", "gadi-gpu-v100-0011"])
+def test_a_launcher_that_cannot_ssh_to_a_node_names_it_not_the_script(tmp_path: Path, host: str) -> None:
+    """DeepSpeed's runner raises from its own ssh check before any rank ran: the traceback is the launcher's, the
+    cause an unreachable node, the node the one its message names."""
+    (tmp_path / "launch.log").write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/env/lib/python3.8/site-packages/deepspeed/launcher/runner.py", line 401, in main\n'
+        "    subprocess.check_call(\n"
+        f"subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no {host} hostname' returned "
+        "non-zero exit status 255.\n\nDuring handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/env/lib/python3.8/site-packages/deepspeed/launcher/runner.py", line 407, in main\n'
+        "    raise RuntimeError(\n"
+        f"RuntimeError: Using hostfile at /home/u/hostfile but host={host} was not reachable via ssh. If you are "
+        "running with a single node please remove /home/u/hostfile or setup passwordless ssh.\n")
+    d = analyze_paths([tmp_path])
+    assert (d.cause, d.first_failing_rank, d.first_failing_host) == ("network_unreachable", None, host)
+    assert d.exclude_nodes == [] and host in d.summary

@@ -257,6 +257,19 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("192.168.13.81: [rank19]:[E808 10:31:07.406255799 ProcessGroupNCCL.cpp:1895] [PG ID 1 PG GUID 1 Rank 19] Process "
      "group watchdog thread terminated with exception: CUDA error: unspecified launch failure", "cuda-illegal-access",
      {"cuda_error": "unspecified launch failure"}),
+    # a launcher that could not reach a node over ssh (DeepSpeed's runner, its check, pdsh, OpenSSH itself)
+    ("RuntimeError: Using hostfile at /etc/hostfile but host=gpu-n3 was not reachable via ssh. If you are running with "
+     "a single node please remove /etc/hostfile or setup passwordless ssh.", "launcher-ssh-unreachable",
+     {"host": "gpu-n3"}),
+    ("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no gadi-gpu-v100-0011 hostname' returned "
+     "non-zero exit status 255.", "launcher-ssh-unreachable", {"host": "gadi-gpu-v100-0011"}),
+    ("subprocess.CalledProcessError: Command '['ssh 10.0.0.7 hostname -I']' returned non-zero exit status 255.",
+     "launcher-ssh-unreachable", {"host": "10.0.0.7"}),
+    ("pdsh@node01: node03: ssh exited with exit code 255", "launcher-ssh-unreachable", {"host": "node03"}),
+    ("ssh: connect to host 175.24.121.148 port 22: No route to host", "launcher-ssh-unreachable",
+     {"host": "175.24.121.148", "reason": "No route to host"}),
+    ("ssh: Could not resolve hostname gpu-n3: Name or service not known", "launcher-ssh-unreachable",
+     {"host": "gpu-n3"}),
     # wordings alone on a line that their signature's prefilter once missed
     ("dial tcp: lookup master-0: No route to host", "client-connect-failed", {}),
     ("terminate called after throwing an instance of 'std::bad_alloc'", "python-memory-error", {}),
