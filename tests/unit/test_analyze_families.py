@@ -858,3 +858,14 @@ def test_a_launcher_that_cannot_ssh_to_a_node_names_it_not_the_script(tmp_path: 
     d = analyze_paths([tmp_path])
     assert (d.cause, d.first_failing_rank, d.first_failing_host) == ("network_unreachable", None, host)
     assert d.exclude_nodes == [] and host in d.summary
+
+
+@pytest.mark.parametrize("asked", ["GPUs: [0, 1]", "gpu: [0, 1, 2, 3]"])
+def test_lightning_refusing_devices_it_cannot_see_is_a_launch_configuration(tmp_path: Path, asked: str) -> None:
+    """Lightning's MisconfigurationException says what was asked on the lines after its (empty) head: the job
+    asked for more GPUs than each task was given, not a bug of the script."""
+    (tmp_path / "slurm-6169.out").write_text(
+        "pytorch_lightning.utilities.exceptions.MisconfigurationException: \n"
+        f"                You requested {asked}\n                But your machine only has: [0]\n")
+    d = analyze_paths([tmp_path])
+    assert (d.cause, d.first_failing_rank) == ("rank_config_mismatch", None)

@@ -270,6 +270,9 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      {"host": "175.24.121.148", "reason": "No route to host"}),
     ("ssh: Could not resolve hostname gpu-n3: Name or service not known", "launcher-ssh-unreachable",
      {"host": "gpu-n3"}),
+    # Lightning's device parser refusing devices the process cannot see (the message's second line)
+    ("                But your machine only has: [0]", "lightning-devices-unavailable", {"available": "0"}),
+    (" But your machine only has: []", "lightning-devices-unavailable", {}),
     # wordings alone on a line that their signature's prefilter once missed
     ("dial tcp: lookup master-0: No route to host", "client-connect-failed", {}),
     ("terminate called after throwing an instance of 'std::bad_alloc'", "python-memory-error", {}),
