@@ -270,6 +270,12 @@ def test_shipped_anchors_stay_few(shipped) -> None:
      {"host": "175.24.121.148", "reason": "No route to host"}),
     ("ssh: Could not resolve hostname gpu-n3: Name or service not known", "launcher-ssh-unreachable",
      {"host": "gpu-n3"}),
+    # Ray's memory monitor: the raylet's summary and what a ray.get caller receives (host memory, not the GPU's)
+    ("(raylet) [2025-04-02 15:02:00,117 E 135782 135782] (raylet) node_manager.cc:3069: 1 Workers (tasks / actors) "
+     "killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 351e406b196f, IP: "
+     "10.95.143.76) over the last time period.", "ray-memory-monitor-kill", {"host": "10.95.143.76"}),
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+     "ray-memory-monitor-kill", {}),
     # Lightning's device parser refusing devices the process cannot see (the message's second line)
     ("                But your machine only has: [0]", "lightning-devices-unavailable", {"available": "0"}),
     (" But your machine only has: []", "lightning-devices-unavailable", {}),
