@@ -222,6 +222,10 @@ def timeout_reporters(tl: JobTimeline) -> list[Vote]:
     world = _bounded_world(tl)
     if world and len(reporters) < world:
         missing = [r for r in range(world) if r not in reporters]
+        if len(reporters) == 1 and not (tl.facts.launched_world or tl.facts.said_world):
+            # one rank's timeout and a world known only from its own number: the ranks below it left no line, and a
+            # paste of one rank's lines cannot tell one that stayed away from one whose log was not given
+            missing = [r for r in missing if r in tl.ranks or r in tl.facts.present]
         absent = [r for r in missing if r not in tl.ranks or not _loud(tl.ranks[r])] or missing
         if absent and len(absent) * 2 <= world:
             votes += [Vote("absent from timeouts", 30.0 / len(absent), f"rank {r} is absent from the {len(reporters)} "

@@ -869,3 +869,21 @@ def test_lightning_refusing_devices_it_cannot_see_is_a_launch_configuration(tmp_
         f"                You requested {asked}\n                But your machine only has: [0]\n")
     d = analyze_paths([tmp_path])
     assert (d.cause, d.first_failing_rank) == ("rank_config_mismatch", None)
+
+
+@pytest.mark.parametrize("reporter", [1, 5, 118])
+def test_one_ranks_timeout_in_a_paste_accuses_no_rank_it_never_saw(tmp_path: Path, reporter: int) -> None:
+    """A paste of one rank's watchdog lines, no world size said: the ranks below it left no line, which tells
+    nothing (their logs were not given); with the others' logs present and silent, a silent one is still named."""
+    line = (f"[rank{reporter}]:[E ProcessGroupNCCL.cpp:632] [Rank {reporter}] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600044 "
+            "milliseconds before timing out.\n")
+    (tmp_path / "console.log").write_text(line)
+    d = analyze_paths([tmp_path / "console.log"])
+    assert (d.cause, d.first_failing_rank) == ("collective_timeout", None)
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank_0.log").write_text("step 10 loss 2.1\n")
+    (job / "rank_1.log").write_text(line.replace(f"rank{reporter}", "rank1").replace(f"Rank {reporter}", "Rank 1"))
+    d = analyze_paths([job])
+    assert (d.cause, d.first_failing_rank) == ("collective_timeout", 0)
