@@ -79,7 +79,7 @@ def detectors_and_hosts(tl: JobTimeline) -> list[Vote]:
     """Lines that name a host (node failure, OOM killer on a node, a line that accuses its host whatever rank printed
     it) or nobody (a detector's check failed)."""
     votes = []
-    for e in tl.unranked + [f for rt in tl.ranks.values() for f in rt.failures]:
+    for e in tl.failure_lines():
         who = _accuses(e)
         if e.role == "culprit" and who == "none":
             votes.append(Vote("detector", 40.0, "a rank detected bad data from a peer it does not name",
@@ -598,15 +598,19 @@ def odd_versions(tl: JobTimeline) -> list[Vote]:
 
 #: interfaces a communicator spanning hosts cannot use to reach another host
 _BAD_IFNAME = re.compile(r"^(?:lo|docker\d*|virbr\d*|br-[0-9a-f]+)$")
-_BAD_ADDRESS = re.compile(r"^(?:127\.|::1$|fe80:|169\.254\.)", re.IGNORECASE)
-
-
+_LOOPBACK = re.compile(r"^(?:127\.|::1$)")
 _LINK_LOCAL = re.compile(r"^(?:fe80:|169\.254\.)", re.IGNORECASE)
 
 
+def _bad_address(ip: str) -> bool:
+    """A loopback or link-local address: no other host reaches it."""
+    return bool(_LOOPBACK.match(ip) or _LINK_LOCAL.match(ip))
+
+
 def interface_picks(tl: JobTimeline) -> list[Vote]:
-    """NCCL/gloo picked loopback, a link-local address or a container bridge in a job spanning hosts: the
-    connect failures or the hang that follow are a wrong interface (NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)."""
+    """NCCL/gloo picked loopback, a link-local address or a container bridge in a job spanning hosts, or a rank
+    failed to reach a peer at such an address (`_bad_peer_addresses`): the connect failures or the hang that follow
+    are a wrong interface (NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME)."""
     picks = [e for e in tl.events if e.kind == "interface" and (e.get("ifname") or e.get("ip"))]
     hosts = {h for h in tl.facts.rank_host.values()} | {e.host for e in picks if e.host}
     advertised = _bad_peer_addresses(tl, len(hosts) >= 2)
@@ -615,7 +619,7 @@ def interface_picks(tl: JobTimeline) -> list[Vote]:
     if len(hosts) < 2 or not any(rt.failures for rt in tl.ranks.values()):
         return []
     bad = [e for e in picks if _BAD_IFNAME.match((e.get("ifname") or "").split(":")[0])
-           or _BAD_ADDRESS.match(e.get("ip") or "")]
+           or _bad_address(e.get("ip") or "")]
     if not bad:
         return []
     why = f"it communicates over {bad[0].get('ifname') or bad[0].get('ip')}, which cannot reach other hosts"
@@ -632,8 +636,8 @@ def _bad_peer_addresses(tl: JobTimeline, across_hosts: bool) -> list[Vote]:
     """A connect or a socket to a peer at a link-local address (fe80::/10, 169.254/16), or at a loopback one in a job
     spanning hosts, failed: the peer advertised an address no other host can reach (NCCL's bootstrap and gloo's
     device take the interface NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME names, else one they pick), not a peer that died."""
-    failed = [e for e in [*tl.unranked, *(f for rt in tl.ranks.values() for f in rt.failures)]
-              if (ip := e.get("peer_ip")) and (_LINK_LOCAL.match(ip) or (across_hosts and _BAD_ADDRESS.match(ip)))]
+    failed = [e for e in tl.failure_lines()
+              if (ip := e.get("peer_ip")) and (_LINK_LOCAL.match(ip) or (across_hosts and _bad_address(ip)))]
     if not failed:
         return []
     why = f"ranks failed to reach a peer at {failed[0].get('peer_ip')}, an address other hosts cannot reach"
@@ -764,8 +768,7 @@ def desync_reports(tl: JobTimeline) -> list[Vote]:
     collective differs from its own, and the odd rank names a peer too. The job had a mismatch; the rank that at
     least two reporters name, more than any other, is the odd one; one report (or a split) singles out nobody."""
     named: dict[int, tuple[int, Event]] = {}
-    for e in (f for f in [*tl.unranked, *(f for rt in tl.ranks.values() for f in rt.failures)]
-              if f.kind == "mismatch_report"):
+    for e in (f for f in tl.failure_lines() if f.kind == "mismatch_report"):
         reporter = e.rank if e.rank is not None else _small_int(e.get("reporter"))
         other = _small_int(e.get("named_rank"))
         if reporter is not None and other is not None and other != reporter:
@@ -790,8 +793,7 @@ def desync_verdicts(tl: JobTimeline) -> list[Vote]:
     """ProcessGroupNCCL's desync report (`desync_verdict`): the ranks torch found at the lowest collective, or never
     in one, held the others up. Every reporter reads the same store, so their lists are joined. The ranks it lists
     share the blame; a list of the whole world (every rank stuck in one collective) names nobody."""
-    told = [f for f in [*tl.unranked, *(f for rt in tl.ranks.values() for f in rt.failures)]
-            if f.kind == "desync_verdict"]
+    told = [f for f in tl.failure_lines() if f.kind == "desync_verdict"]
     named = sorted({r for e in told for r in expand_ranks(e.get("ranks") or "")})
     if not named:
         return []

@@ -112,6 +112,10 @@ class JobTimeline:
     def rank(self, rank: int) -> RankTimeline:
         return self.ranks.get(rank) or RankTimeline(rank=rank, host=self.facts.rank_host.get(rank))
 
+    def failure_lines(self) -> list[Event]:
+        """Every failure line of the job: those of no known rank first, then each rank's."""
+        return [*self.unranked, *(f for rt in self.ranks.values() for f in rt.failures)]
+
     @property
     def world_size(self) -> int | None:
         return self.facts.world_size
