@@ -407,7 +407,8 @@ class _FileState:
         if torchrun and self.summary is not None:
             self.summary.torchrun = True
         block = self.elastic.get(stream) if self.elastic else None
-        if block is None and body.lstrip().startswith(ROOT_CAUSE_HEADER):  # a block whose head is not in the input
+        if block is None and ROOT_CAUSE_HEADER in body and body.lstrip().startswith(ROOT_CAUSE_HEADER):
+            # a block whose head is not in the input (a substring test first: no copy of every line read)
             block = self.elastic[stream] = ElasticBlock()
             block.start()
         if block is not None:

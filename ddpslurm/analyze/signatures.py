@@ -23,6 +23,7 @@ import regex
 from ddpslurm.analyze.digit_shape import digit_blind, has_digit, shape
 from ddpslurm.analyze.events import CAUSES, RETRY, ROLES
 from ddpslurm.analyze.prefilter import LiteralsIn
+from ddpslurm.analyze.tracebacks import ROOT_CAUSE_HEADER
 from ddpslurm.errors import AnalyzeInputError
 
 try:
@@ -34,7 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
 #: anchor are found through it, the others become anchors themselves. Case-sensitive, like all prefilters.
 ANCHORS: tuple[str, ...] = (
     "rror", "Traceback", "WARN", "Init COMPLETE", "atchdog", "ignal", "illed", "exitcode", "imed out", "RESTART_COUNT",
-    "Root Cause (first observed failure)",  # torchelastic's failure block, read from it when its head is cut off
+    ROOT_CAUSE_HEADER,  # torchelastic's failure block, read from it when its head is cut off
 )
 #: looked for only in the first HEAD_BYTES of a file (submitit writes it first)
 HEAD_ANCHORS: tuple[str, ...] = ("JobEnvironment(",)
