@@ -7,8 +7,9 @@ engine available here times finding the start offsets of every line that holds o
 set's anchors, and checks that every engine finds the same lines. Prints, per engine: CPU seconds per GB
 (median of --runs, `time.process_time`, one core) and the candidate line count. Engines: the pure-Python
 rare-byte finder (ddpslurm.analyze.prefilter.AnchorFinder, the fallback), ahocorasick_rs (Rust aho-corasick, SIMD
-Teddy prefilter), hyperscan (Intel's engine, bundled in its wheel), pyahocorasick (C, on a latin-1 str), and one
-`re` alternation of the anchors.
+Teddy prefilter) with every anchor in one automaton and as the analyzer builds it (AutomatonFinder: automata of at
+most 64 anchors, Teddy's limit), hyperscan (Intel's engine, bundled in its wheel), pyahocorasick (C, on a latin-1
+str), and one `re` alternation of the anchors.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ddpslurm.analyze.prefilter import AnchorFinder
+from ddpslurm.analyze.prefilter import AnchorFinder, AutomatonFinder
 from ddpslurm.analyze.scan import iter_blocks
 from ddpslurm.analyze.signatures import load_signatures
 
@@ -32,9 +33,9 @@ def load_blocks(folder: Path, limit: int) -> list[bytes]:
         if not path.name.endswith((".out", ".err", ".log")):
             continue
         with path.open("rb") as handle:
-            for block, _ in iter_blocks(handle):
-                blocks.append(block)
-                total += len(block)
+            for block, end, _truncated in iter_blocks(handle):
+                blocks.append(bytes(block[:end]))  # a copy: the scanner's buffer is reused for the next block
+                total += end
         if total >= limit:
             break
     return blocks
@@ -69,6 +70,14 @@ def engine_ahocorasick_rs(anchors: tuple[bytes, ...]) -> Callable[[bytes], list[
     def starts(block: bytes) -> list[int]:
         return line_starts(block, [end for _, _, end in automaton.find_matches_as_indexes(block)])
     return starts
+
+
+def engine_automaton_finder(anchors: tuple[bytes, ...]) -> Callable[[bytes], list[int]] | None:
+    """The analyzer's engine: ahocorasick_rs, in automata of at most 64 anchors (its SIMD prefilter's limit)."""
+    try:
+        return AutomatonFinder(anchors).starts
+    except AssertionError:  # the wheel is missing
+        return None
 
 
 def engine_hyperscan(anchors: tuple[bytes, ...]) -> Callable[[bytes], list[int]] | None:
@@ -114,6 +123,7 @@ def engine_re(anchors: tuple[bytes, ...]) -> Callable[[bytes], list[int]]:
 
 ENGINES = {"AnchorFinder (pure Python, rare bytes)": engine_anchor_finder,
            "ahocorasick_rs (BytesAhoCorasick)": engine_ahocorasick_rs,
+           "AutomatonFinder (ahocorasick_rs, <=64 each)": engine_automaton_finder,
            "hyperscan (literal db, block mode)": engine_hyperscan,
            "pyahocorasick (latin-1 str)": engine_pyahocorasick,
            "re alternation": engine_re}

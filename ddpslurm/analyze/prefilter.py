@@ -1,7 +1,8 @@
 """The scanner's prefilter: the lines of a block that hold at least one anchor, in one pass over the bytes.
 
-The engine is a multi-pattern automaton (`ahocorasick_rs`, Rust aho-corasick with a SIMD prefilter): 0.14-0.48 CPU s
-per GB for the 48 shipped anchors, depending on their order, which `tune` picks on a sample of a large input
+The engine is a multi-pattern automaton (`ahocorasick_rs`, Rust aho-corasick with a SIMD prefilter), one per 64
+anchors at most (past that the SIMD prefilter is off): 0.14-0.48 CPU s per GB for 48 anchors on 2026-11-26, 0.8-1.0
+for the 72 of today in two automata, depending on their order, which `tune` picks on a sample of a large input
 (benchmarks/README.md). Where its wheel is missing (a platform or Python it has no build for), `AnchorFinder`, pure
 Python through each anchor's rarest byte, finds exactly the same lines, 10-20x slower.
 """
@@ -33,14 +34,40 @@ def minimal(anchors: Sequence[bytes]) -> tuple[bytes, ...]:
     return tuple(a for a in uniq if not any(b != a and b in a for b in uniq))
 
 
-class AutomatonFinder:
-    """All anchors in one automaton; a line is reported once, whatever it holds."""
+#: the most anchors one automaton takes with its SIMD prefilter (the aho-corasick crate's packed Teddy searcher):
+#: past it the automaton walks every byte, 2.6 against 0.8 ns a byte for the 72 shipped anchors on the 1 GB job's
+#: text (benchmarks/README.md), so more anchors are split among automata of at most this many, one pass each
+TEDDY_PATTERNS = 64
 
-    def __init__(self, anchors: Sequence[bytes]) -> None:
+
+def split_anchors(anchors: Sequence[bytes], most: int = TEDDY_PATTERNS) -> list[tuple[bytes, ...]]:
+    """The anchors in their order, cut into as few consecutive groups of at most `most` as there can be, of sizes
+    that differ by one at most (two groups of 36 scan faster than 64 and 8: measured)."""
+    count = -(-len(anchors) // most) if anchors else 1
+    size, extra = divmod(len(anchors), count)
+    out, start = [], 0
+    for i in range(count):
+        stop = start + size + (i < extra)
+        out.append(tuple(anchors[start:stop]))
+        start = stop
+    return out
+
+
+class AutomatonFinder:
+    """All anchors in automata of at most TEDDY_PATTERNS each (one, for the shipped anchors until they outgrow it);
+    a line is reported once, whatever it holds."""
+
+    def __init__(self, anchors: Sequence[bytes], per_automaton: int = TEDDY_PATTERNS) -> None:
         assert _ahocorasick is not None
         self.anchors = minimal(anchors)
-        self.automaton = _ahocorasick.BytesAhoCorasick(list(self.anchors),
-                                                      matchkind=_ahocorasick.MATCHKIND_LEFTMOST_FIRST)
+        self.automata = [_ahocorasick.BytesAhoCorasick(list(group), matchkind=_ahocorasick.MATCHKIND_LEFTMOST_FIRST)
+                         for group in split_anchors(self.anchors, per_automaton)]
+
+    def match_ends(self, data: Buffer) -> list[int]:
+        """Where the anchors' matches in `data` end, ascending (each automaton's matches, merged)."""
+        if len(self.automata) == 1:
+            return [stop for _, _, stop in self.automata[0].find_matches_as_indexes(data)]
+        return sorted(stop for automaton in self.automata for _, _, stop in automaton.find_matches_as_indexes(data))
 
     def starts(self, block: Buffer, end: int | None = None) -> list[int]:
         """Sorted offsets of the lines of `block[:end]` (complete lines) that contain at least one anchor.
@@ -52,8 +79,8 @@ class AutomatonFinder:
         line_end = -1
         find, rfind = block.find, block.rfind
         with memoryview(block) as view, view[:size] as data:
-            matches = self.automaton.find_matches_as_indexes(data)
-        for _, _, stop in matches:
+            stops = self.match_ends(data)
+        for stop in stops:
             if stop <= line_end:
                 continue
             out.append(rfind(b"\n", 0, stop) + 1)
@@ -216,7 +243,7 @@ def _scan_seconds(finder: AutomatonFinder, sample: bytes) -> float:
     best = float("inf")
     for _ in range(2):
         start = time.perf_counter()
-        finder.automaton.find_matches_as_indexes(sample)
+        finder.match_ends(sample)
         best = min(best, time.perf_counter() - start)
     return best
 

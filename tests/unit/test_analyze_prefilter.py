@@ -145,3 +145,36 @@ def test_tune_leaves_the_pure_finder_alone(monkeypatch: pytest.MonkeyPatch) -> N
     finder = prefilter.tune([b"rror"], b"an Error\n", lambda f, s: calls.append(1) or 0.0)
     assert isinstance(finder, AnchorFinder) and not calls
     assert finder.starts(b"x\nan Error\n") == [2]
+
+
+@pytest.mark.skipif(prefilter._ahocorasick is None, reason="automata only with the wheel")
+@settings(max_examples=200, deadline=None)
+@given(text=st.lists(words, max_size=60), anchors=st.lists(words.filter(lambda w: b"\n" not in w), min_size=1,
+                                                           max_size=7), per_automaton=st.integers(1, 3))
+def test_anchors_split_among_automata_find_the_same_lines(text: list[bytes], anchors: list[bytes],
+                                                          per_automaton: int) -> None:
+    """Past TEDDY_PATTERNS anchors the finder runs several automata and merges their matches: the lines found are
+    still each anchor line once, in order (here with automata of 1-3 anchors, so that small sets split)."""
+    block = b"".join(text) + b"\n"
+    finder = AutomatonFinder(anchors, per_automaton)
+    assert len(finder.automata) == max(1, -(-len(finder.anchors) // per_automaton))
+    assert finder.starts(block) == brute_force(block, anchors)
+
+
+@given(anchors=st.lists(st.binary(min_size=1, max_size=3), max_size=200), most=st.integers(1, 70))
+def test_split_anchors_keeps_the_order_in_as_few_even_groups_as_fit(anchors: list[bytes], most: int) -> None:
+    groups = prefilter.split_anchors(anchors, most)
+    assert [a for g in groups for a in g] == anchors
+    assert len(groups) == max(1, -(-len(anchors) // most))
+    assert all(len(g) <= most for g in groups)
+    assert max(map(len, groups)) - min(map(len, groups)) <= 1
+
+
+@pytest.mark.skipif(prefilter._ahocorasick is None, reason="automata only with the wheel")
+def test_no_automaton_of_the_shipped_anchors_outgrows_the_simd_prefilter() -> None:
+    """One automaton of more than 64 anchors walks every byte (the aho-corasick crate turns Teddy off): 2.6 instead
+    of 0.8-1.0 ns a byte for the 72 shipped in 2026-11 (benchmarks/prefilter_engines.py)."""
+    finder = AutomatonFinder(load_signatures().anchors)
+    sizes = [len(g) for g in prefilter.split_anchors(finder.anchors)]
+    assert len(finder.automata) == len(sizes) and max(sizes) <= prefilter.TEDDY_PATTERNS == 64
+    assert sum(sizes) == len(finder.anchors)
