@@ -264,8 +264,14 @@ _BRIDGE_NAMES = ("docker", "br-", "virbr", "veth", "cni", "flannel", "cali", "vx
 
 
 def interface_list(body: str) -> list[tuple[str, str]]:
-    """Every `(ifname, ip)` an NCCL `Using` line lists (after `; OOB` for NET/IB), in order."""
-    tail = body.split("; OOB", 1)[1] if "; OOB" in body else body
+    """Every `(ifname, ip)` an NCCL `Using` line lists (after `; OOB` for NET/IB, else after `Using `), in order.
+    The list is looked for only there: tried on NCCL's `host:pid:tid` head too, the pattern backtracks through
+    it (16 us a Bootstrap line against 4)."""
+    if "; OOB" in body:
+        tail = body.split("; OOB", 1)[1]
+    else:
+        start = body.find("Using ")
+        tail = body[start:] if start >= 0 else body
     return [(m["ifname"], m["ip"]) for m in _IF_ENTRY.finditer(tail)]
 
 

@@ -65,9 +65,12 @@ class AutomatonFinder:
 
     def match_ends(self, data: Buffer) -> list[int]:
         """Where the anchors' matches in `data` end, ascending (each automaton's matches, merged)."""
-        if len(self.automata) == 1:
-            return [stop for _, _, stop in self.automata[0].find_matches_as_indexes(data)]
-        return sorted(stop for automaton in self.automata for _, _, stop in automaton.find_matches_as_indexes(data))
+        stops: list[int] = []
+        for automaton in self.automata:
+            stops += [stop for _, _, stop in automaton.find_matches_as_indexes(data)]
+        if len(self.automata) > 1:
+            stops.sort()
+        return stops
 
     def starts(self, block: Buffer, end: int | None = None) -> list[int]:
         """Sorted offsets of the lines of `block[:end]` (complete lines) that contain at least one anchor.
