@@ -212,6 +212,9 @@ def test_shipped_anchors_stay_few(shipped) -> None:
     ("slurmstepd: error: *** JOB 123 ON node01 CANCELLED AT 2024-05-08T08:47:31 ***", "slurm-job-cancelled", {}),
     ("srun: error: node02: tasks 2-7: Exited with exit code 1", "srun-task-exited", {"host": "node02", "tasks": "2-7"}),
     ("srun: error: node02: task 3: Segmentation fault", "srun-task-segfault", {"tasks": "3"}),
+    # srun's and salloc's node-fail handlers (allocate.c, salloc.c): the same message, either client's prefix
+    ("srun: error: Node failure on gpu-17", "srun-node-failure", {"host": "gpu-17"}),
+    ("salloc: error: Node failure on worker-1", "srun-node-failure", {"host": "worker-1"}),
     ("mpirun noticed that process rank 1 with PID xxxxxx on node xxxxxxxx exited on signal 9 (Killed).",
      "mpirun-rank-signal", {"rank": "1", "signum": "9"}),  # a pasted log with the pid masked
     ("mpirun noticed that process rank 3 with PID 4242 on node gpu-07 exited on signal 11 (Segmentation fault).",
