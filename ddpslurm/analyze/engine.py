@@ -33,6 +33,7 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
             events[i] = found
     events = teardown_kills(events)
     events = stuck_after_own_timeout(events)
+    events = cut_tracebacks_told_otherwise(events)
     events = weaken_cut_lines(events, cut_last_lines(events, sources, summaries))
     timeline = build_timeline(events, facts, sources, summaries)
     verdict = combine(timeline, frozenset(c for c, info in sigs.causes.items() if info.node_level))
@@ -117,6 +118,20 @@ def stuck_after_own_timeout(events: list[Event]) -> list[Event]:
         return events
     return [as_victim(e) if e.kind == "hang" and e.rank in timed_out and e.role in ("culprit", "either") else e
             for e in events]
+
+
+#: the signature of a traceback cut before its exception line (scan: tracebacks.Exc.cut)
+CUT_TRACEBACK = "python-traceback-cut"
+
+
+def cut_tracebacks_told_otherwise(events: list[Event]) -> list[Event]:
+    """A traceback cut before its exception line says only that its rank raised. Where that rank has a failure line
+    of its own elsewhere (the traceback's rest in a second file, a rotated or split log; a victim's timeout whose
+    traceback was cut; its exit record), that line tells what happened, and the cut one is dropped."""
+    if not any(e.signature == CUT_TRACEBACK for e in events):
+        return events
+    told = {e.rank for e in events if e.role is not None and e.rank is not None and e.signature != CUT_TRACEBACK}
+    return [e for e in events if e.signature != CUT_TRACEBACK or e.rank not in told]
 
 
 def as_victim(e: Event) -> Event:

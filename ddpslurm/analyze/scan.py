@@ -749,9 +749,14 @@ class _FileState:
 
     def _exception_event(self, exc: Exc, stream: object, rank: int | None, local: int | None,
                          host: str | None) -> None:
-        hit = self.sigs.match(exc.text)
         extra = (("where", exc.where),) if exc.where else ()
         extra += (("traceback_line", str(exc.start_line)),)
+        if exc.cut:  # no exception line: the traceback says that this stream raised, not what
+            if rank is not None and not in_library(exc.where):  # inside a library call a victim's reads the same
+                self._emit(exc.line, "exception", exc.text, rank, host, None, local, None,
+                           sig=self.sigs.by_id("python-traceback-cut"), fields=extra, stream=stream)
+            return
+        hit = self.sigs.match(exc.text)
         if exc.wrapped_by:
             extra += (("wrapped_by", exc.wrapped_by),) + ((("wrapped_process", exc.process),) if exc.process else ())
         if hit:
@@ -793,6 +798,24 @@ class _FileState:
         self.elastic.clear()
         for stream, exc in self.tracebacks.close_all():
             self._exception(exc, stream)
+
+
+#: where installed packages and the standard library live: a frame there is not the script's own code
+_LIBRARY_PATH = re.compile(r"[/\\](?:site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python\d|^<frozen ")
+
+
+#: a frame in an environment's `bin/` file without `.py`: an installed package's console script (torchrun, deepspeed)
+_CONSOLE_SCRIPT = re.compile(r"[/\\]bin[/\\](?P<name>[\w.-]+):\d+(?: in |$)")
+
+
+def in_library(where: str | None) -> bool:
+    """Whether a traceback's last frame (`file:line in func`) is in an installed package, its console script or the
+    standard library (torch's collectives, its allocator, torchrun) rather than in the script: an exception raised
+    there may be a victim's (a collective that failed) or any library error, one raised in the script is its own."""
+    if where is None or _LIBRARY_PATH.search(where):
+        return True
+    script = _CONSOLE_SCRIPT.search(where)
+    return script is not None and not script["name"].endswith(".py")
 
 
 def tied_roots(entries: list[dict[str, str]]) -> list[dict[str, str]]:

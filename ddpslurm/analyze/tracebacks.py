@@ -37,6 +37,7 @@ class Exc:
     chained: bool = False
     wrapped_by: str | None = None  # the wrapper exception type that carried this traceback from another process
     process: str | None = None  # that process's index (spawn) or task id (submitit), as the wrapper says
+    cut: bool = False  # no exception line came: `text` is its last frame (a process killed mid-print, a cut paste)
 
 
 @dataclass
@@ -56,6 +57,8 @@ class _Open:
     process: str | None = None
     #: the chain's last finished exception (text, line, where): what the traceback said if its tail is cut
     earlier: tuple[str, int, str | None] | None = None
+    #: its last frame line (`File "...", line N, in f`) and that line's number: what is left if no exception follows
+    frame: tuple[str, int] | None = None
 
     def note_process(self, text: str) -> None:
         m = _WRAPPED_PROCESS.search(text) if self.process is None else None
@@ -128,6 +131,7 @@ class TracebackAssembler:
                 finished.extend(self._closed(stream))
                 return False, finished
             state.where = f'{frame["file"]}:{frame["line"]}' + (f' in {frame["func"]}' if frame["func"] else "")
+            state.frame = (stripped, lineno)
             return True, finished
         if text[:1].isspace() or text.startswith("^") or text.startswith("~"):
             return True, finished  # source line / caret markers / message continuation
@@ -161,6 +165,11 @@ class TracebackAssembler:
         if state is not None and state.exc is None and state.earlier is not None:
             # the chain's next traceback was cut before its final line (a dead process, a paste cut short)
             state.exc, state.exc_line, state.where = state.earlier
+        if state is not None and state.exc is None and state.frame is not None:
+            # frames and no exception line: the process died while printing it, or the paste was cut; that stream
+            # raised all the same (what, its last frame may tell)
+            return [Exc(text=state.frame[0], line=state.frame[1], start_line=state.start_line, where=state.where,
+                        chained=state.chained, cut=True)]
         if state is None or state.exc is None:
             return []
         nested = state.wrapper is not None and state.chained

@@ -397,3 +397,108 @@ def test_two_agents_failure_blocks_interleaved_are_each_read_whole(tmp_path_fact
                      if e.kind == "elastic_failure")
     assert entries == [(10, "node02", "-9", "root"), (11, "node02", "-15", "other"), (40, "node05", "-9", "root"),
                        (41, "node05", "-15", "other")]
+
+
+CUT = """\
+[rank18]: Traceback (most recent call last):
+[rank18]:   File "/opt/app/train.py", line 120, in <module>
+[rank18]:     main()
+[rank18]:   File "/opt/app/train.py", line 682, in train_step
+[rank18]:     loss = model(batch)
+"""
+
+
+def test_a_traceback_cut_before_its_exception_line_still_says_its_stream_raised(tmp_path: Path, sigs) -> None:
+    """CPython prints the exception line last: frames without it are a process killed mid-print or a cut paste.
+    The stream raised all the same; its last frame is what is left (weak evidence, `either`)."""
+    events, _ = scan_text(tmp_path, sigs, CUT)
+    cut = [(e.rank, e.signature, e.role, e.line, e.text, e.get("where")) for e in events if e.kind == "exception"]
+    assert cut == [(18, "python-traceback-cut", "either", 4, 'File "/opt/app/train.py", line 682, in train_step',
+                    "/opt/app/train.py:682 in train_step")]
+
+
+@pytest.mark.parametrize(("after", "cut"), [
+    ("", True),  # the input ends
+    ("=== 12 ===", True),  # a line that is no exception line ends it
+    ("KeyError: 'label'", False),  # the exception line: the usual reading
+])
+def test_only_frames_without_an_exception_line_read_as_cut(after: str, cut: bool) -> None:
+    asm = TracebackAssembler()
+    lines = ["Traceback (most recent call last):", '  File "t.py", line 3, in <module>', "    f()", after]
+    out = []
+    for i, line in enumerate(lines, 1):
+        if line:
+            out += asm.feed("s", line, i)[1]
+    out += asm.close_all()
+    assert [(e.cut, e.text) for _, e in out] == [(cut, 'File "t.py", line 3, in <module>' if cut else after)]
+
+
+def test_a_traceback_header_alone_says_nothing() -> None:
+    asm = TracebackAssembler()
+    asm.feed("s", "Traceback (most recent call last):", 1)
+    assert asm.close_all() == []
+
+
+def test_a_cut_traceback_weighs_less_than_another_ranks_failure(tmp_path: Path) -> None:
+    """One rank's full CUDA OOM beside another rank's traceback cut before its exception: the OOM is the culprit."""
+    from ddpslurm.analyze.api import analyze_paths
+
+    (tmp_path / "rank0.log").write_text(CUT.replace("rank18", "rank0"))
+    (tmp_path / "rank5.log").write_text(
+        "[rank5]: Traceback (most recent call last):\n[rank5]:   File \"train.py\", line 9, in <module>\n"
+        "[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5 has a total "
+        "capacity of 79.15 GiB of which 1.2 GiB is free.\n")
+    found = analyze_paths([tmp_path], workers=1).to_dict()
+    assert (found["cause"], found["first_failing_rank"]) == ("cuda_oom", 5)
+    alone = analyze_paths([tmp_path / "rank0.log"], workers=1).to_dict()
+    assert (alone["cause"], alone["first_failing_rank"]) == ("user_code_exception", 0)
+
+
+@pytest.mark.parametrize(("where", "library"), [
+    ("/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py:1890 in broadcast", True),
+    ("/home/u/env/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py:1890 in broadcast", True),
+    ("C:\\Python311\\Lib\\site-packages\\torch\\nn\\modules\\module.py:1501 in _call_impl", True),
+    ("/usr/lib/python3.11/threading.py:975 in run", True),
+    ("<frozen runpy>:198 in _run_module_as_main", True),
+    ("/usr/local/bin/torchrun:8 in <module>", True),
+    ("/root/anaconda3/envs/faster/bin/torchrun:8", True),
+    ("/home/u/proj/bin/train.py:12 in main", False),
+    ("/opt/app/train.py:682 in train_step", False),
+    ("train.py:10 in <module>", False),
+    (None, True),
+])
+def test_a_cut_tracebacks_last_frame_tells_library_from_script(where: str | None, library: bool) -> None:
+    from ddpslurm.analyze.scan import in_library
+
+    assert in_library(where) is library
+
+
+def test_a_traceback_cut_inside_a_library_call_or_of_no_known_rank_says_nothing(tmp_path: Path, sigs) -> None:
+    """Cut inside torch's broadcast, a victim's collective error and a bug read the same: no event; nor for a cut
+    traceback of no known rank (a console's, which may be any process's, the launcher's too)."""
+    text = ("Traceback (most recent call last):\n  File \"train.py\", line 397, in train\n"
+            "    dist.broadcast_object_list(broadcast_list, 0)\n"
+            "  File \"/env/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py\", line 1890, in "
+            "broadcast_object_list\n    broadcast(object_tensor, src=src, group=group)\n")
+    events, _ = scan_text(tmp_path, sigs, text, rank=3)
+    assert [e for e in events if e.kind == "exception"] == []
+    events, _ = scan_text(tmp_path, sigs, CUT.replace("[rank18]: ", ""))
+    assert [e for e in events if e.kind == "exception"] == []
+    events, _ = scan_text(tmp_path, sigs, CUT.replace("[rank18]: ", ""), rank=18)
+    assert [(e.rank, e.signature) for e in events if e.kind == "exception"] == [(18, "python-traceback-cut")]
+
+
+def test_a_cut_traceback_is_dropped_where_its_rank_tells_more_elsewhere(tmp_path: Path) -> None:
+    """The traceback's rest in a second file of the same rank (a split or rotated log) names the exception: that
+    rank's cut traceback adds nothing and is dropped; a rank with nothing else keeps its own."""
+    from ddpslurm.analyze.engine import cut_tracebacks_told_otherwise
+    from ddpslurm.analyze.events import Event
+
+    cut = Event("a.log", 4, "exception", 'File "t.py", line 3, in f', rank=2, cause="user_code_exception",
+                role="either", signature="python-traceback-cut")
+    rest = Event("a.1.log", 1, "exception", "RuntimeError: boom", rank=2, cause="user_code_exception",
+                 role="culprit", signature="python-exception")
+    other = Event("b.log", 9, "watchdog_timeout", "[Rank 5] Watchdog caught ...", rank=5, cause="collective_timeout",
+                  role="victim", signature="watchdog-timeout-v1")
+    assert cut_tracebacks_told_otherwise([cut, rest, other]) == [rest, other]
+    assert cut_tracebacks_told_otherwise([cut, other]) == [cut, other]
