@@ -12,7 +12,15 @@ from typing import Any
 
 from ddpslurm.analyze import stream_ends
 from ddpslurm.analyze.diagnosis import Diagnosis
-from ddpslurm.analyze.discover import apply_skipped, check_readable, discover_all, is_record, scan_skips, select_attempt
+from ddpslurm.analyze.discover import (
+    apply_skipped,
+    check_readable,
+    discover_all,
+    empty_logs_note,
+    is_record,
+    scan_skips,
+    select_attempt,
+)
 from ddpslurm.analyze.engine import diagnose
 from ddpslurm.analyze.events import Event, FileSummary, SourceFile
 from ddpslurm.analyze.records import record_events
@@ -87,6 +95,9 @@ def _analyze_paths(paths: Sequence[str | Path], *, workers: int | None, progress
                                 "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
     diagnosis = diagnose(_fix_year(events, year), sources, summaries, sigs, facts)  # it replaces events in place
     diagnosis.notes.extend(record_notes)
+    empty = empty_logs_note(discovery.explicit, summaries)
+    if empty:
+        diagnosis.notes.append(empty)
     apply_skipped(diagnosis, discovery.skipped + scan_skips(summaries))
     truncated = sum(s.truncated_lines for s in summaries)
     if truncated:

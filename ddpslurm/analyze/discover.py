@@ -271,6 +271,22 @@ def check_readable(explicit: set[str], summaries: Sequence[FileSummary], records
                                 f"{summaries[0].error})", "check the files and their permissions")
 
 
+def empty_logs_note(explicit: set[str], summaries: Sequence[FileSummary]) -> str | None:
+    """What the diagnosis says of empty logs: every log empty (the tasks wrote nothing), or the empty files named on
+    the command line. A job folder's empty files beside others are ordinary (most ranks' stderr) and not listed."""
+    empty = [s.file for s in summaries if not s.bytes and not s.error and not s.binary]
+    if not empty:
+        return None
+    if len(empty) == len(summaries):
+        shown = f"{empty[0]} is empty" if len(empty) == 1 else f"all {len(empty)} logs are empty (first {empty[0]})"
+        return (f"{shown}: nothing to read (a job that failed before its tasks wrote anything, or output sent "
+                f"elsewhere: check its --output/--error paths and `sacct -j <job>`)")
+    named = [f for f in empty if f in explicit]
+    if not named:
+        return None
+    return f"empty, nothing to read: {', '.join(named[:5])}{f' and {len(named) - 5} more' if len(named) > 5 else ''}"
+
+
 _LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 

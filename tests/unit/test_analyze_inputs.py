@@ -174,3 +174,28 @@ def test_shipped_signatures_are_fast_on_adversarial_short_lines() -> None:
             if time.process_time() - start > 0.02:
                 slow.append((sig.id, lit))
     assert not slow
+
+
+def test_an_empty_log_is_said_to_be_empty(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-7.out"
+    log.write_text("")
+    notes = analyze_paths([log], workers=1).notes
+    assert any(f"{log} is empty: nothing to read" in n for n in notes), notes
+
+
+def test_a_job_of_empty_logs_says_so_and_one_empty_stderr_among_others_is_ordinary(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in range(3):
+        (job / f"9_{rank}_log.out").write_text("")
+        (job / f"9_{rank}_log.err").write_text("")
+    assert any("all 6 logs are empty" in n for n in analyze_paths([job], workers=1).notes)
+    (job / "9_1_log.err").write_text("[rank1]: RuntimeError: boom\n")
+    assert not any("empty" in n for n in analyze_paths([job], workers=1).notes)
+
+
+def test_an_empty_file_named_beside_others_is_named(tmp_path: Path) -> None:
+    empty, full = tmp_path / "a.log", tmp_path / "b.log"
+    empty.write_text("")
+    full.write_text("Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\nKeyError: 'x'\n")
+    assert f"empty, nothing to read: {empty}" in analyze_paths([empty, full], workers=1).notes
