@@ -49,7 +49,14 @@ from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
 from ddpslurm.analyze.resolve import MAX_RANK_LIST
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, PLANNED_CHARS, Signature, SignatureSet, memo_key, remember
 from ddpslurm.analyze.timestamps import parse_time
-from ddpslurm.analyze.tracebacks import IDLE_PER_STREAM, ROOT_CAUSE_HEADER, ElasticBlock, Exc, TracebackAssembler
+from ddpslurm.analyze.tracebacks import (
+    IDLE_PER_STREAM,
+    ROOT_CAUSE_HEADER,
+    ElasticBlock,
+    Exc,
+    TracebackAssembler,
+    in_library,
+)
 
 CHUNK = 4 << 20
 MAX_LINE = 16 * 1024
@@ -798,24 +805,6 @@ class _FileState:
         self.elastic.clear()
         for stream, exc in self.tracebacks.close_all():
             self._exception(exc, stream)
-
-
-#: where installed packages and the standard library live: a frame there is not the script's own code
-_LIBRARY_PATH = re.compile(r"[/\\](?:site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python\d|^<frozen ")
-
-
-#: a frame in an environment's `bin/` file without `.py`: an installed package's console script (torchrun, deepspeed)
-_CONSOLE_SCRIPT = re.compile(r"[/\\]bin[/\\](?P<name>[\w.-]+):\d+(?: in |$)")
-
-
-def in_library(where: str | None) -> bool:
-    """Whether a traceback's last frame (`file:line in func`) is in an installed package, its console script or the
-    standard library (torch's collectives, its allocator, torchrun) rather than in the script: an exception raised
-    there may be a victim's (a collective that failed) or any library error, one raised in the script is its own."""
-    if where is None or _LIBRARY_PATH.search(where):
-        return True
-    script = _CONSOLE_SCRIPT.search(where)
-    return script is not None and not script["name"].endswith(".py")
 
 
 def tied_roots(entries: list[dict[str, str]]) -> list[dict[str, str]]:

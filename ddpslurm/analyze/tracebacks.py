@@ -3,7 +3,8 @@
 A traceback opens on `Traceback (most recent call last):` and its event is the final exception line;
 chained tracebacks (`During handling of the above exception...`, `The above exception was the direct
 cause...`) keep it open, so the last exception of the chain is the one reported. Lines of other streams
-(other ranks in an interleaved log, NCCL or glog lines written by C++ threads) do not disturb it.
+(other ranks in an interleaved log, NCCL or glog lines written by C++ threads) do not disturb it. One whose frames
+end without an exception line (a process killed mid-print, a cut paste) is reported by its last frame (`Exc.cut`).
 """
 
 from __future__ import annotations
@@ -219,6 +220,24 @@ EXCEPTION_INDENTS = (0, 2)
 #: the header of the entry torchelastic names as the first failure: a block is read from it even where the lines
 #: above it (the ChildFailedError, `Failures:`) are not in the input (a paste that starts there)
 ROOT_CAUSE_HEADER = "Root Cause (first observed failure)"
+
+
+#: where installed packages and the standard library live: a frame there is not the script's own code
+_LIBRARY_PATH = re.compile(r"[/\\](?:site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python\d|^<frozen ")
+
+
+#: a frame in an environment's `bin/` file without `.py`: an installed package's console script (torchrun, deepspeed)
+_CONSOLE_SCRIPT = re.compile(r"[/\\]bin[/\\](?P<name>[\w.-]+):\d+(?: in |$)")
+
+
+def in_library(where: str | None) -> bool:
+    """Whether a traceback's last frame (`file:line in func`) is in an installed package, its console script or the
+    standard library (torch's collectives, its allocator, torchrun) rather than in the script: an exception raised
+    there may be a victim's (a collective that failed) or any library error, one raised in the script is its own."""
+    if where is None or _LIBRARY_PATH.search(where):
+        return True
+    script = _CONSOLE_SCRIPT.search(where)
+    return script is not None and not script["name"].endswith(".py")
 
 
 def _indent(text: str) -> int:

@@ -468,7 +468,7 @@ def test_a_cut_traceback_weighs_less_than_another_ranks_failure(tmp_path: Path) 
     (None, True),
 ])
 def test_a_cut_tracebacks_last_frame_tells_library_from_script(where: str | None, library: bool) -> None:
-    from ddpslurm.analyze.scan import in_library
+    from ddpslurm.analyze.tracebacks import in_library
 
     assert in_library(where) is library
 
