@@ -537,8 +537,10 @@ class _FileState:
         body = text[spans.start:]
         if any(word in body for word in NOT_REPLAYED) or ("Init " in body and _NCCL_INIT_ANY_DIGIT.search(body)):
             return
+        if hit is not None and self.sigs.is_sensitive(hit[0]):
+            return
         checks = self.sigs.replay_checks(body)
-        if checks is None or (hit is not None and self.sigs.is_sensitive(hit[0])):
+        if checks is None:
             return
         remember(self.sigs.line_recipes, key, LineRecipe.of(body, spans, slurm, torchrun, checks, hit, self.sigs),
                  MAX_RECIPES)

@@ -176,6 +176,8 @@ class SignatureSet:
     #: shapes of raw lines whose whole reading the scanner can replay from spans (scan.py `LineRecipe`; this
     #: process, at most scan.MAX_RECIPES)
     line_recipes: dict[Any, Any] = field(default_factory=dict, repr=False)
+    #: signature id -> its position (`index_of`, asked for every line read in full: a scan of the list was 10 us)
+    _positions: dict[str, int] = field(default_factory=dict, repr=False)
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None.
@@ -232,7 +234,13 @@ class SignatureSet:
 
     def index_of(self, sig: Signature) -> int:
         """The position of `sig` among the signatures (priority order)."""
-        return next(i for i, s in enumerate(self.signatures) if s is sig)
+        i = self._positions.get(sig.id)
+        if i is None or i >= len(self.signatures) or self.signatures[i] is not sig:
+            self._positions = {s.id: n for n, s in enumerate(self.signatures)}
+            i = self._positions.get(sig.id)
+            if i is None or self.signatures[i] is not sig:  # a set built with one id twice: by identity
+                return next(n for n, s in enumerate(self.signatures) if s is sig)
+        return i
 
     def _candidates(self, text: str) -> tuple[list[int], set[int]]:
         """The signatures `text`'s literals let through, in priority order, and those let through by a literal

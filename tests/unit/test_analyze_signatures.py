@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.events import CAUSES
-from ddpslurm.analyze.signatures import ANCHORS, derive_literal, load_signature_file, load_signatures
+from ddpslurm.analyze.signatures import ANCHORS, SignatureSet, derive_literal, load_signature_file, load_signatures
 from ddpslurm.errors import AnalyzeInputError
 
 GOOD = """
@@ -404,3 +404,14 @@ def test_every_shipped_pattern_compiles(shipped) -> None:
 def test_lookalikes_of_the_new_families_are_not_them(shipped, line: str) -> None:
     hit = shipped.match(line)
     assert hit is None or hit[0].id not in ("nccl-socket-no-address", "cuda-oom"), hit
+
+
+def test_index_of_is_the_position_of_that_very_signature(shipped) -> None:
+    """`index_of` answers from an id -> position map; a set built with one id twice still answers by identity."""
+    from dataclasses import replace as copy_of
+
+    assert all(shipped.index_of(s) == i for i, s in enumerate(shipped.signatures))
+    first = shipped.signatures[0]
+    twin = copy_of(first)
+    doubled = SignatureSet([first, twin])
+    assert (doubled.index_of(first), doubled.index_of(twin)) == (0, 1)
