@@ -19,6 +19,7 @@ from ddpslurm.analyze.render import render
 from ddpslurm.analyze.resolve import evolve, resolve
 from ddpslurm.analyze.signatures import SignatureSet, default_accuses
 from ddpslurm.analyze.timeline import build_timeline
+from ddpslurm.analyze.tracebacks import CUT_TRACEBACK
 
 
 def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],
@@ -118,10 +119,6 @@ def stuck_after_own_timeout(events: list[Event]) -> list[Event]:
         return events
     return [as_victim(e) if e.kind == "hang" and e.rank in timed_out and e.role in ("culprit", "either") else e
             for e in events]
-
-
-#: the signature of a traceback cut before its exception line (scan: tracebacks.Exc.cut)
-CUT_TRACEBACK = "python-traceback-cut"
 
 
 def cut_tracebacks_told_otherwise(events: list[Event]) -> list[Event]:

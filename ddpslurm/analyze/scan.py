@@ -50,6 +50,7 @@ from ddpslurm.analyze.resolve import MAX_RANK_LIST
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, PLANNED_CHARS, Signature, SignatureSet, memo_key, remember
 from ddpslurm.analyze.timestamps import parse_time
 from ddpslurm.analyze.tracebacks import (
+    CUT_TRACEBACK,
     IDLE_PER_STREAM,
     ROOT_CAUSE_HEADER,
     ElasticBlock,
@@ -763,7 +764,7 @@ class _FileState:
         if exc.cut:  # no exception line: the traceback says that this stream raised, not what
             if rank is not None and not in_library(exc.where):  # inside a library call a victim's reads the same
                 self._emit(exc.line, "exception", exc.text, rank, host, None, local, None,
-                           sig=self.sigs.by_id("python-traceback-cut"), fields=extra, stream=stream)
+                           sig=self.sigs.by_id(CUT_TRACEBACK), fields=extra, stream=stream)
             return
         hit = self.sigs.match(exc.text)
         if exc.wrapped_by:

@@ -222,6 +222,10 @@ EXCEPTION_INDENTS = (0, 2)
 ROOT_CAUSE_HEADER = "Root Cause (first observed failure)"
 
 
+#: the signature of a traceback cut before its exception line (`Exc.cut`): the scanner's event, the engine's filter
+CUT_TRACEBACK = "python-traceback-cut"
+
+
 #: where installed packages and the standard library live: a frame there is not the script's own code
 _LIBRARY_PATH = re.compile(r"[/\\](?:site-packages|dist-packages)[/\\]|[/\\]lib[/\\]python\d|^<frozen ")
 
