@@ -4,8 +4,8 @@
                                        [--job RANKS:GB:LAYOUT:SCENARIO:CULPRIT ...]
 
 Each job is generated with make_big_job.py under --root unless it is there already (PLANTED.json), the page cache
-is warmed by reading every file, then analyze and grep each run --runs times, alternately (a shared machine's load
-hits both).
+is warmed by reading every file and ddpslurm's modules compiled to bytecode (as an installed copy has them), then
+analyze and grep each run --runs times, alternately (a shared machine's load hits both).
 Printed per job: files, bytes, analyze wall (median) and CPU (user+sys of the process tree, median), grep wall and
 CPU (median), wall and CPU ratios, peak RSS of the largest process and of the process tree (max over runs), and
 whether every run named the planted cause, rank and host. The default jobs are the issue's: 512 ranks / 1 GB,
@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=None, help="passed to `ddpslurm analyze --jobs`")
     parser.add_argument("--job", action="append", help="RANKS:GB:LAYOUT:SCENARIO:CULPRIT (repeatable)")
     args = parser.parse_args()
+    throughput.compile_package()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, python "
           f"{sys.version.split()[0]}, medians of {args.runs} alternating runs, warm page cache")
     print("| ranks | layout | scenario | culprit | files | GB | analyze wall s | analyze CPU s | grep wall s | "
