@@ -254,10 +254,14 @@ def canonical(value):
 
 def canonical_fields(fields: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """`fields` made of shared pairs (a rank's number differs, its op, timeout and sequence number do not)."""
-    found = _CANONICAL.get(fields)
+    memo = _CANONICAL
+    found = memo.get(fields)
     if found is not None:
         return found
-    return canonical(tuple(canonical(pair) for pair in fields))
+    if len(memo) + len(fields) >= MAX_CANONICAL:
+        memo.clear()  # as `remember` does, once for the pairs and the tuple
+    shared = tuple([memo.setdefault(pair, pair) for pair in fields])
+    return memo.setdefault(shared, shared)
 
 
 @dataclass(frozen=True)
@@ -849,11 +853,17 @@ class _Reader:
             raise OSError(errno.EINVAL, "not a regular file")
         self.size, self.pos = st.st_size, 0
         self.deadline = time.monotonic() + deadline
+        #: the file's last byte (as opened) once a read has covered it: `ends_with_newline` asks no more then
+        self.last_byte: int | None = None
 
     def read(self, n: int) -> bytes:
-        """Up to `n` bytes (the file's head)."""
+        """Up to `n` bytes from where the reader is."""
         buf = bytearray(n)
         return bytes(buf[:self.readinto(memoryview(buf))])
+
+    def head(self, n: int) -> bytes:
+        """The file's first `n` bytes (at most), read without moving the reader (one pread)."""
+        return os.pread(self.fd, n, 0)
 
     def readinto(self, view: memoryview) -> int:
         """Read into `view`, up to what the file holds plus some slack for a file still growing; how many bytes
@@ -865,6 +875,8 @@ class _Reader:
             got = os.readv(self.fd, [view[:want]])
         except BlockingIOError:
             raise OSError(errno.EAGAIN, "reading it would block (a pseudo-file?)") from None
+        if self.pos < self.size <= self.pos + got:
+            self.last_byte = view[self.size - 1 - self.pos]
         self.pos += got
         return got
 
@@ -873,6 +885,8 @@ class _Reader:
 
     def ends_with_newline(self) -> bool:
         """Whether the file's last byte (as it was opened) is a line end; an empty file has no cut line."""
+        if self.last_byte is not None:
+            return self.last_byte == 10
         return self.size == 0 or os.pread(self.fd, 1, self.size - 1) == b"\n"
 
     def tell(self) -> int:
@@ -925,11 +939,10 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
         with _Reader(source.path, READ_DEADLINE) as handle:
             tally = None
             if start == 0:
-                head = handle.read(8192)
+                head = handle.head(8192)
                 if is_binary(head):
                     summary.binary = True
                     return [], settled(summary)
-                handle.seek(0)
                 if stream_ends.looks_labelled(head):
                     if end is None and handle.size <= stream_ends.MAX_BYTES:
                         tally = stream_ends.StreamTally()
@@ -940,7 +953,7 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
             for block, size, truncated in iter_blocks(reader):
                 summary.truncated_lines += truncated
                 summary.bytes += size
-                head = candidate_starts(block, HEAD_ANCHOR_BYTES, min(size, HEAD_BYTES)) if first else ()
+                head = head_starts(block, min(size, HEAD_BYTES)) if first else ()
                 lineno = _scan_block(block, size, lineno, state, anchors, every_line, head)
                 first = False
                 if tally is not None:
@@ -979,6 +992,18 @@ NO_RANKS: frozenset[int] = frozenset()
 NO_STREAMS: dict[int, tuple[int, str | None]] = {}
 
 
+def head_starts(block: bytes | bytearray, end: int) -> list[int]:
+    """Offsets of the lines of `block[:end]` that hold a head anchor (submitit's JobEnvironment line: a handful
+    of anchors, each looked for with `find`, not an automaton pass of its own over every file's head)."""
+    starts: set[int] = set()
+    for anchor in HEAD_ANCHOR_BYTES:
+        at = block.find(anchor, 0, end)
+        while at >= 0:
+            starts.add(block.rfind(b"\n", 0, at) + 1)
+            at = block.find(anchor, at + len(anchor), end)
+    return sorted(starts)
+
+
 def settled(summary: FileSummary) -> FileSummary:
     """The summary as a scan returns it: its empty rank set and tail are the shared empty ones."""
     if not summary.ranks_seen:
@@ -1012,7 +1037,7 @@ def last_lines(block: bytes | bytearray, count: int, end: int | None = None) -> 
 
 def told_once(events: list[Event]) -> list[Event]:
     """A file's events (or a file's ranges' merged) with each fact they repeat told once."""
-    return without_told_facts(without_repeats(events))
+    return without_told_facts(without_repeats(events)) if len(events) > 1 else events
 
 
 def without_repeats(events: list[Event]) -> list[Event]:

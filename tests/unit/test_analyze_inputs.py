@@ -120,13 +120,15 @@ def test_catastrophic_site_signature_skips_the_line_not_the_file(tmp_path: Path,
 
 
 def _failing_read(path_part: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = scan._Reader.read
+    """Every read of the files whose path holds `path_part` fails with EIO (a disk or network filesystem error)."""
+    for name in ("head", "readinto"):
+        real = getattr(scan._Reader, name)
 
-    def read(self, n: int) -> bytes:
-        if path_part in os.readlink(f"/proc/self/fd/{self.fd}"):
-            raise OSError(errno.EIO, "Input/output error")
-        return real(self, n)
-    monkeypatch.setattr(scan._Reader, "read", read)
+        def failing(self, *args, _real=real):
+            if path_part in os.readlink(f"/proc/self/fd/{self.fd}"):
+                raise OSError(errno.EIO, "Input/output error")
+            return _real(self, *args)
+        monkeypatch.setattr(scan._Reader, name, failing)
 
 
 def test_an_unreadable_file_named_on_the_command_line_is_an_input_error(tmp_path: Path,

@@ -349,3 +349,59 @@ def test_the_ranks_a_file_names_are_kept_up_to_the_bound_resolve_keeps(tmp_path:
     _, summary = scan.scan_file(SourceFile(path=str(path), display=path.name, size=path.stat().st_size),
                                 load_signatures())
     assert summary.ranks_seen == set(range(50))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["step 1 loss 0.5", "submitit INFO - Starting with JobEnvironment(job_id=1, ...)",
+                                 "x JobEnvironment(JobEnvironment( y", "", "JobEnvironment("]), max_size=12),
+       st.integers(min_value=0, max_value=400))
+def test_head_starts_finds_the_lines_an_automaton_of_the_head_anchors_finds(lines: list[str], limit: int) -> None:
+    from ddpslurm.analyze.prefilter import candidate_starts
+
+    block = "".join(f"{line}\n" for line in lines).encode()
+    end = min(limit, len(block))
+    end = block.rfind(b"\n", 0, end) + 1  # blocks are whole lines
+    assert scan.head_starts(block, end) == candidate_starts(block, scan.HEAD_ANCHOR_BYTES, end)
+
+
+@pytest.mark.parametrize("text", ["a\nb\n", "a\nb", "", "\n", "x" * 70_000 + "\n", "x" * 70_000],
+                         ids=["ends", "cut", "empty", "newline", "overlong-ends", "overlong-cut"])
+def test_the_last_byte_a_read_covered_tells_whether_the_file_ends_a_line(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "r.log"
+    path.write_text(text)
+    with scan._Reader(str(path), 10.0) as reader:
+        asked_first = reader.ends_with_newline()  # nothing read yet: the file is asked
+        for _block in scan.iter_blocks(reader):
+            pass
+        covered = reader.last_byte is not None
+        assert reader.ends_with_newline() is asked_first is (text == "" or text.endswith("\n"))
+    assert covered is (text != "")
+
+
+def test_a_file_grown_after_it_was_opened_is_judged_on_its_size_then(tmp_path: Path) -> None:
+    path = tmp_path / "r.log"
+    path.write_text("cut here")
+    with scan._Reader(str(path), 10.0) as reader:
+        with path.open("a") as grow:
+            grow.write("\nmore\n")
+        for _block in scan.iter_blocks(reader):
+            pass
+        assert reader.ends_with_newline() is False
+
+
+def test_canonical_fields_share_equal_pairs_and_keep_their_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scan, "_CANONICAL", {})
+    a = scan.canonical_fields((("rank", "7"), ("op", "ALLREDUCE")))
+    b = scan.canonical_fields(tuple((k, "".join(v)) for k, v in (("seq", "9"), ("op", "ALLREDUCE"))))
+    assert a == (("rank", "7"), ("op", "ALLREDUCE")) and b == (("seq", "9"), ("op", "ALLREDUCE"))
+    assert a[1] is b[1]
+    assert scan.canonical_fields((("rank", "7"), ("op", "ALLREDUCE"))) is a
+
+
+def test_canonical_fields_forget_everything_at_the_limit_rather_than_grow(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scan, "_CANONICAL", {})
+    monkeypatch.setattr(scan, "MAX_CANONICAL", 10)
+    for rank in range(50):
+        fields = scan.canonical_fields((("rank", str(rank)), ("op", "ALLREDUCE")))
+        assert fields == (("rank", str(rank)), ("op", "ALLREDUCE"))
+        assert len(scan._CANONICAL) <= 10
