@@ -180,7 +180,7 @@ def peer_host(e: Event, tl: JobTimeline) -> str | None:
     """The host of the peer a line names (`peer_host`, or an address the job's records or interface lines map to a
     host); None for none, its own host, or an address nothing maps."""
     for name in ("peer_host", "peer_host2", "peer_ip"):
-        value = _bare_host(e.get(name) or "")
+        value = bare_host(e.get(name) or "")
         if value:
             host = tl.facts.ip_host.get(value, value)
             own_host = e.host or (tl.facts.rank_host.get(e.rank) if e.rank is not None else None)
@@ -194,7 +194,7 @@ def peer_host(e: Event, tl: JobTimeline) -> str | None:
 _BRACKETED = re.compile(r"\[([^\]]*)\](?::\d+)?")
 
 
-def _bare_host(value: str) -> str:
+def bare_host(value: str) -> str:
     """A peer as a line names it, without c10d's brackets and port."""
     m = _BRACKETED.fullmatch(value.strip())
     return m[1] if m else value.strip().strip("[]")

@@ -9,6 +9,7 @@ from typing import Any
 from ddpslurm.analyze.combiner import Verdict, one_rank_job
 from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow, TimelineRow
 from ddpslurm.analyze.events import Event, FileSummary
+from ddpslurm.analyze.producers import bare_host
 from ddpslurm.analyze.resolve import plausible_world
 from ddpslurm.analyze.signatures import SignatureSet
 from ddpslurm.analyze.timeline import JobTimeline
@@ -35,11 +36,13 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
     values.update({"rank": verdict.rank if verdict.rank is not None else reported_rank, "host": verdict.host or None,
                    "lost_node": verdict.host if verdict.decided_by == "lost peer" else None,
                    "sole_world": 1 if verdict.rank is not None and one_rank_job(tl) else None})
+    if verdict.cause == "unknown" and verdict.rank is None and not values["lost_node"]:
+        values["lost_peer"] = ", ".join(untied_peers(tl)[:3]) or None
     template = (sig.summary if sig and sig.summary else None) or (info.summary if info else
                                                                    verdict.cause.replace("_", " "))
     summary = fill(template, values) + _ordering_note(verdict, tl)
     advice = [fill(a, values) for a in (list(sig.advice) if sig else [])]
-    advice += [a for a in (fill(x, values) for x in (info.advice if info else ())) if a not in advice]
+    advice += [a for a in (fill(x, values) for x in (info.advice if info else ())) if a and a not in advice]
     retry = (sig.retry if sig and sig.retry else None) or (info.retry if info else "unknown")
     exclude = sig.exclude_node if sig and sig.exclude_node is not None else (info.exclude_node if info else False)
     if chosen is not None and chosen.kind == "preflight":  # ddpslurm doctor named the node before training
@@ -127,6 +130,10 @@ def evidence(tl: JobTimeline, summaries: Sequence[FileSummary], verdict: Verdict
             if e.role == "victim" and e.kind not in kinds and len(picked) < MAX_EVIDENCE:
                 kinds.add(e.kind)
                 picked.append(e)
+    for e in tl.unranked:  # a paste without rank prefixes: its failure lines, not its last lines
+        if e.role is not None and (e.kind, e.role) not in kinds and len(picked) < MAX_EVIDENCE:
+            kinds.add((e.kind, e.role))
+            picked.append(e)
     picked += [e for e in tl.job_events if e not in picked][:max(0, MAX_EVIDENCE - len(picked))]
     out = _unique(picked)
     if not out:
@@ -135,6 +142,27 @@ def evidence(tl: JobTimeline, summaries: Sequence[FileSummary], verdict: Verdict
                 out.append(Evidence(file=s.file, line=max(1, s.lines - len(s.tail) + 1 + i), rank=None, time=None,
                                     text=line[:500]))
     return out[:MAX_EVIDENCE]
+
+
+def untied_peers(tl: JobTimeline) -> list[str]:
+    """The peers victims' lines say they lost (a closed or reset connection, most named first) that no log read
+    here belongs to: an address no record or interface line maps to a host, a host no line came from. Their own
+    logs hold the first failure; the report says where to look."""
+    known = {h for h in tl.facts.rank_host.values() if h} | {e.host for e in tl.events if e.host}
+    known_short = {h.split(".", 1)[0] for h in known}
+    named: dict[str, int] = {}
+    for e in tl.failure_lines():
+        if e.role != "victim" or e.get("accuses") != "peer":
+            continue
+        for field_name in ("peer_host", "peer_host2", "peer_ip"):
+            peer = bare_host(e.get(field_name) or "")
+            if not peer:
+                continue
+            host = tl.facts.ip_host.get(peer, peer)
+            if host not in known and host.split(".", 1)[0] not in known_short:
+                named[host] = named.get(host, 0) + 1
+            break
+    return sorted(named, key=lambda peer: -named[peer])
 
 
 def _unique(events: list[Event]) -> list[Evidence]:

@@ -374,9 +374,9 @@ def test_an_address_several_nodes_use_names_no_node(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("named", "host"), [("[login02.hpc.example.edu]:29500", "login02.hpc.example.edu"),
                                              ("[node7]", "node7"), ("node7", "node7"), ("[::1]:29500", "::1")])
 def test_a_peer_c10d_writes_in_brackets_with_its_port_is_the_bare_host(named: str, host: str) -> None:
-    from ddpslurm.analyze.producers import _bare_host
+    from ddpslurm.analyze.producers import bare_host
 
-    assert _bare_host(named) == host
+    assert bare_host(named) == host
 
 
 def _init_job(tmp_path: Path, hosts: list[str], gpn: int, absent: set[int], ending: str, *,
@@ -805,3 +805,42 @@ def test_two_halves_with_different_models_name_no_rank(tmp_path: Path) -> None:
                     f"params, while rank {other} has inconsistent {theirs} params.\n")
     got = diagnose(write_ranks(tmp_path, texts))
     assert (got["cause"], got["first_failing_rank"]) == ("collective_mismatch", None), got["summary"]
+
+
+def _lost_peer_paste(host: str, peer: str, pid: int = 183006) -> str:
+    """NCCL's lines on a node whose socket to a peer broke (NCCL 2.14, pasted without rank prefixes)."""
+    return (f"{host}:{pid}:{pid + 214} [1] misc/socket.cc:518 NCCL WARN Net : Call to recv from {peer}<58355> "
+            f"failed : Broken pipe\n"
+            f"{host}:{pid}:{pid + 214} [1] NCCL INFO misc/socket.cc:535 -> 6\n"
+            f"{host}:{pid}:{pid + 175} [1] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer "
+            f"{host}.cluster.internal<47861>\n"
+            f"{host}:{pid}:{pid + 214} [1] NCCL INFO proxy.cc:991 -> 6\n")
+
+
+@pytest.mark.parametrize(("host", "peer"), [("a100-st-22", "10.200.84.247"), ("gpu007", "172.16.3.9"),
+                                            ("n1", "fd00::1:5")])
+def test_a_paste_of_victims_names_the_peer_no_log_here_belongs_to(tmp_path: Path, host: str, peer: str) -> None:
+    d = diagnose_one(tmp_path / "console.log", _lost_peer_paste(host, peer))
+    assert (d["cause"], d["first_failing_rank"], d["first_failing_host"]) == ("unknown", None, None)
+    assert f"lost their connection to {peer}," in d["summary"]
+    assert d["advice"][0].startswith(f"Find the node behind {peer} ")
+    assert f"{host}.cluster" not in d["summary"]  # its own host, as NCCL's closed-peer line names it, is no peer
+    assert [e["line"] for e in d["evidence"]][:1] == [1]  # the lines read as failures, not the file's last lines
+
+
+def test_a_lost_peer_whose_log_is_read_is_not_called_unread(tmp_path: Path) -> None:
+    paste = _lost_peer_paste("a100-st-22", "10.200.84.247")
+    peer_log = "a100-st-23:5001:5001 [0] NCCL INFO Bootstrap : Using ens5:10.200.84.247<0>\nstep 10 loss 0.4\n"
+    d = diagnose([*write_ranks(tmp_path, {}), _write(tmp_path / "a.log", paste), _write(tmp_path / "b.log", peer_log)])
+    assert "10.200.84.247" not in d["summary"] and not any("Find the node behind" in a for a in d["advice"])
+
+
+def test_no_untied_peer_leaves_the_plain_unknown_report(tmp_path: Path) -> None:
+    d = diagnose_one(tmp_path / "console.log", "step 1 loss 0.5\nsomething odd happened\n")
+    assert d["summary"].startswith("No failure of a rank's own was recognised")
+    assert all(a for a in d["advice"]) and not any("Find the node behind" in a for a in d["advice"])
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
