@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -10,7 +11,7 @@ from ddpslurm.analyze.combiner import Verdict, one_rank_job
 from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow, TimelineRow
 from ddpslurm.analyze.events import Event, FileSummary
 from ddpslurm.analyze.producers import bare_host
-from ddpslurm.analyze.resolve import plausible_world
+from ddpslurm.analyze.resolve import is_host_name, plausible_world
 from ddpslurm.analyze.signatures import SignatureSet
 from ddpslurm.analyze.timeline import JobTimeline
 from ddpslurm.analyze.timestamps import format_time
@@ -159,10 +160,20 @@ def untied_peers(tl: JobTimeline) -> list[str]:
             if not peer:
                 continue
             host = tl.facts.ip_host.get(peer, peer)
-            if host not in known and host.split(".", 1)[0] not in known_short:
+            if (is_address(host) or is_host_name(host)) and host not in known \
+                    and host.split(".", 1)[0] not in known_short:
                 named[host] = named.get(host, 0) + 1
             break
     return sorted(named, key=lambda peer: -named[peer])
+
+
+def is_address(text: str) -> bool:
+    """A whole IPv4 or IPv6 address (not one a person elided when pasting: `172....`, `10.x.x.x`)."""
+    try:
+        ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
 
 
 def _unique(events: list[Event]) -> list[Evidence]:

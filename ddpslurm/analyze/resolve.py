@@ -93,7 +93,9 @@ class JobFacts:
 _STEP_ID = re.compile(r"^\d+(?:[._]\w+)?$")
 _CONTAINER_ID = re.compile(r"^[0-9a-f]{8,64}$")  # docker/k8s hostnames: an id, not a node
 #: what a person pasting a log put in place of a host: `xxxxxxxx`, `****`, `<hostname>`, `[redacted]`, `HOSTNAME`
-_REDACTED = re.compile(r"^(?:([xX*#?])\1{2,}|<[^<>]*>|\[?redacted\]?|hidden|hostname|your[-_]?host)$", re.I)
+#: or an address with some of its numbers so replaced (`10.x.x.x`, `192.168.*.*`)
+_REDACTED = re.compile(r"^(?:([xX*#?])\1{2,}|<[^<>]*>|\[?redacted\]?|hidden|hostname|your[-_]?host"
+                       r"|(?:\d{1,3}|[xX*]+)(?:\.(?:\d{1,3}|[xX*]+)){3})$", re.I)
 
 
 def is_host_name(text: str) -> bool:

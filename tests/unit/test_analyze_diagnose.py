@@ -844,3 +844,10 @@ def test_no_untied_peer_leaves_the_plain_unknown_report(tmp_path: Path) -> None:
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+@pytest.mark.parametrize("elided", ["172....", "10.x.x.x", "xxxxxxxx", "<redacted>"])
+def test_a_peer_address_masked_in_a_paste_is_not_named(tmp_path: Path, elided: str) -> None:
+    d = diagnose_one(tmp_path / "console.log", _lost_peer_paste("gpu007", elided))
+    assert "lost their connection" not in d["summary"] and elided not in " ".join(d["advice"])
+    assert [e["line"] for e in d["evidence"]][:1] == [1]
