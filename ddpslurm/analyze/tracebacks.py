@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 _START = "Traceback (most recent call last):"
+_DIGITS_AS_ZERO = str.maketrans("123456789", "000000000")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _FOREIGN = re.compile(r"^(?:[\w.-]+:\d+:\d+ \[\d+\] |[IWEF]\d{4} \d\d:|\[[IWEF] |\[\d{4}-\d\d-\d\d |"
                       r"(?:INFO|WARNING|ERROR|DEBUG):[\w.]+:|srun: |slurmstepd: )")
@@ -60,6 +61,9 @@ class _Open:
     earlier: tuple[str, int, str | None] | None = None
     #: its last frame line (`File "...", line N, in f`) and that line's number: what is left if no exception follows
     frame: tuple[str, int] | None = None
+    #: what a wrapper wrote before the header (Metaflow's `[177/train/578 (pid 28936)] [uuid] `, YARN's container
+    #: id), its digits as 0: its next lines that start alike are read without it
+    head: str | None = None
 
     def note_process(self, text: str) -> None:
         m = _WRAPPED_PROCESS.search(text) if self.process is None else None
@@ -101,6 +105,7 @@ class TracebackAssembler:
         self.seen.add(stream)
         finished = self._idle_ones(stream) if self.open else []
         if _START in text:
+            before = text[:text.index(_START)]
             state = self.open.get(stream)
             if state and state.awaiting_chain:
                 if state.exc is not None:
@@ -110,14 +115,18 @@ class TracebackAssembler:
             else:
                 finished.extend(self._closed(stream))
                 self.opened += 1
-                self.open[stream] = _Open(start_line=lineno, last_fed=self.fed, seq=self.opened)
-            # a header mid-line (a paste that lost its newlines): the text before it is still a line of its own
-            return not text[:text.index(_START)].strip(), finished
+                state = self.open[stream] = _Open(start_line=lineno, last_fed=self.fed, seq=self.opened)
+            state.head = before.translate(_DIGITS_AS_ZERO) if before.strip() else None
+            # a header mid-line (a paste that lost its newlines, a wrapper's prefix): the text before it is still a
+            # line of its own
+            return not before.strip(), finished
         state = self.open.pop(stream, None)
         if state is None:
             return False, finished
         state.last_fed = self.fed
         self.open[stream] = state  # now the most recently continued
+        if state.head is not None and text[:len(state.head)].translate(_DIGITS_AS_ZERO) == state.head:
+            text = text[len(state.head):]  # a wrapper writes its prefix on every line of the traceback
         stripped = text.strip()
         if not stripped:
             return True, finished

@@ -502,3 +502,45 @@ def test_a_cut_traceback_is_dropped_where_its_rank_tells_more_elsewhere(tmp_path
                   role="victim", signature="watchdog-timeout-v1")
     assert cut_tracebacks_told_otherwise([cut, rest, other]) == [rest, other]
     assert cut_tracebacks_told_otherwise([cut, other]) == [cut, other]
+
+
+WRAPPER_TRACEBACK = ("{head}Traceback (most recent call last):\n"
+                     "{head}  File \"/opt/app/train.py\", line 212, in save\n"
+                     "{head}    torch.save(state, path)\n"
+                     "{head}  File \"/opt/conda/lib/python3.10/site-packages/torch/serialization.py\", line 604, "
+                     "in _save\n"
+                     "{head}    zip_file.write_record(name, storage.data_ptr(), num_bytes)\n"
+                     "{head}OSError: [Errno 28] No space left on device\n")
+
+
+@pytest.mark.parametrize("heads", [
+    ["2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee-a44c-4795-967c-7183a83b3160] "] * 6,
+    [f"2019-07-04T06:18:4{i}.000Z /container_e559_1557431881457_79419_05_000002: " for i in range(6)],  # times tick
+    ["job-7 | worker-a | "] * 6,
+])
+def test_a_wrappers_prefix_on_every_line_of_a_traceback_is_read_past(tmp_path: Path, sigs, heads: list[str]) -> None:
+    lines = WRAPPER_TRACEBACK.format(head="\0").splitlines(keepends=True)
+    text = "step 1 loss 0.4\n" + "".join(line.replace("\0", head) for line, head in zip(lines, heads, strict=True))
+    events, _summary = scan_text(tmp_path, sigs, text)
+    exceptions = [e for e in events if e.kind == "exception"]
+    assert [(e.line, e.text) for e in exceptions] == [(7, "OSError: [Errno 28] No space left on device")]
+    assert exceptions[0].get("where") == "/opt/conda/lib/python3.10/site-packages/torch/serialization.py:604 in _save"
+
+
+def test_lines_without_the_headers_prefix_are_read_as_they_are() -> None:
+    """A logger that prefixes only a message's first line (Python's logging): the frames after it carry none."""
+    tb = TracebackAssembler()
+    lines = ["2024-01-02 10:00:00 ERROR root: Traceback (most recent call last):", '  File "t.py", line 3, in f',
+             "    f()", "ValueError: bad"]
+    finished = [exc for n, line in enumerate(lines, 1) for _s, exc in tb.feed("s", line, n)[1]]
+    finished += [exc for _s, exc in tb.close_all()]
+    assert [(e.text, e.where) for e in finished] == [("ValueError: bad", "t.py:3 in f")]
+
+
+def test_a_prefix_of_another_shape_ends_a_wrapped_traceback() -> None:
+    tb = TracebackAssembler()
+    lines = ["[task 1] Traceback (most recent call last):", '[task 1]   File "t.py", line 3, in f',
+             "[task 1] KeyError: 'x'", "[other 22] KeyError: 'y'"]
+    finished = [exc for n, line in enumerate(lines, 1) for _s, exc in tb.feed("s", line, n)[1]]
+    finished += [exc for _s, exc in tb.close_all()]
+    assert [e.text for e in finished] == ["KeyError: 'x'"]
