@@ -9,6 +9,7 @@ of them decides for one line holds for every line of the same shape (`signatures
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 
@@ -51,6 +52,12 @@ def digit_blind(pattern: str, literals: Iterable[str] = ()) -> bool:
     shape. False when unsure: a pattern Python's parser cannot read (`regex`-only syntax) is not digit-blind."""
     if any(has_digit(lit) for lit in literals if lit):
         return False
+    return _pattern_blind(pattern)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern_blind(pattern: str) -> bool:
+    """`digit_blind` of the regex alone (parsed once per process: ~0.3 ms a pattern, for each signature set)."""
     try:
         tree = sre_parse.parse(python_syntax(pattern))
     except Exception:  # any syntax Python's parser does not know: unsure

@@ -158,7 +158,9 @@ class SignatureSet:
     _no_literal: set[int] = field(default_factory=set, repr=False)
     #: signature id -> lines on which its regex ran past MATCH_TIMEOUT (this process)
     timeouts: dict[str, int] = field(default_factory=dict, repr=False)
-    _required: dict[int, str] = field(default_factory=dict, repr=False)
+    #: signature index -> literals every match of its regex holds one of (derive_any_literal), where the prefilter
+    #: literals that let a line through do not already tell
+    _required: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
     _shipped: set[int] = field(default_factory=set, repr=False)
     _literals_in: LiteralsIn | None = field(default=None, repr=False)  # over `_by_literal`'s keys
     #: signatures that are not digit-blind (digit_shape), those of them gated by literals holding digits, and
@@ -257,8 +259,8 @@ class SignatureSet:
         `timeouts`) when its regex runs past MATCH_TIMEOUT."""
         sig = self.signatures[i]
         required = self._required.get(i)
-        if required is not None and required not in text:
-            return None  # every match holds it (derive_literal): the regex cannot match
+        if required is not None and not any(lit in text for lit in required):
+            return None  # every match holds one (derive_any_literal): the regex cannot match
         try:
             if len(text) > UNTIMED_CHARS or i not in self._shipped:
                 return sig.pattern.search(text, timeout=MATCH_TIMEOUT)
@@ -325,23 +327,23 @@ class SignatureSet:
         return self.signatures[plan.first_blind], m
 
     def _index(self) -> None:
-        """literal -> indexes of the signatures it gates (signatures are ordered by priority); the literal each
-        signature's every match must hold, where one can be told; which signatures are the shipped ones; which
+        """literal -> indexes of the signatures it gates (signatures are ordered by priority); the literals each
+        signature's every match must hold one of, where they can be told; which signatures are the shipped ones; which
         are not digit-blind (digit_shape), and their literals that hold digits."""
         shipped = str(default_dirs()[0])
         for i, sig in enumerate(self.signatures):
             if sig.kind in ENGINE_KINDS:
                 continue
-            required = derive_literal(sig.pattern_text)
-            if required and not any(required in lit for lit in sig.prefilter):
-                self._required[i] = required
+            required = derive_any_literal(sig.pattern_text) or ()
+            if required and not all(any(lit in gate for lit in required) for gate in sig.prefilter):
+                self._required[i] = required  # (a prefilter literal that holds one of them tells it already)
             if sig.source.startswith(shipped):
                 self._shipped.add(i)
             if not sig.prefilter:
                 self._no_literal.add(i)
             for lit in sig.prefilter:
                 self._by_literal.setdefault(lit, []).append(i)
-            if not digit_blind(sig.pattern_text, (*sig.prefilter, required or "")):
+            if not digit_blind(sig.pattern_text, (*sig.prefilter, *required)):
                 self._sensitive.add(i)
                 digit_literals = tuple(lit for lit in sig.prefilter if has_digit(lit))
                 if digit_literals:
@@ -367,9 +369,15 @@ def _load_toml(path: Path) -> dict[str, Any]:
                                 "check the path given to --signatures") from None
 
 
+#: what makes a pattern's literal text mean something else: case-insensitive or verbose flags, fuzzy matching
+_LITERALS_UNSURE = _re.compile(r"\(\?[a-zA-Z]*[ix]|\{[eisd](?:[<=,}])")
+#: how many characters an escape's payload takes after `\x`, `\u`, `\U`
+_ESCAPE_PAYLOAD = {"x": 2, "u": 4, "U": 8}
+
+
 def derive_literal(pattern: str) -> str | None:
     """The longest top-level literal run that every match of `pattern` must contain, or None when unsure."""
-    if "(?i" in pattern or "|" in _strip_groups(pattern).replace("\\|", ""):
+    if _LITERALS_UNSURE.search(pattern) or "|" in _strip_groups(pattern).replace("\\|", ""):
         return None
     best, current, depth, i, n = "", "", 0, 0, len(pattern)
 
@@ -387,7 +395,7 @@ def derive_literal(pattern: str) -> str | None:
                 current += nxt
             else:
                 close()
-            i += 2
+            i += 2 + _escape_payload(pattern, i + 1)
             continue
         if ch in "*?{":
             current = current[:-1]
@@ -413,6 +421,101 @@ def derive_literal(pattern: str) -> str | None:
         i += 1
     close()
     return best if len(best) >= 4 else None
+
+
+def _escape_payload(pattern: str, at: int) -> int:
+    r"""How many characters after the letter at `at` an escape takes: `\x27`'s hex digits, `\N{...}`'s name, an
+    octal escape's or a group reference's further digits (they are not literal text)."""
+    letter = pattern[at] if at < len(pattern) else ""
+    if letter in _ESCAPE_PAYLOAD:
+        return _ESCAPE_PAYLOAD[letter]
+    if letter == "N" and pattern[at + 1:at + 2] == "{":
+        close = pattern.find("}", at)
+        return close - at if close > 0 else len(pattern) - at
+    if letter.isdigit():
+        end = at + 1
+        while end < len(pattern) and pattern[end].isdigit():
+            end += 1
+        return end - at - 1
+    return 0
+
+
+@functools.lru_cache(maxsize=4096)
+def derive_any_literal(pattern: str) -> tuple[str, ...] | None:
+    """Literals every match of `pattern` holds one of: each top-level alternative's `derive_literal` (an
+    alternation the whole pattern is wrapped in counts as top-level), or None when one alternative has none."""
+    if _LITERALS_UNSURE.search(pattern):
+        return None
+    branches = top_level_branches(_unwrapped(pattern))
+    literals = [derive_literal(branch) for branch in branches]
+    if not all(literals):
+        return None
+    return tuple(dict.fromkeys(lit for lit in literals if lit))
+
+
+def _unwrapped(pattern: str) -> str:
+    """`pattern` without a group that spans all of it (`(?:A|B)`, `^(?:A|B)$`), however deep: its alternatives are
+    the pattern's."""
+    while True:
+        body = pattern[1:] if pattern.startswith("^") else pattern
+        body = body[:-1] if body.endswith("$") and not body.endswith("\\$") else body
+        head = _re.match(r"\((?:\?:|\?P<\w+>|\?<\w+>)?", body)
+        if head is None or _group_end(body) != len(body) - 1:
+            return pattern
+        pattern = body[head.end():-1]
+
+
+def _group_end(pattern: str) -> int:
+    """The index of the `)` that closes the group opening `pattern` (-1 when unbalanced)."""
+    depth, i, n = 0, 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":
+            i = _class_end(pattern, i)
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return -1
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index of the `]` that closes the character class opening at `start`."""
+    j = start + 1
+    if pattern[j:j + 1] == "^":
+        j += 1
+    if pattern[j:j + 1] == "]":
+        j += 1
+    while j < len(pattern) and pattern[j] != "]":
+        j += 2 if pattern[j] == "\\" else 1
+    return j
+
+
+def top_level_branches(pattern: str) -> list[str]:
+    r"""`pattern` cut at its top-level `|` (not inside a group, a class, or escaped)."""
+    out, depth, start, i, n = [], 0, 0, 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":
+            i = _class_end(pattern, i)
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    return [*out, pattern[start:]]
 
 
 def _strip_groups(pattern: str) -> str:

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ddpslurm.analyze.events import CAUSES
-from ddpslurm.analyze.signatures import ANCHORS, SignatureSet, derive_literal, load_signature_file, load_signatures
+from ddpslurm.analyze.signatures import (
+    ANCHORS,
+    SignatureSet,
+    derive_any_literal,
+    derive_literal,
+    load_signature_file,
+    load_signatures,
+)
 from ddpslurm.errors import AnalyzeInputError
+
+CASES = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
 
 GOOD = """
 [[signature]]
@@ -88,9 +100,68 @@ def test_missing_signature_folder(tmp_path: Path) -> None:
     (r"(?P<a>x)|y", None),  # top-level alternation: no literal every match contains
     (r"(?i:cuda out of memory)", None),  # case-insensitive: a literal would miss
     (r"\d+", None),
+    (r"\x27ssh\x27 returned", " returned"),  # an escape's hex digits are not text
+    (r"\101bcdef", "bcdef"),  # nor an octal escape's digits
+    (r"\N{BULLET} item list", " item list"),
+    (r"(?x) abcd efgh", None),  # verbose: its spaces match nothing
+    (r"(?:abcdef){e<=1}", None),  # fuzzy: a match may differ from the text
 ])
 def test_derive_literal(pattern: str, literal: str | None) -> None:
     assert derive_literal(pattern) == literal
+
+
+@pytest.mark.parametrize(("pattern", "literals"), [
+    (r"(?:Segmentation fault|SIGSEGV|Signal 11\b)", ("Segmentation fault", "SIGSEGV", "Signal 11")),
+    (r"^(?:KeyboardInterrupt|SystemExit: (?:143|130)\b)", ("KeyboardInterrupt", "SystemExit: ")),
+    (r"(?P<all>(?:Bus error|SIGBUS))", ("Bus error", "SIGBUS")),
+    (r"Bus error|SIGBUS|SIGBUS", ("Bus error", "SIGBUS")),
+    (r"abcd", ("abcd",)),
+    (r"abcd|ef", None),  # an alternative too short to tell
+    (r"abcd|(?:efgh)?", None),  # an alternative that may match nothing
+    (r"(?:abcd|efgh)+x|ijkl", None),  # the group is no whole alternative: its literals are not required
+    (r"(?i)abcd|efgh", None),
+    (r"[|]abcd|efgh", None),  # a class holding `|`: unsure, so nothing
+])
+def test_derive_any_literal(pattern: str, literals: tuple[str, ...] | None) -> None:
+    assert derive_any_literal(pattern) == literals
+
+
+def _re_compatible(pattern: str):
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
+
+
+@pytest.mark.parametrize("sig_id", [s.id for s in load_signatures(use_env=False).signatures
+                                    if derive_any_literal(s.pattern_text) and _re_compatible(s.pattern_text)])
+def test_every_text_a_signature_matches_holds_one_of_its_derived_literals(sig_id: str) -> None:
+    """Texts drawn from the regex itself (hypothesis's from_regex, where `re` reads the pattern as `regex` does)."""
+    sig = next(s for s in load_signatures(use_env=False).signatures if s.id == sig_id)
+    literals = derive_any_literal(sig.pattern_text)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.from_regex(_re_compatible(sig.pattern_text)))
+    def check(text: str) -> None:
+        if sig.pattern.search(text):
+            assert any(lit in text for lit in literals), (text, literals)
+    check()
+
+
+def test_every_real_line_a_signature_matches_holds_one_of_its_derived_literals(shipped) -> None:
+    """The lines of the corpus's real logs: where a gated signature's regex matches, its literals are there."""
+    shipped.match("")  # builds the literal index
+    assert len(shipped._required) > 60
+    checked = 0
+    for path in sorted(CASES.glob("real-*/*")):
+        if path.suffix in (".json", ".md") or not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            for i, literals in shipped._required.items():
+                if shipped.signatures[i].pattern.search(line[:4000], timeout=1.0):
+                    checked += 1
+                    assert any(lit in line[:4000] for lit in literals), (shipped.signatures[i].id, line[:200])
+    assert checked > 300  # 506 on 2026-11-27
 
 
 @pytest.fixture(scope="module")
