@@ -161,11 +161,13 @@ class SignatureSet:
     #: signature index -> literals every match of its regex holds one of (derive_any_literal), where the prefilter
     #: literals that let a line through do not already tell
     _required: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
+    #: of those, the shapes (digits as 0) of their literals that have a digit (another line of a shape may hold one)
+    _required_digits: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
     _shipped: set[int] = field(default_factory=set, repr=False)
     _literals_in: LiteralsIn | None = field(default=None, repr=False)  # over `_by_literal`'s keys
     #: signatures that are not digit-blind (digit_shape), those of them gated by literals holding digits, and
     #: those literals
-    _sensitive: set[int] = field(default_factory=set, repr=False)
+    _sensitivity: dict[int, bool] = field(default_factory=dict, repr=False)  # asked per signature (`_sensitive`)
     _digit_gated: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
     _digit_literals: set[str] = field(default_factory=set, repr=False)
     _digit_literal_shapes: set[str] = field(default_factory=set, repr=False)  # those of `_digit_gated`, shaped
@@ -232,7 +234,19 @@ class SignatureSet:
 
     def is_sensitive(self, sig: Signature) -> bool:
         """Whether `sig`'s regex or literals may tell apart two lines of the same shape (digit_shape)."""
-        return self.index_of(sig) in self._sensitive
+        return self._sensitive(self.index_of(sig))
+
+    def _sensitive(self, i: int) -> bool:
+        """Whether signature i is not digit-blind, found out the first time it is asked (parsing a pattern costs
+        ~0.3 ms: a short paste asks about a few signatures, not all 129)."""
+        found = self._sensitivity.get(i)
+        if found is None:
+            if not self._by_literal:
+                self._index()
+            sig = self.signatures[i]
+            found = self._sensitivity[i] = sig.kind not in ENGINE_KINDS and not digit_blind(
+                sig.pattern_text, (*sig.prefilter, *self._required.get(i, ())))
+        return found
 
     def index_of(self, sig: Signature) -> int:
         """The position of `sig` among the signatures (priority order)."""
@@ -292,7 +306,7 @@ class SignatureSet:
         found: tuple[Signature, regex.Match] | None = None
         first_blind = None
         for i in order:
-            blind = i not in self._sensitive
+            blind = not self._sensitive(i)
             if found is not None and not blind:
                 continue
             try:
@@ -306,8 +320,18 @@ class SignatureSet:
             if m and blind:
                 first_blind = i
                 break
-        sensitive = tuple(i for i in order if i in self._sensitive and i in clean)
+        sensitive = tuple(i for i in order if i in clean and self._may_match_shape(i, text) and self._sensitive(i))
         return found, _Plan(sensitive, first_blind)
+
+    def _may_match_shape(self, i: int, text: str) -> bool:
+        """Whether signature i may match some line of `text`'s shape: not when none of the literals its matches
+        hold one of can be in such a line (a literal without digits is in a line where it is in its shape; one with
+        digits, where its shape is), so a plan does not keep it to run again on every line of that shape."""
+        required = self._required.get(i)
+        if required is None or any(lit in text for lit in required):
+            return True
+        shaped = self._required_digits.get(i)
+        return bool(shaped) and any(lit in shape(text) for lit in shaped)
 
     def _match_planned(self, text: str, plan: _Plan) -> tuple[Signature, regex.Match] | None:
         limit = plan.first_blind if plan.first_blind is not None else len(self.signatures)
@@ -328,8 +352,9 @@ class SignatureSet:
 
     def _index(self) -> None:
         """literal -> indexes of the signatures it gates (signatures are ordered by priority); the literals each
-        signature's every match must hold one of, where they can be told; which signatures are the shipped ones; which
-        are not digit-blind (digit_shape), and their literals that hold digits."""
+        signature's every match must hold one of, where they can be told; which signatures are the shipped ones;
+        the literals that hold digits and the signatures they gate (which signatures are not digit-blind is asked
+        per signature: `_sensitive`)."""
         shipped = str(default_dirs()[0])
         for i, sig in enumerate(self.signatures):
             if sig.kind in ENGINE_KINDS:
@@ -337,17 +362,18 @@ class SignatureSet:
             required = derive_any_literal(sig.pattern_text) or ()
             if required and not all(any(lit in gate for lit in required) for gate in sig.prefilter):
                 self._required[i] = required  # (a prefilter literal that holds one of them tells it already)
+                shaped = tuple(shape(lit) for lit in required if has_digit(lit))
+                if shaped:
+                    self._required_digits[i] = shaped
             if sig.source.startswith(shipped):
                 self._shipped.add(i)
             if not sig.prefilter:
                 self._no_literal.add(i)
             for lit in sig.prefilter:
                 self._by_literal.setdefault(lit, []).append(i)
-            if not digit_blind(sig.pattern_text, (*sig.prefilter, *required)):
-                self._sensitive.add(i)
-                digit_literals = tuple(lit for lit in sig.prefilter if has_digit(lit))
-                if digit_literals:
-                    self._digit_gated[i] = digit_literals
+            digit_literals = tuple(lit for lit in sig.prefilter if has_digit(lit))
+            if digit_literals:  # (gated by digits: digit-sensitive, whatever its regex)
+                self._digit_gated[i] = digit_literals
         self._digit_literals = {lit for lit in self._by_literal if has_digit(lit)}
         self._digit_literal_shapes = {shape(lit) for lits in self._digit_gated.values() for lit in lits}
         self._literals_in = LiteralsIn(list(self._by_literal))

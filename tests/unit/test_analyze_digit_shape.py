@@ -96,6 +96,9 @@ DIGIT_SENSITIVE_LINES = [
     "SystemExit: 144",
     "comm 0x7f3a rank 3 nRanks 8",
     "comm 1x7f3a rank 3 nRanks 8",
+    "mlx4_0: fw error on queue 3",  # nccl-ib-failure's `mlx5` alternative: a line of this shape may hold it
+    "mlx5_0: fw error on queue 3",
+    "hw: mlx9 reports a failure",
 ]
 
 
@@ -125,3 +128,17 @@ def test_a_full_plan_memo_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     memo: dict = {}
     signatures.remember(memo, "a", 1, 0)
     assert memo == {}
+
+
+def test_a_plan_keeps_to_run_again_only_signatures_a_line_of_its_shape_can_hold_the_literals_of() -> None:
+    """torch's watchdog lines hold none of the literals the IB, port-in-use and SIGBUS signatures need, not even
+    with other digits: a plan does not run those again on each such line; a line whose shape may hold one
+    (`mlx4` for `mlx5`) keeps that signature."""
+    sigs = load_signatures()
+    watchdog = ("[PG 0 (default_pg) Rank 14] Exception (either an error or timeout) detected by watchdog at work: "
+                "80001, last enqueued NCCL work: 80001, last completed NCCL work: 80000.")
+    sigs.match(watchdog)
+    assert sigs.replay_checks(watchdog) == ()
+    mlx = "mlx4_0: fw error on queue 3"
+    sigs.match(mlx)
+    assert "nccl-ib-failure" in [sigs.signatures[i].id for i in sigs.replay_checks(mlx) or ()]
