@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import os
 import re as _re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -493,6 +494,18 @@ def _unwrapped(pattern: str) -> str:
 
 def _group_end(pattern: str) -> int:
     """The index of the `)` that closes the group opening `pattern` (-1 when unbalanced)."""
+    return next((i for i, ch, depth in _structure(pattern) if ch == ")" and depth == 0), -1)
+
+
+def top_level_branches(pattern: str) -> list[str]:
+    r"""`pattern` cut at its top-level `|` (not inside a group, a class, or escaped)."""
+    cuts = [i for i, ch, depth in _structure(pattern) if ch == "|" and depth == 0]
+    return [pattern[start + 1:end] for start, end in itertools.pairwise([-1, *cuts, len(pattern)])]
+
+
+def _structure(pattern: str) -> Iterator[tuple[int, str, int]]:
+    """Each character of `pattern` outside escapes and character classes: its index, itself, and the depth of groups
+    it leaves open (a `(` counts in, a `)` out)."""
     depth, i, n = 0, 0, len(pattern)
     while i < n:
         ch = pattern[i]
@@ -500,15 +513,11 @@ def _group_end(pattern: str) -> int:
             i += 2
             continue
         if ch == "[":
-            i = _class_end(pattern, i)
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-            if depth == 0:
-                return i
+            i = _class_end(pattern, i) + 1
+            continue
+        depth += (ch == "(") - (ch == ")")
+        yield i, ch, depth
         i += 1
-    return -1
 
 
 def _class_end(pattern: str, start: int) -> int:
@@ -521,27 +530,6 @@ def _class_end(pattern: str, start: int) -> int:
     while j < len(pattern) and pattern[j] != "]":
         j += 2 if pattern[j] == "\\" else 1
     return j
-
-
-def top_level_branches(pattern: str) -> list[str]:
-    r"""`pattern` cut at its top-level `|` (not inside a group, a class, or escaped)."""
-    out, depth, start, i, n = [], 0, 0, 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "[":
-            i = _class_end(pattern, i)
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "|" and depth == 0:
-            out.append(pattern[start:i])
-            start = i + 1
-        i += 1
-    return [*out, pattern[start:]]
 
 
 def _strip_groups(pattern: str) -> str:

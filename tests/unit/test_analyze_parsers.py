@@ -527,20 +527,21 @@ def test_a_wrappers_prefix_on_every_line_of_a_traceback_is_read_past(tmp_path: P
     assert exceptions[0].get("where") == "/opt/conda/lib/python3.10/site-packages/torch/serialization.py:604 in _save"
 
 
+def _assembled(lines: list[str]) -> list:
+    """The exceptions a traceback assembler reads from `lines` of one stream."""
+    tb = TracebackAssembler()
+    finished = [exc for n, line in enumerate(lines, 1) for _s, exc in tb.feed("s", line, n)[1]]
+    return finished + [exc for _s, exc in tb.close_all()]
+
+
 def test_lines_without_the_headers_prefix_are_read_as_they_are() -> None:
     """A logger that prefixes only a message's first line (Python's logging): the frames after it carry none."""
-    tb = TracebackAssembler()
     lines = ["2024-01-02 10:00:00 ERROR root: Traceback (most recent call last):", '  File "t.py", line 3, in f',
              "    f()", "ValueError: bad"]
-    finished = [exc for n, line in enumerate(lines, 1) for _s, exc in tb.feed("s", line, n)[1]]
-    finished += [exc for _s, exc in tb.close_all()]
-    assert [(e.text, e.where) for e in finished] == [("ValueError: bad", "t.py:3 in f")]
+    assert [(e.text, e.where) for e in _assembled(lines)] == [("ValueError: bad", "t.py:3 in f")]
 
 
 def test_a_prefix_of_another_shape_ends_a_wrapped_traceback() -> None:
-    tb = TracebackAssembler()
     lines = ["[task 1] Traceback (most recent call last):", '[task 1]   File "t.py", line 3, in f',
              "[task 1] KeyError: 'x'", "[other 22] KeyError: 'y'"]
-    finished = [exc for n, line in enumerate(lines, 1) for _s, exc in tb.feed("s", line, n)[1]]
-    finished += [exc for _s, exc in tb.close_all()]
-    assert [e.text for e in finished] == ["KeyError: 'x'"]
+    assert [e.text for e in _assembled(lines)] == ["KeyError: 'x'"]
