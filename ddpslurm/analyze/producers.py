@@ -179,14 +179,22 @@ def _peer_of(e: Event, tl: JobTimeline) -> int | str | None:
 def peer_host(e: Event, tl: JobTimeline) -> str | None:
     """The host of the peer a line names (`peer_host`, or an address the job's records or interface lines map to a
     host); None for none, its own host, or an address nothing maps."""
+    host = named_peer(e, tl)
+    if host is None:
+        return None
+    own_host = e.host or (tl.facts.rank_host.get(e.rank) if e.rank is not None else None)
+    if host == own_host or _is_address(host):
+        return None  # an address no record maps to a host names nobody we can report
+    return host
+
+
+def named_peer(e: Event, tl: JobTimeline) -> str | None:
+    """The peer a line names (`peer_host`, else `peer_host2`, else `peer_ip`), the address mapped to its host where
+    the job's records or interface lines tell it; None when the line names none."""
     for name in ("peer_host", "peer_host2", "peer_ip"):
-        value = bare_host(e.get(name) or "")
+        value = _bare_host(e.get(name) or "")
         if value:
-            host = tl.facts.ip_host.get(value, value)
-            own_host = e.host or (tl.facts.rank_host.get(e.rank) if e.rank is not None else None)
-            if host == own_host or _is_address(host):
-                return None  # an address no record maps to a host names nobody we can report
-            return host
+            return tl.facts.ip_host.get(value, value)
     return None
 
 
@@ -194,7 +202,7 @@ def peer_host(e: Event, tl: JobTimeline) -> str | None:
 _BRACKETED = re.compile(r"\[([^\]]*)\](?::\d+)?")
 
 
-def bare_host(value: str) -> str:
+def _bare_host(value: str) -> str:
     """A peer as a line names it, without c10d's brackets and port."""
     m = _BRACKETED.fullmatch(value.strip())
     return m[1] if m else value.strip().strip("[]")

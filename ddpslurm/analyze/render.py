@@ -10,7 +10,7 @@ from typing import Any
 from ddpslurm.analyze.combiner import Verdict, one_rank_job
 from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow, TimelineRow
 from ddpslurm.analyze.events import Event, FileSummary
-from ddpslurm.analyze.producers import bare_host
+from ddpslurm.analyze.producers import named_peer
 from ddpslurm.analyze.resolve import is_host_name, plausible_world
 from ddpslurm.analyze.signatures import SignatureSet
 from ddpslurm.analyze.timeline import JobTimeline
@@ -155,15 +155,10 @@ def untied_peers(tl: JobTimeline) -> list[str]:
     for e in tl.failure_lines():
         if e.role != "victim" or e.get("accuses") != "peer":
             continue
-        for field_name in ("peer_host", "peer_host2", "peer_ip"):
-            peer = bare_host(e.get(field_name) or "")
-            if not peer:
-                continue
-            host = tl.facts.ip_host.get(peer, peer)
-            if (is_address(host) or is_host_name(host)) and host not in known \
-                    and host.split(".", 1)[0] not in known_short:
-                named[host] = named.get(host, 0) + 1
-            break
+        host = named_peer(e, tl)
+        if host is not None and (is_address(host) or is_host_name(host)) and host not in known \
+                and host.split(".", 1)[0] not in known_short:
+            named[host] = named.get(host, 0) + 1
     return sorted(named, key=lambda peer: -named[peer])
 
 

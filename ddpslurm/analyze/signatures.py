@@ -166,9 +166,9 @@ class SignatureSet:
     _required_digits: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
     _shipped: set[int] = field(default_factory=set, repr=False)
     _literals_in: LiteralsIn | None = field(default=None, repr=False)  # over `_by_literal`'s keys
-    #: signatures that are not digit-blind (digit_shape), those of them gated by literals holding digits, and
-    #: those literals
-    _sensitivity: dict[int, bool] = field(default_factory=dict, repr=False)  # asked per signature (`_sensitive`)
+    #: whether a signature is not digit-blind (digit_shape), by index, as far as asked (`_sensitive`); the
+    #: signatures gated by prefilter literals holding digits, and those literals
+    _sensitivity: dict[int, bool] = field(default_factory=dict, repr=False)
     _digit_gated: dict[int, tuple[str, ...]] = field(default_factory=dict, repr=False)
     _digit_literals: set[str] = field(default_factory=set, repr=False)
     _digit_literal_shapes: set[str] = field(default_factory=set, repr=False)  # those of `_digit_gated`, shaped
@@ -321,18 +321,19 @@ class SignatureSet:
             if m and blind:
                 first_blind = i
                 break
-        sensitive = tuple(i for i in order if i in clean and self._may_match_shape(i, text) and self._sensitive(i))
+        masked = shape(text)
+        sensitive = tuple(i for i in order if i in clean and self._may_match_shape(i, text, masked)
+                          and self._sensitive(i))
         return found, _Plan(sensitive, first_blind)
 
-    def _may_match_shape(self, i: int, text: str) -> bool:
-        """Whether signature i may match some line of `text`'s shape: not when none of the literals its matches
-        hold one of can be in such a line (a literal without digits is in a line where it is in its shape; one with
-        digits, where its shape is), so a plan does not keep it to run again on every line of that shape."""
+    def _may_match_shape(self, i: int, text: str, masked: str) -> bool:
+        """Whether signature i may match some line of `text`'s shape (`masked`): not when none of the literals its
+        matches hold one of can be in such a line (a literal without digits is in a line where it is in its shape;
+        one with digits, where its shape is), so a plan does not keep it to run again on every line of that shape."""
         required = self._required.get(i)
         if required is None or any(lit in text for lit in required):
             return True
-        shaped = self._required_digits.get(i)
-        return bool(shaped) and any(lit in shape(text) for lit in shaped)
+        return any(lit in masked for lit in self._required_digits.get(i, ()))
 
     def _match_planned(self, text: str, plan: _Plan) -> tuple[Signature, regex.Match] | None:
         limit = plan.first_blind if plan.first_blind is not None else len(self.signatures)

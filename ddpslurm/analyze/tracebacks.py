@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ddpslurm.analyze.digit_shape import shape
+
 _START = "Traceback (most recent call last):"
-_DIGITS_AS_ZERO = str.maketrans("123456789", "000000000")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _FOREIGN = re.compile(r"^(?:[\w.-]+:\d+:\d+ \[\d+\] |[IWEF]\d{4} \d\d:|\[[IWEF] |\[\d{4}-\d\d-\d\d |"
                       r"(?:INFO|WARNING|ERROR|DEBUG):[\w.]+:|srun: |slurmstepd: )")
@@ -116,7 +117,7 @@ class TracebackAssembler:
                 finished.extend(self._closed(stream))
                 self.opened += 1
                 state = self.open[stream] = _Open(start_line=lineno, last_fed=self.fed, seq=self.opened)
-            state.head = before.translate(_DIGITS_AS_ZERO) if before.strip() else None
+            state.head = shape(before) if before.strip() else None
             # a header mid-line (a paste that lost its newlines, a wrapper's prefix): the text before it is still a
             # line of its own
             return not before.strip(), finished
@@ -125,7 +126,7 @@ class TracebackAssembler:
             return False, finished
         state.last_fed = self.fed
         self.open[stream] = state  # now the most recently continued
-        if state.head is not None and text[:len(state.head)].translate(_DIGITS_AS_ZERO) == state.head:
+        if state.head is not None and shape(text[:len(state.head)]) == state.head:
             text = text[len(state.head):]  # a wrapper writes its prefix on every line of the traceback
         stripped = text.strip()
         if not stripped:

@@ -374,9 +374,9 @@ def test_an_address_several_nodes_use_names_no_node(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("named", "host"), [("[login02.hpc.example.edu]:29500", "login02.hpc.example.edu"),
                                              ("[node7]", "node7"), ("node7", "node7"), ("[::1]:29500", "::1")])
 def test_a_peer_c10d_writes_in_brackets_with_its_port_is_the_bare_host(named: str, host: str) -> None:
-    from ddpslurm.analyze.producers import bare_host
+    from ddpslurm.analyze.producers import _bare_host
 
-    assert bare_host(named) == host
+    assert _bare_host(named) == host
 
 
 def _init_job(tmp_path: Path, hosts: list[str], gpn: int, absent: set[int], ending: str, *,
