@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import regex
 
-from ddpslurm.analyze import stream_ends
+from ddpslurm.analyze import line_count, stream_ends
 from ddpslurm.analyze.attribution import (
     BODY_RANK,
     NCCL_SOURCE,
@@ -48,7 +48,7 @@ from ddpslurm.analyze.line_count import newlines
 from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
 from ddpslurm.analyze.resolve import MAX_RANK_LIST
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, PLANNED_CHARS, Signature, SignatureSet, memo_key, remember
-from ddpslurm.analyze.timestamps import parse_time
+from ddpslurm.analyze.timestamps import may_hold_time, parse_time
 from ddpslurm.analyze.tracebacks import (
     CUT_TRACEBACK,
     IDLE_PER_STREAM,
@@ -1172,11 +1172,13 @@ def _told_channel_line(block: bytes | bytearray, start: int, n: int, channels: s
 _WORKER_SIGS: SignatureSet | None = None
 
 
-def _init_worker(sigs: SignatureSet) -> None:
-    """Pool initializer: the compiled signatures reach each worker once (inherited on fork). A worker makes no
-    reference cycles to speak of: its cycle collector stays off, as the parent's is while it analyzes."""
+def _init_worker(sigs: SignatureSet, numpy_counts: bool) -> None:
+    """Pool initializer: the compiled signatures reach each worker once (inherited on fork), and how the parent
+    decided line ends are counted (line_count.worth_importing). A worker makes no reference cycles to speak of:
+    its cycle collector stays off, as the parent's is while it analyzes."""
     global _WORKER_SIGS
     _WORKER_SIGS = sigs
+    line_count.follow_parent(numpy_counts)
     gc.disable()
 
 
@@ -1326,7 +1328,10 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     out: list = [None] * len(sources)
     pieces: dict[int, list[tuple[int, tuple[list[Event], FileSummary]]]] = defaultdict(list)  # files cut in ranges
     tasks = batches(jobs)
-    with ctx.Pool(min(count, len(tasks)), initializer=_init_worker, initargs=(sigs,)) as pool:
+    workers = min(count, len(tasks))
+    long_bytes = sum(s.size for s in sources if s.size >= line_count.NUMPY_MIN_BYTES)
+    numpy_counts = line_count.worth_importing(long_bytes, workers)
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(sigs, numpy_counts)) as pool:
         for task, results in zip(tasks, pool.imap(_scan_batch, [[a for _, a in t] for t in tasks]), strict=False):
             for (i, args), result in zip(task, results, strict=True):
                 if args[3] is None:

@@ -79,6 +79,25 @@ def test_without_numpy_bytes_count_counts(fresh_counter, monkeypatch) -> None:
     assert line_count._numpy is None
 
 
+def test_the_parent_weighs_the_import_against_each_workers_share() -> None:
+    gb = 1 << 30
+    assert line_count.worth_importing(gb, 2)  # 0.5 GB a worker: 0.22 s saved against a 0.14 s import
+    assert not line_count.worth_importing(int(0.59 * gb), 2)  # the torchrun job: 0.13 s saved, not worth it
+    assert line_count.worth_importing(int(0.59 * gb), 1)
+    assert not line_count.worth_importing(gb, 8)
+    assert not line_count.worth_importing(0, 2)
+
+
+@pytest.mark.parametrize("use_numpy", [True, False])
+def test_a_worker_counts_the_way_its_parent_decided(fresh_counter, monkeypatch, use_numpy: bool) -> None:
+    monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 1000)
+    line_count.follow_parent(use_numpy)
+    assert (line_count._numpy is not None) == use_numpy  # imported as it starts, or
+    block = b"x" * 99 + b"\n"
+    assert line_count.newlines(block * 1000, 0, 100_000) == 1000
+    assert (line_count._numpy is not None) == use_numpy  # never, past NUMPY_AFTER_BYTES too
+
+
 def _long_gap_log(tmp_path: Path) -> SourceFile:
     """A log whose failure lines sit between long runs of lines without an anchor (the spans numpy counts)."""
     rng = random.Random(7)
@@ -167,18 +186,25 @@ def test_the_embedded_rank_is_looked_for_wherever_it_can_be(before: str, tag: st
     assert attribution._may_embed_rank(text) == (tag[:5] in text[:160])
 
 
-def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path: Path) -> None:
-    """The parent holds the job's events at its peak: numpy (10 MB) is imported by the processes that count."""
+@pytest.mark.parametrize(("import_s", "workers_import"), [(0.0, True), (1e9, False)])
+def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path: Path, import_s: float,
+                                                                         workers_import: bool) -> None:
+    """The parent holds the job's events at its peak: numpy (10 MB) is imported by the processes that count, as
+    they start when the parent found it worth it (an import that costs nothing here), else by none of them."""
     source = _long_gap_log(tmp_path)
     probe = (
         "import sys\n"
         "from ddpslurm.analyze import line_count, scan\n"
         "from ddpslurm.analyze.events import SourceFile\n"
         "from ddpslurm.analyze.signatures import load_signatures\n"
-        "scan.PARALLEL_MIN_BYTES = line_count.NUMPY_AFTER_BYTES = 0\n"
+        f"scan.PARALLEL_MIN_BYTES = line_count.NUMPY_AFTER_BYTES = 0; line_count.NUMPY_IMPORT_S = {import_s!r}\n"
         f"s = SourceFile(path={source.path!r}, display='a', rank=0, size={source.size})\n"
         "results = scan.scan_files([s, s, s], load_signatures(), workers=2)\n"
         "print([summary.lines for _, summary in results], 'numpy' in sys.modules)\n"
+        "real = scan.scan_file\n"
+        "scan.scan_file = lambda *a, **k: ([], scan.FileSummary(file=str('numpy' in sys.modules)))\n"
+        "print(*{summary.file for _, summary in scan.scan_files([s, s], load_signatures(), workers=2)})\n"
+        "scan.scan_file = real\n"
         "results = scan.scan_files([s], load_signatures(), workers=1)\n"
         "print('numpy' in sys.modules)\n"
     )
@@ -188,4 +214,4 @@ def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["[18006,", "18006,", "18006]", "False", "True"]
+    assert done.stdout.split() == ["[18006,", "18006,", "18006]", "False", str(workers_import), "True"]
