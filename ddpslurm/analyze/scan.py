@@ -234,6 +234,7 @@ WRAPPED_HEAD = re.compile(r"(?:detected by watchdog at work|Watchdog caught coll
 #: raw lines of at most this many bytes may be remembered as saying nothing (SignatureSet.inert_lines), and so many
 MAX_INERT = 50_000
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_DIGITS_TO_ZERO_STR = str.maketrans("123456789", "000000000")
 
 #: values a worker shares between its events instead of holding one copy per line (hosts, field pairs, whole
 #: field tuples: 16k ranks' alike watchdog lines); bounded, so that a log of unique values cannot grow it
@@ -324,6 +325,8 @@ class LineRecipe:
     groups: tuple[tuple[str, int, int], ...] = ()
     source: tuple[Span, Span] | None = None
     body_rank: Span | None = None
+    #: whether its text may hold a time (`may_hold_time`): else no line of the shape is searched for one
+    timed: bool = True
 
     @classmethod
     def of(cls, body: str, spans: PrefixSpans, slurm: bool, torchrun: bool, checks: tuple[int, ...],
@@ -336,7 +339,8 @@ class LineRecipe:
         head = NCCL_SOURCE.match(body)
         tag = BODY_RANK.search(body, 0, 400) if "Rank " in body else None
         return cls(spans, slurm, torchrun, checks, sigs.index_of(sig), groups,
-                   (head.span("host"), head.span("pid")) if head else None, tag.span("rank") if tag else None)
+                   (head.span("host"), head.span("pid")) if head else None, tag.span("rank") if tag else None,
+                   may_hold_time(body.translate(_DIGITS_TO_ZERO_STR)))
 
 
 @dataclass
@@ -375,7 +379,9 @@ class _FileState:
 
     @property
     def line_mode(self) -> bool:
-        return self.tracebacks.is_open() or bool(self.elastic) or self.pending is not None or bool(self.waiting)
+        """Whether every line is read now: a traceback or failure block open, a line waited for (asked per
+        candidate line: the containers are tested directly, not through a call each)."""
+        return bool(self.tracebacks.open or self.elastic or self.waiting) or self.pending is not None
 
     def repeated_channel_line(self, raw: bytes) -> bool:
         """A channel line with the same head and NCCL rank as one read before: it can only repeat that line's
@@ -566,7 +572,7 @@ class _FileState:
         ns = None if recipe.source is None else (piece(body, recipe.source[0]), number(body, recipe.source[1]))
         named = number(body, recipe.body_rank)
         self._signature_event(self.sigs.signatures[recipe.signature], groups, body, lineno, p.time_text, rank, local,
-                              host, ns, named)
+                              host, ns, named, recipe.timed)
         return True
 
     def note_inert(self, key: object, raw: bytes, text: str, p, body: str) -> None:
@@ -615,9 +621,10 @@ class _FileState:
 
     def _signature_event(self, sig: Signature, groups: dict[str, str], body: str, lineno: int,
                          time_text: str | None, rank: int | None, local: int | None, host: str | None,
-                         ns: tuple[str, int] | None, named_rank: int | None) -> bool:
+                         ns: tuple[str, int] | None, named_rank: int | None, timed: bool = True) -> bool:
         """The event of a line that `sig` matched with these groups (NCCL's `host:pid` head `ns`, the rank a
-        `[Rank N]` tag in its body names); False when it only repeats a rank-map fact already told."""
+        `[Rank N]` tag in its body names); False when it only repeats a rank-map fact already told. `timed`: its
+        text may hold a time (a recipe knows when it cannot)."""
         ev_host = host or (ns[0] if ns else None) or groups.get("host")
         pid = ns[1] if ns else small_int(groups.get("pid"))
         if rank is None and sig.kind not in ("slurm_task",) and sig.accuses != "host":
@@ -634,7 +641,7 @@ class _FileState:
         if sig.kind == "interface" and "ip" in groups:
             groups |= interface_fields(body, groups["ifname"], groups["ip"])
         self._emit(lineno, sig.kind, body, rank, ev_host, pid, local, time_text, sig=sig,
-                   fields=tuple(sorted(groups.items())))
+                   fields=tuple(sorted(groups.items())), timed=timed)
         return True
 
     def _follow(self, pending: _Pending, body: str, stream: object, lineno: int) -> bool:
@@ -720,16 +727,17 @@ class _FileState:
                 fields=(*kept, *groups, ("last_error", reason[:500]), ("accuses", sig.accuses)))
         return len(generic)
 
-    def _time(self, time_text: str | None, body: str) -> tuple[float | None, str | None]:
+    def _time(self, time_text: str | None, body: str | None) -> tuple[float | None, str | None]:
+        """The time of a line: its prefix's, else the first one in its text (`body`: None where it holds none)."""
         found = parse_time(time_text, self.year) if time_text else None
-        found = found or parse_time(body, self.year)
+        found = found or (parse_time(body, self.year) if body is not None else None)
         return (found[0], found[1]) if found else (None, None)
 
     def _emit(self, lineno: int, kind: str, body: str, rank: int | None, host: str | None, pid: int | None,
               local: int | None, time_text: str | None, sig=None, fields: tuple = (), time: float | None = None,
-              family: str | None = None, stream: object = None) -> None:
+              family: str | None = None, stream: object = None, timed: bool = True) -> None:
         if time is None:
-            time, family = self._time(time_text, body)
+            time, family = self._time(time_text, body if timed else None)
         if rank is not None and (rank == self.label_rank or (self.source.task_file and self.prefix_rank is None
                                                              and rank == self.source.rank)):
             fields = (*fields, ("srun_task", str(rank)))

@@ -39,6 +39,14 @@ _DIGIT = regex.compile(r"\d")
 #: the `hh:mm:ss` every form above holds: a line without it is passed over at once (an NCCL INFO `Trees` line costs
 #: the four searches 8 us)
 _CLOCK = regex.compile(r"\d:[0-5]\d:[0-6]\d")
+#: `_CLOCK` with its digits any digit: a line whose shape (digits masked) holds none holds no time `parse_time` reads
+_ANY_CLOCK = regex.compile(r"\d:\d\d:\d\d")
+
+
+def may_hold_time(shape: str) -> bool:
+    """Whether a line of this shape (its digits masked, digit_shape) may hold a time `parse_time` reads: every
+    format it reads has a clock, `H:MM:SS`."""
+    return _ANY_CLOCK.search(shape) is not None
 
 
 def _frac(text: str | None) -> float:

@@ -117,6 +117,18 @@ def test_the_clock_shortcut_changes_no_answer(monkeypatch: pytest.MonkeyPatch, t
         assert parse_time(text, 2024) == fast
 
 
+@settings(max_examples=500, deadline=None)
+@given(clock_texts, st.text(alphabet="0123456789: -.", max_size=12))
+def test_a_shape_without_a_clock_holds_no_time(text: str, more: str) -> None:
+    """A line recipe skips the time search on lines whose shape has no clock: every time read has one there."""
+    for line in (text, more + text, text + more, more):
+        shape = regex.sub(r"\d", "0", line)
+        if parse_time(line, 2024) is not None:
+            assert timestamps.may_hold_time(shape), line
+    assert not timestamps.may_hold_time("gpu-0000:000000:000000 [0] NCCL INFO Bootstrap : Using ib0:00.000.0.0<0>")
+    assert timestamps.may_hold_time("[E000 00:00:00.000000000 ProcessGroupNCCL.cpp:000] x")
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["0228", "0229", "0301", "0314", "1231", "0101"]),
                           st.integers(0, 86399), st.integers(0, 999999)), min_size=1, max_size=12),
