@@ -72,6 +72,11 @@ RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\[(?=[a-z0-9.-]*[a-z])(?=[a-z0-9.]*[-\d])(?P<host>[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)\] (?=\S)"),
      "host"),
 )
+#: whether some rule matches, and not empty, at the start of a text: one match where most lines meet none, not one
+#: per rule (a rule's groups become plain groups, as names repeat; the lookbehind after each alternative refuses an
+#: empty match, so that the engine backtracks into the others as the per-rule loop would try them)
+ANY_RULE = re.compile("|".join(f"(?:{re.sub(r'[(][?]P<[a-z_]+>', '(?:', rule.pattern)})(?<=[\\s\\S])"
+                               for rule, _ in RULES))
 #: `[rank3]:` after a tag no rule knows (a job name, a logger's own head): taken when no rank was found before it
 EMBEDDED_RANK = re.compile(r"(?<=[\s\]):|])\[[Rr]ank ?(?P<rank>\d{1,18})\]:\s?")
 #: NCCL's line head `host:pid:tid [dev] `; a host name starts with a letter or digit (RFC 1123): a head cut inside its
@@ -127,7 +132,7 @@ def prefix_spans(line: str, max_prefixes: int = 6) -> PrefixSpans:
     rank = local_rank = label = host = time_text = None
     text, base = line, 0
     for _ in range(max_prefixes):
-        for pattern, meaning in RULES:
+        for pattern, meaning in RULES if ANY_RULE.match(text) else ():
             m = pattern.match(text)
             if not m or m.end() == 0:
                 continue

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import PurePath
+import re
+from pathlib import Path, PurePath
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ddpslurm.analyze.attribution import clean, nccl_source, path_info, strip_prefixes
+from ddpslurm.analyze import attribution
+from ddpslurm.analyze.attribution import ANY_RULE, RULES, clean, nccl_source, path_info, prefix_spans, strip_prefixes
 
 
 @pytest.mark.parametrize(("line", "rank", "local_rank", "host", "text"), [
@@ -91,3 +95,33 @@ def test_path_info(path: str, rank, local_rank, host, attempt, kind) -> None:
 ])
 def test_clean(raw: str, expected: str) -> None:
     assert clean(raw) == expected
+
+
+def _corpus_lines() -> list[str]:
+    root = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
+    lines: list[str] = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log", ".txt")):
+        lines += path.read_text(errors="replace").splitlines()[:400]
+    return lines
+
+
+#: text made of what line prefixes are made of, to reach the rules' corners
+prefixish = st.text(alphabet="[]():|,.-_ 0123456789rRankdefaultpid=ipstdoutTZ+<>|", max_size=40)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(prefixish, st.sampled_from(["", "x", " hello", "[rank3]: y", "gpu-01:1:2 [0] NCCL INFO z"]))
+def test_the_one_match_for_all_rules_misses_no_rule(head: str, rest: str) -> None:
+    """Where some rule matches (not empty) at the start, the one-pattern test says so too: it only ever spares the
+    per-rule loop lines that loop would find nothing in."""
+    text = head + rest
+    if any((m := rule.match(text)) and m.end() for rule, _ in RULES):
+        assert ANY_RULE.match(text), text
+
+
+def test_prefixes_of_the_corpus_read_the_same_with_the_one_match_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = _corpus_lines()
+    fast = [prefix_spans(line) for line in lines]
+    monkeypatch.setattr(attribution, "ANY_RULE", re.compile(""))  # every line tried rule by rule
+    assert [prefix_spans(line) for line in lines] == fast
+    assert len(lines) > 20_000
