@@ -43,12 +43,13 @@ from ddpslurm.analyze.attribution import (
     piece,
     prefix_spans,
 )
+from ddpslurm.analyze.digit_shape import shape
 from ddpslurm.analyze.events import FACT_KINDS, Event, FileSummary, SourceFile, moved, new_event
 from ddpslurm.analyze.line_count import newlines
 from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
 from ddpslurm.analyze.resolve import MAX_RANK_LIST
 from ddpslurm.analyze.signatures import HEAD_ANCHORS, PLANNED_CHARS, Signature, SignatureSet, memo_key, remember
-from ddpslurm.analyze.timestamps import may_hold_time, parse_time
+from ddpslurm.analyze.timestamps import EVERY_FORM, TimePlan, parse_planned, parse_time, time_plan
 from ddpslurm.analyze.tracebacks import (
     CUT_TRACEBACK,
     IDLE_PER_STREAM,
@@ -234,7 +235,6 @@ WRAPPED_HEAD = re.compile(r"(?:detected by watchdog at work|Watchdog caught coll
 #: raw lines of at most this many bytes may be remembered as saying nothing (SignatureSet.inert_lines), and so many
 MAX_INERT = 50_000
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
-_DIGITS_TO_ZERO_STR = str.maketrans("123456789", "000000000")
 
 #: values a worker shares between its events instead of holding one copy per line (hosts, field pairs, whole
 #: field tuples: 16k ranks' alike watchdog lines); bounded, so that a log of unique values cannot grow it
@@ -325,8 +325,8 @@ class LineRecipe:
     groups: tuple[tuple[str, int, int], ...] = ()
     source: tuple[Span, Span] | None = None
     body_rank: Span | None = None
-    #: whether its text may hold a time (`may_hold_time`): else no line of the shape is searched for one
-    timed: bool = True
+    #: where its text holds a time, if anywhere (`time_plan`): its lines are searched for that form from there only
+    time: TimePlan = EVERY_FORM
 
     @classmethod
     def of(cls, body: str, spans: PrefixSpans, slurm: bool, torchrun: bool, checks: tuple[int, ...],
@@ -340,7 +340,7 @@ class LineRecipe:
         tag = BODY_RANK.search(body, 0, 400) if "Rank " in body else None
         return cls(spans, slurm, torchrun, checks, sigs.index_of(sig), groups,
                    (head.span("host"), head.span("pid")) if head else None, tag.span("rank") if tag else None,
-                   may_hold_time(body.translate(_DIGITS_TO_ZERO_STR)))
+                   time_plan(shape(body)))
 
 
 @dataclass
@@ -572,7 +572,7 @@ class _FileState:
         ns = None if recipe.source is None else (piece(body, recipe.source[0]), number(body, recipe.source[1]))
         named = number(body, recipe.body_rank)
         self._signature_event(self.sigs.signatures[recipe.signature], groups, body, lineno, p.time_text, rank, local,
-                              host, ns, named, recipe.timed)
+                              host, ns, named, recipe.time)
         return True
 
     def note_inert(self, key: object, raw: bytes, text: str, p, body: str) -> None:
@@ -621,10 +621,10 @@ class _FileState:
 
     def _signature_event(self, sig: Signature, groups: dict[str, str], body: str, lineno: int,
                          time_text: str | None, rank: int | None, local: int | None, host: str | None,
-                         ns: tuple[str, int] | None, named_rank: int | None, timed: bool = True) -> bool:
+                         ns: tuple[str, int] | None, named_rank: int | None, time: TimePlan = EVERY_FORM) -> bool:
         """The event of a line that `sig` matched with these groups (NCCL's `host:pid` head `ns`, the rank a
-        `[Rank N]` tag in its body names); False when it only repeats a rank-map fact already told. `timed`: its
-        text may hold a time (a recipe knows when it cannot)."""
+        `[Rank N]` tag in its body names); False when it only repeats a rank-map fact already told. `time`: where
+        its text holds a time (a recipe knows)."""
         ev_host = host or (ns[0] if ns else None) or groups.get("host")
         pid = ns[1] if ns else small_int(groups.get("pid"))
         if rank is None and sig.kind not in ("slurm_task",) and sig.accuses != "host":
@@ -641,7 +641,7 @@ class _FileState:
         if sig.kind == "interface" and "ip" in groups:
             groups |= interface_fields(body, groups["ifname"], groups["ip"])
         self._emit(lineno, sig.kind, body, rank, ev_host, pid, local, time_text, sig=sig,
-                   fields=tuple(sorted(groups.items())), timed=timed)
+                   fields=tuple(sorted(groups.items())), plan=time)
         return True
 
     def _follow(self, pending: _Pending, body: str, stream: object, lineno: int) -> bool:
@@ -727,17 +727,17 @@ class _FileState:
                 fields=(*kept, *groups, ("last_error", reason[:500]), ("accuses", sig.accuses)))
         return len(generic)
 
-    def _time(self, time_text: str | None, body: str | None) -> tuple[float | None, str | None]:
-        """The time of a line: its prefix's, else the first one in its text (`body`: None where it holds none)."""
+    def _time(self, time_text: str | None, body: str, plan: TimePlan = EVERY_FORM) -> tuple[float | None, str | None]:
+        """The time of a line: its prefix's, else the first one in its text (`plan`: where that can be)."""
         found = parse_time(time_text, self.year) if time_text else None
-        found = found or (parse_time(body, self.year) if body is not None else None)
+        found = found or parse_planned(body, plan, self.year)
         return (found[0], found[1]) if found else (None, None)
 
     def _emit(self, lineno: int, kind: str, body: str, rank: int | None, host: str | None, pid: int | None,
               local: int | None, time_text: str | None, sig=None, fields: tuple = (), time: float | None = None,
-              family: str | None = None, stream: object = None, timed: bool = True) -> None:
+              family: str | None = None, stream: object = None, plan: TimePlan = EVERY_FORM) -> None:
         if time is None:
-            time, family = self._time(time_text, body if timed else None)
+            time, family = self._time(time_text, body, plan)
         if rank is not None and (rank == self.label_rank or (self.source.task_file and self.prefix_rank is None
                                                              and rank == self.source.rank)):
             fields = (*fields, ("srun_task", str(rank)))

@@ -39,14 +39,34 @@ _DIGIT = regex.compile(r"\d")
 #: the `hh:mm:ss` every form above holds: a line without it is passed over at once (an NCCL INFO `Trees` line costs
 #: the four searches 8 us)
 _CLOCK = regex.compile(r"\d:[0-5]\d:[0-6]\d")
-#: `_CLOCK` with its digits any digit: a line whose shape (digits masked) holds none holds no time `parse_time` reads
-_ANY_CLOCK = regex.compile(r"\d:\d\d:\d\d")
+_MONTH_NAMES = "(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+#: each form up to its clock with every digit any digit (`19|20`, `[0-5]` read as `\d`): where one finds nothing
+#: in a line's shape (its digits masked, digit_shape), the form finds nothing in any line of that shape, and where it
+#: first finds something, no line of the shape holds the form earlier
+_FORMS_ANY_DIGIT = (
+    regex.compile(r"(?<!\d)\d{4}-\d\d-\d\d[T _]\d\d:\d\d:\d\d"),
+    regex.compile(r"(?<![\w])[IWEF]\d{3,4} \d\d:\d\d:\d\d"),
+    regex.compile(rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) {_MONTH_NAMES} +\d{{1,2}} \d\d:\d\d:\d\d"),
+    regex.compile(rf"^{_MONTH_NAMES} +\d{{1,2}} \d\d:\d\d:\d\d"),
+)
+#: where the time of the lines of one shape is looked for: the first form that may hold it and the offset from which
+#: (`time_plan`); None: they hold none
+TimePlan = tuple[int, int] | None
+#: the plan of a line whose shape is not known: every form, from its start
+EVERY_FORM: TimePlan = (0, 0)
 
 
-def may_hold_time(shape: str) -> bool:
-    """Whether a line of this shape (its digits masked, digit_shape) may hold a time `parse_time` reads: every
-    format it reads has a clock, `H:MM:SS`."""
-    return _ANY_CLOCK.search(shape) is not None
+def time_plan(shape: str) -> TimePlan:
+    """Where lines of this shape (digits masked) hold the time `parse_time` reads, if any: the first of its forms
+    that may match, and where it may first match (a line recipe keeps it: its lines are then searched for that
+    form from there only, `parse_planned`)."""
+    if not _DIGIT.search(shape, 0, 200):
+        return None
+    for form, pattern in enumerate(_FORMS_ANY_DIGIT):
+        m = pattern.search(shape)
+        if m:
+            return form, m.start()
+    return None
 
 
 def _frac(text: str | None) -> float:
@@ -84,32 +104,71 @@ def parse_time(text: str, year: int | None = None) -> tuple[float, str] | None:
     """
     if not _DIGIT.search(text, 0, 200) or not _CLOCK.search(text):
         return None
-    m = _ISO.search(text)
+    for read in _READERS:
+        found = read(text, 0, year)
+        if found is not None:
+            return found
+    return None
+
+
+def parse_planned(text: str, plan: TimePlan, year: int | None = None) -> tuple[float, str] | None:
+    """`parse_time(text, year)` for a line whose shape has this `time_plan`: the planned form only, from the planned
+    offset, where it reads a time there (no earlier form, and no earlier place, can); else the full search."""
+    if plan is None:
+        return None
+    if plan == EVERY_FORM:
+        return parse_time(text, year)
+    form, start = plan
+    return _READERS[form](text, start, year) or parse_time(text, year)
+
+
+def _read_iso(text: str, start: int, year: int | None) -> tuple[float, str] | None:
+    m = _ISO.search(text, start)
     if m:
         y, mo, d, h, mi, sec, frac, tz = m.groups()
         base = _epoch(int(y), int(mo), int(d), int(h), int(mi), int(sec))
         if base is not None:
             return base + _frac(frac) - _tz_offset(tz), "iso-tz" if tz else "iso"
-    fill = year or _dt.datetime.now(_dt.timezone.utc).year
-    m = _GLOG.search(text)
+    return None
+
+
+def _read_glog(text: str, start: int, year: int | None) -> tuple[float, str] | None:
+    m = _GLOG.search(text, start)
     if m:
         mo, d, h, mi, sec, frac = m.groups()
-        base = _epoch(fill, int(mo), int(d), int(h), int(mi), int(sec))
+        base = _epoch(_year(year), int(mo), int(d), int(h), int(mi), int(sec))
         if base is not None:
             return base + _frac(frac), "glog"
-    m = _CTIME.search(text)
+    return None
+
+
+def _read_ctime(text: str, start: int, year: int | None) -> tuple[float, str] | None:
+    m = _CTIME.search(text, start)
     if m:
         mon, d, h, mi, sec, frac, y = m.groups()
         base = _epoch(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(sec))
         if base is not None:
             return base + _frac(frac), "ctime"
-    m = _SYSLOG.search(text)
+    return None
+
+
+def _read_syslog(text: str, start: int, year: int | None) -> tuple[float, str] | None:
+    m = _SYSLOG.search(text, start)
     if m:
         mon, d, h, mi, sec = m.groups()
-        base = _epoch(fill, _MONTHS[mon], int(d), int(h), int(mi), int(sec))
+        base = _epoch(_year(year), _MONTHS[mon], int(d), int(h), int(mi), int(sec))
         if base is not None:
             return base, "syslog"
     return None
+
+
+#: the forms in the order `parse_time` tries them (the order of _FORMS_ANY_DIGIT)
+_READERS = (_read_iso, _read_glog, _read_ctime, _read_syslog)
+
+
+def _year(year: int | None) -> int:
+    """The year a year-less form is read in: the caller's, else this one."""
+    return year or _dt.datetime.now(_dt.timezone.utc).year
 
 
 def in_year(seconds: float, year: int) -> float | None:

@@ -117,16 +117,34 @@ def test_the_clock_shortcut_changes_no_answer(monkeypatch: pytest.MonkeyPatch, t
         assert parse_time(text, 2024) == fast
 
 
-@settings(max_examples=500, deadline=None)
-@given(clock_texts, st.text(alphabet="0123456789: -.", max_size=12))
-def test_a_shape_without_a_clock_holds_no_time(text: str, more: str) -> None:
-    """A line recipe skips the time search on lines whose shape has no clock: every time read has one there."""
-    for line in (text, more + text, text + more, more):
-        shape = regex.sub(r"\d", "0", line)
-        if parse_time(line, 2024) is not None:
-            assert timestamps.may_hold_time(shape), line
-    assert not timestamps.may_hold_time("gpu-0000:000000:000000 [0] NCCL INFO Bootstrap : Using ib0:00.000.0.0<0>")
-    assert timestamps.may_hold_time("[E000 00:00:00.000000000 ProcessGroupNCCL.cpp:000] x")
+@settings(max_examples=1500, deadline=None)
+@given(clock_texts, clock_texts, st.text(alphabet="0123456789: -.ETZ[]", max_size=12), st.sampled_from([None, 2024]))
+def test_a_planned_search_reads_what_the_full_search_reads(text: str, other: str, more: str, year: int | None) -> None:
+    """A line recipe searches its lines for the time form, and from the place, that its shape allows
+    (`time_plan`): whatever the digits of a line of that shape, it reads what the full search reads."""
+    for line in (text, more + text, text + more, more, other + " " + text, text + " " + other):
+        plan = timestamps.time_plan(regex.sub(r"\d", "0", line))
+        assert timestamps.parse_planned(line, plan, year) == parse_time(line, year), (line, plan)
+        if plan is None:
+            assert parse_time(line, year) is None
+
+
+@pytest.mark.parametrize("line", [
+    "E0508 08:47:31.5 then 2024-05-08 08:47:32 x",  # the earlier form wins wherever it sits
+    "2024-05-08 08:47:32 x E0508 08:47:31.5",
+    "E1308 08:47:31 bad month, then W0508 08:47:33.25 x",  # the first place fails, a later one reads
+    "2024-13-08 08:47:32 bad month, then E0508 08:47:31.5",  # the planned form fails: the full search reads
+    "Fri Jan  5 09:58:11 EST 2024 E0105 09:58:12.1",
+])
+def test_a_planned_search_reads_lines_with_several_times(line: str) -> None:
+    plan = timestamps.time_plan(regex.sub(r"\d", "0", line))
+    assert timestamps.parse_planned(line, plan, 2024) == parse_time(line, 2024) is not None
+
+
+def test_a_shape_tells_which_form_its_time_is_in() -> None:
+    assert timestamps.time_plan("gpu-0000:000000:000000 [0] NCCL INFO Bootstrap : Using ib0:00.000.0.0<0>") is None
+    assert timestamps.time_plan("[E000 00:00:00.000000000 ProcessGroupNCCL.cpp:000] x") == (1, 1)
+    assert timestamps.time_plan("x [0000-00-00 00:00:00,000] y") == (0, 3)
 
 
 @settings(max_examples=200, deadline=None)
