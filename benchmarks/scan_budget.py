@@ -1,0 +1,115 @@
+"""Where the scanner's CPU goes per file: what reading, prefiltering, the rest of a file's fixed cost, reading its
+candidate lines and building their events each cost, in one process.
+
+    python benchmarks/scan_budget.py [--folder .bench/scale/r16384_submitit_oom_c11000_gb0.5] [--skip 400]
+                                     [--files 2000] [--rounds 3]
+
+Scans --files of the folder's files (after --skip, scanned first to warm the signature set's memos as a worker's
+are) serially, --rounds times, and prints per file kind (its suffix) the minimum CPU microseconds a file of:
+opening and reading it in blocks; that plus the prefilter; `scan_file` with every candidate line passed over
+(`_FileState.handle` a no-op: the floor a file costs before any line is read); `scan_file` as it is; and `scan_file`
+with its events built as bare 5-slot objects and no told-once pass (what building events costs). The last three
+switch the scanner's own functions for the run: a measuring tool, not a product path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from ddpslurm.analyze import scan
+from ddpslurm.analyze.discover import discover_all
+from ddpslurm.analyze.signatures import load_signatures
+
+#: the figures, in the order `measure` gives them
+COLUMNS = ("read", "+prefilter", "floor (no line read)", "scan_file", "scan_file, bare events")
+
+
+class BareEvent:
+    """What the scanner reads back from the events it built (a kind, a process, fields), and nothing else."""
+
+    __slots__ = ("fields", "host", "kind", "pid", "rank")
+
+    def __init__(self, kind, host, pid, rank, fields) -> None:
+        self.kind, self.host, self.pid, self.rank, self.fields = kind, host, pid, rank, fields
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return next((value for key, value in self.fields if key == name), default)
+
+
+def bare_emit(state, lineno, kind, body, rank, host, pid, local, time_text, sig=None, fields=(), **_ignored) -> None:
+    state.events.append(BareEvent(kind, host, pid, rank, fields))
+
+
+def cpu_us(run: Callable[[], None], count: int, rounds: int) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()
+        run()
+        best = min(best, time.process_time() - start)
+    return best / count * 1e6
+
+
+def read_only(sources, sigs, prefilter: bool) -> None:
+    for source in sources:
+        with scan._Reader(source.path, scan.READ_DEADLINE) as handle:
+            for block, size, _truncated in scan.iter_blocks(handle):
+                if prefilter:
+                    scan.candidate_starts(block, sigs.anchors, size)
+
+
+def measure(sources, sigs, rounds: int) -> dict[str, float]:
+    """The five figures for these files, in microseconds of CPU a file."""
+    def scan_all() -> None:
+        for source in sources:
+            scan.scan_file(source, sigs, 2026)
+
+    n = len(sources)
+    out = [cpu_us(lambda: read_only(sources, sigs, False), n, rounds),
+           cpu_us(lambda: read_only(sources, sigs, True), n, rounds)]
+    handle, emit, told_once, replace = scan._FileState.handle, scan._FileState._emit, scan.told_once, scan.replace
+    try:
+        scan._FileState.handle = lambda state, raw, lineno: None
+        out.append(cpu_us(scan_all, n, rounds))
+        scan._FileState.handle = handle
+        out.append(cpu_us(scan_all, n, rounds))
+        scan._FileState._emit, scan.told_once, scan.replace = bare_emit, lambda events: events, lambda e, **_: e
+        out.append(cpu_us(scan_all, n, rounds))
+    finally:
+        scan._FileState.handle, scan._FileState._emit, scan.told_once, scan.replace = handle, emit, told_once, replace
+    return dict(zip(COLUMNS, out, strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--folder", type=Path, default=Path(".bench/scale/r16384_submitit_oom_c11000_gb0.5"))
+    parser.add_argument("--skip", type=int, default=400)
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if not args.folder.is_dir():
+        parser.error(f"{args.folder} is not a folder: make one with benchmarks/make_big_job.py or analyze_scale.py")
+    sigs = load_signatures()
+    sources = discover_all([str(args.folder)]).sources
+    scan.tune(sigs.anchors, scan.prefilter_sample(sources))
+    gc.disable()
+    for source in sources[:args.skip]:
+        scan.scan_file(source, sigs, 2026)
+    by_kind: dict[str, list] = defaultdict(list)
+    for source in sources[args.skip:args.skip + args.files]:
+        by_kind[Path(source.path).suffix or "(none)"].append(source)
+    print(f"{args.folder}: CPU us a file, min of {args.rounds} rounds, one process")
+    print("| files | count | KB a file | " + " | ".join(COLUMNS) + " |")
+    print("|---" * (3 + len(COLUMNS)) + "|")
+    for kind, files in sorted(by_kind.items()):
+        figures = measure(files, sigs, args.rounds)
+        size = sum(s.size for s in files) / len(files) / 1024
+        print(f"| {kind} | {len(files)} | {size:.1f} | " + " | ".join(f"{v:.0f}" for v in figures.values()) + " |")
+
+
+if __name__ == "__main__":
+    main()
