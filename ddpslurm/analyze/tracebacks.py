@@ -88,16 +88,12 @@ class TracebackAssembler:
     they last went on, so a line checks only the longest idle ones (a line per open traceback was quadratic)."""
 
     max_idle: int = MAX_IDLE
-    #: open tracebacks by stream, least recently continued first
+    #: open tracebacks by stream, least recently continued first (any: the scanner reads every line)
     open: dict[object, _Open] = field(default_factory=dict)
     #: the streams fed so far
     seen: set[object] = field(default_factory=set)
     fed: int = 0
     opened: int = 0
-
-    def is_open(self) -> bool:
-        """Whether some stream is inside a traceback (the scanner then reads every line)."""
-        return bool(self.open)
 
     def feed(self, stream: object, text: str, lineno: int) -> tuple[bool, list[tuple[object, Exc]]]:
         """Returns (consumed, finished): `consumed` means the line belongs to a traceback; `finished` holds each
