@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path, PurePath
+from pathlib import PurePath
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ddpslurm.analyze import attribution
 from ddpslurm.analyze.attribution import ANY_RULE, RULES, clean, nccl_source, path_info, prefix_spans, strip_prefixes
+from tests.unit.test_analyze_digit_shape import corpus_lines
 
 
 @pytest.mark.parametrize(("line", "rank", "local_rank", "host", "text"), [
@@ -97,14 +98,6 @@ def test_clean(raw: str, expected: str) -> None:
     assert clean(raw) == expected
 
 
-def _corpus_lines() -> list[str]:
-    root = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
-    lines: list[str] = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log", ".txt")):
-        lines += path.read_text(errors="replace").splitlines()[:400]
-    return lines
-
-
 #: text made of what line prefixes are made of, to reach the rules' corners
 prefixish = st.text(alphabet="[]():|,.-_ 0123456789rRankdefaultpid=ipstdoutTZ+<>|", max_size=40)
 
@@ -120,7 +113,7 @@ def test_the_one_match_for_all_rules_misses_no_rule(head: str, rest: str) -> Non
 
 
 def test_prefixes_of_the_corpus_read_the_same_with_the_one_match_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    lines = _corpus_lines()
+    lines = corpus_lines(limit=40_000, with_prefixes=True)
     fast = [prefix_spans(line) for line in lines]
     monkeypatch.setattr(attribution, "ANY_RULE", re.compile(""))  # every line tried rule by rule
     assert [prefix_spans(line) for line in lines] == fast

@@ -47,12 +47,14 @@ def test_shape_keeps_length_and_non_digits() -> None:
     assert shape("٣ rank") == "٣ rank"  # only ASCII digits
 
 
-def _corpus_lines(limit: int = 4000) -> list[str]:
+def corpus_lines(limit: int = 4000, with_prefixes: bool = False) -> list[str]:
+    """`limit` of the corpus's log lines, drawn at random (the same ones every run), without their prefixes unless
+    asked; blank ones left out."""
     lines: list[str] = []
     for path in sorted(CASES.rglob("*")):
         if path.is_file() and path.suffix in (".out", ".err", ".log", ".txt", "") and path.stat().st_size < 2 << 20:
             for raw in path.read_text(errors="replace").splitlines():
-                body = strip_prefixes(raw).text
+                body = raw if with_prefixes else strip_prefixes(raw).text
                 if body.strip():
                     lines.append(body)
     random.Random(3).shuffle(lines)
@@ -78,7 +80,7 @@ def test_planned_matches_equal_full_matches_on_the_corpus_lines_renumbered() -> 
     planned = load_signatures()
     full = load_signatures()
     rng = random.Random(11)
-    lines = _corpus_lines()
+    lines = corpus_lines()
     assert len(lines) > 1000
     for text in lines:
         for variant in (text, _renumbered(text, rng), _renumbered(text, rng)):
