@@ -405,7 +405,7 @@ _ESCAPE_PAYLOAD = {"x": 2, "u": 4, "U": 8}
 
 def derive_literal(pattern: str) -> str | None:
     """The longest top-level literal run that every match of `pattern` must contain, or None when unsure."""
-    if _LITERALS_UNSURE.search(pattern) or "|" in _strip_groups(pattern).replace("\\|", ""):
+    if _LITERALS_UNSURE.search(pattern) or len(top_level_branches(pattern)) > 1:
         return None
     best, current, depth, i, n = "", "", 0, 0, len(pattern)
 
@@ -432,10 +432,7 @@ def derive_literal(pattern: str) -> str | None:
                 i = pattern.find("}", i) if pattern.find("}", i) > 0 else n
         elif ch == "[":
             close()
-            j = i + 1
-            while j < n and (pattern[j] != "]" or j == i + 1):
-                j += 2 if pattern[j] == "\\" else 1
-            i = j
+            i = _class_end(pattern, i)
         elif ch == "(":
             close()
             depth += 1
@@ -531,26 +528,6 @@ def _class_end(pattern: str, start: int) -> int:
     while j < len(pattern) and pattern[j] != "]":
         j += 2 if pattern[j] == "\\" else 1
     return j
-
-
-def _strip_groups(pattern: str) -> str:
-    """The pattern with parenthesized parts removed (to look for a top-level `|`)."""
-    out, depth, i = [], 0, 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            if depth == 0:
-                out.append(pattern[i:i + 2])
-            i += 2
-            continue
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(0, depth - 1)
-        elif depth == 0:
-            out.append(ch)
-        i += 1
-    return "".join(out)
 
 
 def _fail(path: Path, sig_id: str, what: str) -> AnalyzeInputError:

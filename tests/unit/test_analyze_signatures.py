@@ -106,6 +106,10 @@ def test_missing_signature_folder(tmp_path: Path) -> None:
     (r"\N{BULLET} item list", " item list"),
     (r"(?x) abcd efgh", None),  # verbose: its spaces match nothing
     (r"(?:abcdef){e<=1}", None),  # fuzzy: a match may differ from the text
+    # a class's `)` closes no group, so the `|` after it stays inside (torch's `[PG 0 (default_pg) Rank 3]` heads)
+    (r"\[(?:PG \S+ \([^)]*\) |PG \S+ )?Rank (?P<rank>\d+)\] Timeout at NCCL work: (?P<seq>\d+)",
+     "] Timeout at NCCL work: "),
+    (r"x[^]abc]defgh", "defgh"),  # a class whose first member is `]` ends at the second `]`
 ])
 def test_derive_literal(pattern: str, literal: str | None) -> None:
     assert derive_literal(pattern) == literal
@@ -121,7 +125,8 @@ def test_derive_literal(pattern: str, literal: str | None) -> None:
     (r"abcd|(?:efgh)?", None),  # an alternative that may match nothing
     (r"(?:abcd|efgh)+x|ijkl", None),  # the group is no whole alternative: its literals are not required
     (r"(?i)abcd|efgh", None),
-    (r"[|]abcd|efgh", None),  # a class holding `|`: unsure, so nothing
+    (r"[|]abcd|efgh", ("abcd", "efgh")),  # a class's `|` is no alternation
+    (r"[^]|]abcd|efgh", ("abcd", "efgh")),  # nor is it in a class whose first member is `]`
 ])
 def test_derive_any_literal(pattern: str, literals: tuple[str, ...] | None) -> None:
     assert derive_any_literal(pattern) == literals
