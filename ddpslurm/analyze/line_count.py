@@ -1,32 +1,37 @@
 """Counting the line ends of a block: the scan counts every byte's newlines, for line numbers and each file's
 line count.
 
-`bytes.count` of one byte is a byte-at-a-time loop (0.55 ns a byte here); numpy compares a block in vector
-instructions (0.11 ns a byte, benchmarks/README.md). numpy comes with pandas, a dependency, but costs 0.12-0.17 s
-and 10 MB to import, which a small job never earns back. Short spans, where numpy's fixed cost per call is more
-than the loop, and a process without numpy always count with `bytes.count`.
+`bytes.count` of one byte is a byte-at-a-time loop (0.55-0.6 ns a byte here). `bytes.replace` of one byte by
+nothing finds them with memchr and copies what is left: counted as the length it lost, a span in pieces of
+REPLACE_PIECE (the piece's copies stay in the core's cache) costs 0.30-0.33 ns a byte, the copies included, and
+wins from about 4 KB on. numpy compares a block in vector instructions (0.15-0.18 ns a byte) but costs 0.14-0.17 s
+and 10 MB to import in each process: it repays that only past about 1.3 GB of long spans in one process
+(benchmarks/README.md).
 
-Who imports it: a pool's parent knows every file's size before it forks, so it decides for its workers
+Who imports numpy: a pool's parent knows every file's size before it forks, so it decides for its workers
 (`worth_importing`): each imports numpy as it starts when its share of the long spans repays the import, else
-none ever does (a worker that imported numpy halfway through its share, the rule below, paid the import and
-repaid little of it: the 256-rank torchrun job lost 0.07 s a worker). The parent never imports it: it holds the
-job's events at its peak, and numpy is 10 MB. A process that scans on its own counts with `bytes.count` until the
-long spans it has counted that way (NUMPY_AFTER_BYTES) cost about what the import does, and imports numpy then:
-the rule that never pays more than twice the better choice made in hindsight.
+none ever does. The parent never imports it: it holds the job's events at its peak, and numpy is 10 MB. A process
+that scans on its own counts without numpy until the long spans it has counted that way (NUMPY_AFTER_BYTES) cost
+about what the import does, and imports numpy then: the rule that never pays more than twice the better choice
+made in hindsight.
 """
 
 from __future__ import annotations
 
 from types import ModuleType
 
-#: spans shorter than this are counted by bytes.count (numpy's fixed cost per call is a few microseconds)
+#: spans shorter than this are counted by bytes.count (a copy's fixed cost is more than the loop saves)
+REPLACE_MIN_BYTES = 4 << 10
+#: a long span is counted in pieces of this many bytes (a 4 MB piece's copies leave the cache: 0.43 ns a byte)
+REPLACE_PIECE = 256 << 10
+#: spans shorter than this never go to numpy (its fixed cost per call is a few microseconds)
 NUMPY_MIN_BYTES = 16 << 10
-#: what a long span costs to count, ns a byte, with bytes.count and with numpy; what importing numpy costs, s
-#: (measured on the 2-core VM, 2026-11-28: benchmarks/README.md)
-COUNT_NS = 0.55
-NUMPY_COUNT_NS = 0.11
-NUMPY_IMPORT_S = 0.14
-#: long-span bytes a process counts with bytes.count before it imports numpy (their count costs about the import)
+#: what a long span costs to count, ns a byte, without numpy (`_memchr_count`) and with it; what importing numpy
+#: costs a process, s (measured on the 2-core VM, 2026-11-28: benchmarks/README.md)
+COUNT_NS = 0.30
+NUMPY_COUNT_NS = 0.175
+NUMPY_IMPORT_S = 0.165
+#: long-span bytes a process counts without numpy before it imports it (their count costs about the import)
 NUMPY_AFTER_BYTES = int(NUMPY_IMPORT_S / (COUNT_NS * 1e-9))
 
 _numpy: ModuleType | None = None
@@ -35,13 +40,24 @@ _counted: int | None = 0
 
 
 def newlines(block: bytes | bytearray, start: int, end: int) -> int:
-    """How many b'\\n' bytes `block[start:end]` holds (without copying it)."""
+    """How many b'\\n' bytes `block[start:end]` holds (copying a piece of it at most)."""
     size = end - start
     if size >= NUMPY_MIN_BYTES:
         np = _numpy if _numpy is not None else _numpy_after(size)
         if np is not None:
             return int(np.count_nonzero(np.frombuffer(block, np.uint8, size, start) == 10))
+    if size >= REPLACE_MIN_BYTES:
+        return _memchr_count(block, start, end)
     return block.count(b"\n", start, end)
+
+
+def _memchr_count(block: bytes | bytearray, start: int, end: int) -> int:
+    """The newlines of `block[start:end]`: the bytes that `replace` drops from each piece of it."""
+    count = 0
+    for at in range(start, end, REPLACE_PIECE):
+        piece = block[at:min(at + REPLACE_PIECE, end)]
+        count += len(piece) - len(piece.replace(b"\n", b""))
+    return count
 
 
 def worth_importing(long_bytes: int, workers: int) -> bool:

@@ -1,4 +1,4 @@
-"""The scan's byte path: line ends counted with numpy or bytes.count alike (numpy imported once it pays),
+"""The scan's byte path: line ends counted with numpy, memchr or bytes.count alike (numpy imported once it pays),
 repeated NCCL channel lines skipped on the block as `handle` would skip them, and the embedded-rank prefix looked
 for only where its literal is."""
 
@@ -47,6 +47,29 @@ def test_numpy_counts_the_line_ends_bytes_count_counts(size: int, seed: int, new
         line_count._numpy = saved
 
 
+@settings(max_examples=200, deadline=None)
+@given(size=st.integers(0, 700_000), seed=st.integers(0, 2**32), newline_every=st.integers(1, 5000),
+       cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
+def test_memchr_pieces_count_the_line_ends_bytes_count_counts(size: int, seed: int, newline_every: int,
+                                                              cut: tuple[float, float]) -> None:
+    rng = random.Random(seed)
+    block = bytearray(rng.randbytes(size))
+    for i in range(rng.randrange(newline_every), size, newline_every):
+        block[i] = 10
+    start, end = sorted(int(c * size) for c in cut)
+    saved = line_count._numpy, line_count._counted
+    line_count._numpy, line_count._counted = None, None  # a process that never imports numpy
+    try:
+        assert line_count.newlines(block, start, end) == block.count(b"\n", start, end)
+        assert line_count.newlines(bytes(block), 0, size) == block.count(b"\n")
+        whole = bytes(block)  # spans across REPLACE_PIECE's edges, and of its exact size
+        for span in (line_count.REPLACE_PIECE - 1, line_count.REPLACE_PIECE, line_count.REPLACE_PIECE + 1):
+            if span <= size:
+                assert line_count._memchr_count(whole, size - span, size) == whole.count(b"\n", size - span)
+    finally:
+        line_count._numpy, line_count._counted = saved
+
+
 def test_numpy_is_imported_once_long_spans_have_cost_its_import(fresh_counter, monkeypatch) -> None:
     monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 50_000)
     block = b"x" * 99 + b"\n"
@@ -60,7 +83,7 @@ def test_numpy_is_imported_once_long_spans_have_cost_its_import(fresh_counter, m
     assert line_count._numpy is not None and line_count._counted is None
 
 
-def test_without_numpy_bytes_count_counts(fresh_counter, monkeypatch) -> None:
+def test_without_numpy_the_line_ends_are_counted_all_the_same(fresh_counter, monkeypatch) -> None:
     real_import = builtins.__import__
     tried: list[str] = []
 
@@ -81,10 +104,10 @@ def test_without_numpy_bytes_count_counts(fresh_counter, monkeypatch) -> None:
 
 def test_the_parent_weighs_the_import_against_each_workers_share() -> None:
     gb = 1 << 30
-    assert line_count.worth_importing(gb, 2)  # 0.5 GB a worker: 0.22 s saved against a 0.14 s import
-    assert not line_count.worth_importing(int(0.59 * gb), 2)  # the torchrun job: 0.13 s saved, not worth it
-    assert line_count.worth_importing(int(0.59 * gb), 1)
-    assert not line_count.worth_importing(gb, 8)
+    assert line_count.worth_importing(5 * gb, 2)  # the 65k-rank job, 2.5 GB a worker: 0.34 s saved, 0.165 spent
+    assert not line_count.worth_importing(gb, 2)  # the 1 GB job, 0.5 GB a worker: 0.07 s saved, not worth it
+    assert line_count.worth_importing(3 * gb, 1)
+    assert not line_count.worth_importing(5 * gb, 8)
     assert not line_count.worth_importing(0, 2)
 
 
