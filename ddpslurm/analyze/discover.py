@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -223,6 +224,7 @@ def _source(path: str, name: str, relative: PurePath | tuple[str, ...], size: in
         kind = hang_kind
     elif name.endswith(".json") and name != ".json" and kind == "log":
         kind = "json"
+    path = sys.intern(path)  # the one string of this file's name its events and summary share (events.loaded_event)
     return SourceFile(path=path, display=path, rank=info.rank, host=info.host, local_rank=info.local_rank,
                       attempt=info.attempt, kind=kind, size=size, task_file=info.task_file)
 

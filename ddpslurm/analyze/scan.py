@@ -20,6 +20,7 @@ import itertools
 import os
 import re
 import stat
+import sys
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -1342,6 +1343,7 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     with ctx.Pool(workers, initializer=_init_worker, initargs=(sigs, numpy_counts)) as pool:
         for task, results in zip(tasks, pool.imap(_scan_batch, [[a for _, a in t] for t in tasks]), strict=False):
             for (i, args), result in zip(task, results, strict=True):
+                result[1].file = sys.intern(result[1].file)  # the discovery's string, not one more copy a file
                 if args[3] is None:
                     out[i] = result
                 else:
