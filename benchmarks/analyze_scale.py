@@ -5,7 +5,9 @@
 
 Each job is generated with make_big_job.py under --root unless it is there already (PLANTED.json), the page cache
 is warmed by reading every file and ddpslurm's modules compiled to bytecode (as an installed copy has them), then
-analyze and grep each run --runs times, alternately (a shared machine's load hits both).
+analyze and grep each run --runs times, alternately (a shared machine's load hits both). The package measured is
+the one in the tree this script sits in, whatever the current folder (to compare two trees, run each one's copy of
+this script with the same --root).
 Printed per job: files, bytes, analyze wall (median) and CPU (user+sys of the process tree, median), grep wall and
 CPU (median), wall and CPU ratios, peak RSS of the largest process and of the process tree (max over runs), and
 whether every run named the planted cause, rank and host. The default jobs are the issue's: 512 ranks / 1 GB,
@@ -99,6 +101,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=None, help="passed to `ddpslurm analyze --jobs`")
     parser.add_argument("--job", action="append", help="RANKS:GB:LAYOUT:SCENARIO:CULPRIT (repeatable)")
     args = parser.parse_args()
+    args.root = args.root.resolve()  # the timed commands run in the measured tree (analyze_throughput.TREE)
+    print(throughput.measured_tree())
     throughput.compile_package()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, python "
           f"{sys.version.split()[0]}, medians of {args.runs} alternating runs, warm page cache")

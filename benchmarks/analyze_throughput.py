@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+#: the tree whose package these benchmarks measure: the one they sit in. `python -m ddpslurm.cli` finds the package in
+#: the current folder before PYTHONPATH, so each timed command runs there, with PYTHONPATH naming it too
+TREE = HERE.parent
 #: what a person greps for in a failed job: the same families the analyzer's signatures look for
 GREP_PATTERN = ("Traceback|Error|error:|NCCL WARN|Watchdog caught|failure detected by watchdog|out of memory|"
                 "CANCELLED|Killed|Segmentation fault|closing signal|exitcode|Connection (closed|reset)|timed out|"
@@ -73,7 +76,7 @@ def measure(argv: list[str]) -> Run:
                "sys.exit(p.returncode)\n")
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", wrapper, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, cwd=TREE, env=tree_environ())
     peak = [0]
     done = threading.Event()
 
@@ -92,16 +95,25 @@ def measure(argv: list[str]) -> Run:
     return Run(seconds, float(cpu), int(max_rss_kb) / 1024, peak[0] / 1024, out, proc.returncode)
 
 
+def tree_environ() -> dict[str, str]:
+    """This environment with TREE first on PYTHONPATH."""
+    paths = [str(TREE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def measured_tree() -> str:
+    """Which package the timed commands import, and its commit: the first line of every benchmark's output."""
+    done = subprocess.run(["git", "-C", str(TREE), "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return f"measuring {TREE / 'ddpslurm'} at {done.stdout.strip() or 'an unknown commit'}"
+
+
 def compile_package() -> None:
-    """ddpslurm's modules compiled to bytecode before anything is timed, as `pip install` leaves them: where
-    PYTHONDONTWRITEBYTECODE is set (this project's machines), every run would otherwise compile the ~25 modules
-    analyze imports again, 0.12 s of its time that no installed copy pays."""
+    """The measured package's modules compiled to bytecode before anything is timed, as `pip install` leaves them:
+    where PYTHONDONTWRITEBYTECODE is set (this project's machines), every run would otherwise compile the ~25
+    modules analyze imports again, 0.12 s of its time that no installed copy pays."""
     import compileall
 
-    import ddpslurm
-
-    for folder in ddpslurm.__path__:
-        compileall.compile_dir(folder, quiet=1)
+    compileall.compile_dir(TREE / "ddpslurm", quiet=1)
 
 
 def best(argv: list[str], runs: int) -> Run:
@@ -137,10 +149,12 @@ def main() -> None:
             raise SystemExit(f"{args.folder} has no PLANTED.json: generate it with benchmarks/make_big_job.py")
         subprocess.run([sys.executable, str(HERE / "make_big_job.py"), "--ranks", str(args.ranks), "--gb",
                         str(args.gb), "--out", str(args.folder)], check=True)
+    args.folder = args.folder.resolve()  # the timed commands run in TREE
     planted = json.loads(planted_file.read_text())
     files = rank_files(args.folder)
     size = sum(p.stat().st_size for p in files)
 
+    print(measured_tree())
     compile_package()
     # warm the page cache (and check the answer) once before timing anything
     subprocess.run(["cat", *map(str, files)], stdout=subprocess.DEVNULL, check=True)
