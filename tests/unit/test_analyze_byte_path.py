@@ -26,6 +26,15 @@ def fresh_counter(monkeypatch):
     monkeypatch.setattr(line_count, "_counted", 0)
 
 
+def _random_block(size: int, seed: int, newline_every: int) -> bytearray:
+    """`size` random bytes with a newline every `newline_every` bytes besides those it drew."""
+    rng = random.Random(seed)
+    block = bytearray(rng.randbytes(size))
+    for i in range(rng.randrange(newline_every), size, newline_every):
+        block[i] = 10
+    return block
+
+
 @settings(max_examples=200, deadline=None)
 @given(size=st.integers(0, 100_000), seed=st.integers(0, 2**32), newline_every=st.integers(1, 3000),
        cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
@@ -33,10 +42,7 @@ def test_numpy_counts_the_line_ends_bytes_count_counts(size: int, seed: int, new
                                                         cut: tuple[float, float]) -> None:
     import numpy
 
-    rng = random.Random(seed)
-    block = bytearray(rng.randbytes(size))
-    for i in range(rng.randrange(newline_every), size, newline_every):
-        block[i] = 10
+    block = _random_block(size, seed, newline_every)
     start, end = sorted(int(c * size) for c in cut)
     saved = line_count._numpy
     line_count._numpy = numpy
@@ -52,10 +58,7 @@ def test_numpy_counts_the_line_ends_bytes_count_counts(size: int, seed: int, new
        cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
 def test_memchr_pieces_count_the_line_ends_bytes_count_counts(size: int, seed: int, newline_every: int,
                                                               cut: tuple[float, float]) -> None:
-    rng = random.Random(seed)
-    block = bytearray(rng.randbytes(size))
-    for i in range(rng.randrange(newline_every), size, newline_every):
-        block[i] = 10
+    block = _random_block(size, seed, newline_every)
     start, end = sorted(int(c * size) for c in cut)
     saved = line_count._numpy, line_count._counted
     line_count._numpy, line_count._counted = None, None  # a process that never imports numpy
