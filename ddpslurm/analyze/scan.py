@@ -849,17 +849,24 @@ class ReadDeadline(OSError):
     """A file took longer than READ_DEADLINE seconds to read: the rest is left unread (and reported)."""
 
 
+#: how a log is opened: never blocking on a pseudo-file, never becoming a controlling terminal
+READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+
+
 class _Reader:
     """A log opened for reading without ever blocking on a pseudo-file (/proc/kmsg, a fifo reached by a race) and
     with a wall-clock deadline, checked at every read. Only regular files are read."""
 
-    def __init__(self, path: str, deadline: float) -> None:
-        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-        self.fd = os.open(path, flags)
-        st = os.fstat(self.fd)
-        if not stat.S_ISREG(st.st_mode):
+    def __init__(self, path: str, deadline: float, fd: int | None = None) -> None:
+        """Open `path`, or read through `fd`, the same file opened already with READ_FLAGS (the reader closes it)."""
+        self.fd = os.open(path, READ_FLAGS) if fd is None else fd
+        try:
+            st = os.fstat(self.fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+        except OSError:
             os.close(self.fd)
-            raise OSError(errno.EINVAL, "not a regular file")
+            raise
         self.size, self.pos = st.st_size, 0
         self.deadline = time.monotonic() + deadline
         #: the file's last byte (as opened) once a read has covered it: `ends_with_newline` asks no more then
@@ -928,8 +935,9 @@ class _Window:
 
 def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
               on_bytes: Callable[[int], None] | None = None, start: int = 0,
-              end: int | None = None, keep_tail: bool = True) -> tuple[list[Event], FileSummary]:
-    """Scan one log file (or its lines in [start, end)); never raises on content.
+              end: int | None = None, keep_tail: bool = True, fd: int | None = None) -> tuple[list[Event], FileSummary]:
+    """Scan one log file (or its lines in [start, end)); never raises on content. `fd`: the file opened already
+    (`read_ahead`), closed here.
 
     The summary keeps the shape of the file's last line always, its last lines only with `keep_tail` (a report
     shows a few files' tails when nothing matched: 16k ranks' tails are not held for that).
@@ -945,7 +953,7 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     lineno = 0
     timeouts = sum(sigs.timeouts.values())
     try:
-        with _Reader(source.path, READ_DEADLINE) as handle:
+        with _Reader(source.path, READ_DEADLINE, fd) as handle:
             tally = None
             if start == 0:
                 head = handle.head(8192)
@@ -1197,15 +1205,77 @@ ScanJob = tuple[SourceFile, int | None, int, int | None, bool]
 TAIL_FILES = 16
 
 
-def _scan_job(args: ScanJob) -> tuple[list[Event], FileSummary]:
+def _scan_job(args: ScanJob, fd: int | None = None) -> tuple[list[Event], FileSummary]:
     source, year, start, end, keep_tail = args
     assert _WORKER_SIGS is not None
-    return scan_file(source, _WORKER_SIGS, year, start=start, end=end, keep_tail=keep_tail)
+    return scan_file(source, _WORKER_SIGS, year, start=start, end=end, keep_tail=keep_tail, fd=fd)
 
 
 def _scan_batch(batch: list[ScanJob]) -> list[tuple[list[Event], FileSummary]]:
     """Many small files in one worker task: the per-task cost (pickling, scheduling) is paid once per batch."""
-    return [_scan_job(args) for args in batch]
+    return scan_task(batch, _scan_job)
+
+
+def _scan_here(sigs: SignatureSet, progress: Callable | None, args: ScanJob, fd: int | None
+               ) -> tuple[list[Event], FileSummary]:
+    """A file scanned in the calling process (a small input, or one worker), its progress told."""
+    source, year, _start, _end, keep_tail = args
+    result = scan_file(source, sigs, year, progress, keep_tail=keep_tail, fd=fd)
+    if progress:
+        progress(0, 1)
+    return result
+
+
+def scan_task(batch: Sequence[ScanJob], scan: Callable[[ScanJob, int | None], tuple[list[Event], FileSummary]]
+              ) -> list[tuple[list[Event], FileSummary]]:
+    """`scan` of each job of a task, `read_ahead` of the next READ_AHEAD_FILES jobs asked as each run of as many
+    starts (so at most twice as many files are open); the files opened for jobs a failure left unscanned are
+    closed."""
+    pending: deque[int | None] = deque()
+    asked = 0
+    results: list[tuple[list[Event], FileSummary]] = []
+    try:
+        for i, args in enumerate(batch):
+            while asked < len(batch) and asked < i + 2 * READ_AHEAD_FILES and (i == 0 or i % READ_AHEAD_FILES == 0):
+                more = batch[asked:asked + READ_AHEAD_FILES]
+                pending.extend(read_ahead(more))
+                asked += len(more)
+            results.append(scan(args, pending.popleft()))
+    finally:
+        for fd in pending:
+            if fd is not None:
+                os.close(fd)
+    return results
+
+
+_WILLNEED = getattr(os, "POSIX_FADV_WILLNEED", None)
+#: the most bytes of one file (or range) asked for ahead: past it the kernel's own read-ahead keeps a sequential read
+#: fed, and a huge range is not pulled into memory at once
+READ_AHEAD_BYTES = 8 << 20
+#: files asked for ahead at a time (a task holds up to BATCH_FILES): up to twice as many are open at once
+READ_AHEAD_FILES = 64
+
+
+def read_ahead(batch: Sequence[ScanJob]) -> list[int | None]:
+    """Open a task's files and ask the kernel to start reading their byte ranges now (posix_fadvise WILLNEED), so that
+    those not in memory yet (a job's logs read for the first time, on a shared file system) are read while the first
+    ones are scanned, instead of each read waiting in turn: a 16k-rank job's 32k files, cold, 34.5 -> 26.5 s.
+
+    Returns each job's open file, for its scan to read through and close (no file is opened twice: an open is a
+    round trip to the metadata server on Lustre or NFS); None where it is not opened here (no advice to give on this
+    platform, nothing to read, or it cannot be opened now: the scan opens it and reports why)."""
+    fds: list[int | None] = []
+    for source, _year, start, end, _tail in batch:
+        length = min((source.size if end is None else end) - start, READ_AHEAD_BYTES)
+        fd = None
+        if _WILLNEED is not None and length > 0:
+            with contextlib.suppress(OSError):
+                fd = os.open(source.path, READ_FLAGS)
+        if fd is not None:
+            with contextlib.suppress(OSError):  # not a regular file (a fifo: ESPIPE), or no advice taken there
+                os.posix_fadvise(fd, start, length, _WILLNEED)
+        fds.append(fd)
+    return fds
 
 
 #: a worker task holds files up to this many bytes, or this many files (a 16k-rank job: 32k files of ~40 KB)
@@ -1316,10 +1386,9 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     count = workers if workers is not None else min(os.cpu_count() or 1, 8)
     if count <= 1 or total < PARALLEL_MIN_BYTES:
         results = []
-        for s, y in zip(sources, years, strict=False):
-            results.append(scan_file(s, sigs, y, progress, keep_tail=len(results) < TAIL_FILES))
-            if progress:
-                progress(0, 1)
+        serial = [(i, (s, y, 0, None, i < TAIL_FILES)) for i, (s, y) in enumerate(zip(sources, years, strict=False))]
+        for task in batches(serial):
+            results += scan_task([args for _, args in task], functools.partial(_scan_here, sigs, progress))
         return results
     import multiprocessing
 

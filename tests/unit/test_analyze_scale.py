@@ -50,6 +50,122 @@ def test_parallel_batches_give_the_events_of_a_sequential_scan(tmp_path: Path, m
     assert sum(f for _, f in seen) == 40 and sum(n for n, _ in seen) == sum(s.size for s in sources)
 
 
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
+def test_read_ahead_asks_for_each_range_from_its_start_up_to_its_cap(tmp_path: Path, monkeypatch) -> None:
+    asked: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: asked.append((offset, length, advice)))
+    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 1000)
+    path = tmp_path / "a.log"
+    path.write_bytes(b"x\n" * 1500)
+    whole = SourceFile(path=str(path), display="a.log", size=3000)
+    jobs = [(whole, None, 0, None, False), (whole, None, 2500, 2900, False), (whole, None, 100, 2500, False),
+            (SourceFile(path=str(tmp_path / "gone.log"), display="gone.log", size=50), None, 0, None, False),
+            (SourceFile(path=str(path), display="a.log", size=0), None, 0, None, False)]
+    fds = scan.read_ahead(jobs)
+    opened = [fd for fd in fds if fd is not None]
+    for fd in opened:
+        os.close(fd)
+    willneed = os.POSIX_FADV_WILLNEED
+    assert asked == [(0, 1000, willneed), (2500, 400, willneed), (100, 1000, willneed)]
+    assert len(opened) == 3 and fds[3:] == [None, None]  # the missing file and the empty one are left to the scan
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no fifos on this platform")
+def test_read_ahead_of_a_fifo_neither_blocks_nor_raises(tmp_path: Path) -> None:
+    """A log replaced by a fifo after discovery: opened without blocking, its advice refused (ESPIPE) and passed, and
+    the scan through that open file reports it unread."""
+    import signal
+
+    fifo = tmp_path / "3_0_log.out"
+    os.mkfifo(fifo)
+    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("read_ahead blocked on a fifo"))
+    signal.alarm(5)
+    try:
+        job = (SourceFile(path=str(fifo), display="f", size=10), None, 0, None, False)
+        events, summary = scan.scan_task([job], lambda args, fd: scan.scan_file(args[0], load_signatures(), fd=fd))[0]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert events == [] and summary.error == "not a regular file"
+
+
+def _watchdog_logs(folder: Path, ranks: int) -> list[SourceFile]:
+    """One small log per rank (a watchdog timeout each), displayed as r0, r1, ..."""
+    sources = []
+    for r in range(ranks):
+        path = folder / f"5_{r}_log.err"
+        path.write_text(WATCHDOG.format(r=r))
+        sources.append(SourceFile(path=str(path), display=f"r{r}", rank=r, size=path.stat().st_size))
+    return sources
+
+
+def test_a_sequential_scan_asks_for_each_task_before_reading_its_files(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(scan, "BATCH_FILES", 3)
+    order: list[tuple[str, tuple[str, ...]]] = []
+    monkeypatch.setattr(scan, "read_ahead", lambda batch: order.append(("ahead", tuple(j[0].display for j in batch)))
+                        or [None] * len(batch))
+    real = scan.scan_file
+    monkeypatch.setattr(scan, "scan_file", lambda source, *a, **k: order.append(("scan", (source.display,))) or
+                        real(source, *a, **k))
+    results = scan.scan_files(_watchdog_logs(tmp_path, 7), load_signatures(), workers=1)
+    assert [[e.rank for e in evs] for evs, _ in results] == [[r] for r in range(7)]
+    ahead = lambda *names: ("ahead", names)  # noqa: E731
+    scanned = lambda name: ("scan", (name,))  # noqa: E731
+    assert order == [ahead("r0", "r1", "r2"), scanned("r0"), scanned("r1"), scanned("r2"), ahead("r3", "r4", "r5"),
+                     scanned("r3"), scanned("r4"), scanned("r5"), ahead("r6"), scanned("r6")]
+
+
+def test_a_worker_task_asks_for_its_files_before_reading_them(tmp_path: Path, monkeypatch) -> None:
+    order: list[str] = []
+    monkeypatch.setattr(scan, "_WORKER_SIGS", load_signatures())
+    monkeypatch.setattr(scan, "read_ahead", lambda batch: order.append(f"ahead {len(batch)}") or [None] * len(batch))
+    real = scan.scan_file
+    monkeypatch.setattr(scan, "scan_file", lambda source, *a, **k: order.append(source.display) or
+                        real(source, *a, **k))
+    batch = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 3)]
+    results = scan._scan_batch(batch)
+    assert order == ["ahead 3", "r0", "r1", "r2"]
+    assert [[e.rank for e in evs] for evs, _ in results] == [[0], [1], [2]]
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise") or not os.path.isdir("/proc/self/fd"),
+                    reason="no posix_fadvise, or no /proc/self/fd to count open files in")
+def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypatch) -> None:
+    """The scan reads through the file `read_ahead` opened (an open is a metadata round trip on Lustre or NFS),
+    and every file is closed after, a file a failed scan never reached included."""
+    opened: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(os.fspath(path)) or real_open(path, *a, **k))
+    batch = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 4)]
+    before = len(os.listdir("/proc/self/fd"))
+    results = scan.scan_task(batch, lambda args, fd: scan.scan_file(args[0], load_signatures(), fd=fd))
+    assert [[e.rank for e in evs] for evs, _ in results] == [[0], [1], [2], [3]]
+    assert sorted(opened) == sorted(str(job[0].path) for job in batch)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+    def fails_on_the_second(args, fd):
+        if args[0].rank == 1:
+            raise RuntimeError("a bug")
+        return scan.scan_file(args[0], load_signatures(), fd=fd)
+
+    with pytest.raises(RuntimeError):
+        scan.scan_task(batch, fails_on_the_second)
+    assert len(os.listdir("/proc/self/fd")) <= before + 1  # at most the one handed to the failed scan
+
+
+def test_a_long_task_asks_for_its_files_a_window_ahead(monkeypatch) -> None:
+    """No more than two windows of files are open at once (a task holds up to 256), and each window is asked for
+    while the one before it is scanned."""
+    monkeypatch.setattr(scan, "READ_AHEAD_FILES", 2)
+    order: list[str] = []
+    monkeypatch.setattr(scan, "read_ahead", lambda batch: order.append("ahead " + " ".join(j[0].display for j in batch))
+                        or [None] * len(batch))
+    batch = [(SourceFile(path=f"r{r}", display=f"r{r}", size=10), None, 0, None, False) for r in range(5)]
+    done = scan.scan_task(batch, lambda args, fd: order.append(args[0].display) or ([], args[0].display))
+    assert [name for _, name in done] == ["r0", "r1", "r2", "r3", "r4"]
+    assert order == ["ahead r0 r1", "ahead r2 r3", "r0", "r1", "ahead r4", "r2", "r3", "r4"]
+
+
 def test_only_repeated_victim_facts_are_dropped() -> None:
     def ev(line: int, role: str, sig: str, rank: int = 1, fields: tuple = ()) -> Event:
         return Event(file="f", line=line, kind="k", text="t", rank=rank, role=role, signature=sig, fields=fields)
