@@ -1,13 +1,15 @@
 """`ddpslurm analyze` from 512 to 65,536 ranks against `grep -E` over the same files, one table row per job.
 
-    python benchmarks/analyze_scale.py [--root .bench/scale] [--runs 3] [--jobs N]
+    python benchmarks/analyze_scale.py [--root .bench/scale] [--runs 3] [--jobs N] [--cold]
                                        [--job RANKS:GB:LAYOUT:SCENARIO:CULPRIT ...]
 
 Each job is generated with make_big_job.py under --root unless it is there already (PLANTED.json), the page cache
 is warmed by reading every file and ddpslurm's modules compiled to bytecode (as an installed copy has them), then
 analyze and grep each run --runs times, alternately (a shared machine's load hits both). The package measured is
 the one in the tree this script sits in, whatever the current folder (to compare two trees, run each one's copy of
-this script with the same --root).
+this script with the same --root). With --cold (root on Linux) the page cache is dropped before every analyze and
+every grep run instead: each reads its files from the disk, as a first look at a job's logs does (Python's own
+files too, for analyze).
 Printed per job: files, bytes, analyze wall (median) and CPU (user+sys of the process tree, median), grep wall and
 CPU (median), wall and CPU ratios, peak RSS of the largest process and of the process tree (max over runs), and
 whether every run named the planted cause, rank and host. The default jobs are the issue's: 512 ranks / 1 GB,
@@ -27,6 +29,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 
 
 def _load(name: str):
@@ -66,21 +69,30 @@ def log_files(folder: Path) -> list[Path]:
                   or (p.name.startswith("slurm-") and p.name.endswith(".out")))
 
 
-def measure_job(folder: Path, runs: int, jobs: int | None) -> dict:
+def drop_page_cache() -> None:
+    """Write dirty pages back and drop the page cache (root, Linux): the next reads come from the disk."""
+    os.sync()
+    DROP_CACHES.write_text("3\n")
+
+
+def measure_job(folder: Path, runs: int, jobs: int | None, cold: bool = False) -> dict:
     files = log_files(folder)
     planted = json.loads((folder / "PLANTED.json").read_text())
     wanted = {k: planted[k] for k in ("cause", "first_failing_rank", "first_failing_host")}
-    for path in files:  # warm the page cache (65k names are too many for one `cat` command line)
+    for path in () if cold else files:  # warm the page cache (65k names are too many for one `cat` command line)
         path.read_bytes()
+    before = drop_page_cache if cold else (lambda: None)
     grep_argv = ["grep", "-E", "-n", "-H", "-r", throughput.GREP_PATTERN, str(folder)]
     analyze_argv = [sys.executable, "-m", "ddpslurm.cli", "analyze", str(folder), "--json"]
     analyze_argv += ["--jobs", str(jobs)] if jobs else []
     analyze_runs, grep_runs, right = [], [], True
     for _ in range(runs):
+        before()
         run = throughput.measure(analyze_argv)
         got = json.loads(run.stdout) if run.returncode == 0 else {}
         right = right and {k: got.get(k) for k in wanted} == wanted
         analyze_runs.append(run)
+        before()
         grep_runs.append(throughput.measure(grep_argv))
     wall = statistics.median(r.seconds for r in analyze_runs)
     cpu = statistics.median(r.cpu_seconds for r in analyze_runs)
@@ -100,17 +112,25 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=None, help="passed to `ddpslurm analyze --jobs`")
     parser.add_argument("--job", action="append", help="RANKS:GB:LAYOUT:SCENARIO:CULPRIT (repeatable)")
+    parser.add_argument("--cold", action="store_true", help="drop the page cache before every run (root, Linux)")
     args = parser.parse_args()
+    if args.cold:
+        try:
+            drop_page_cache()
+        except OSError as error:
+            parser.error(f"--cold cannot drop the page cache ({DROP_CACHES}: {error.strerror or error}): run it as "
+                         "root on Linux, or leave --cold out")
     args.root = args.root.resolve()  # the timed commands run in the measured tree (analyze_throughput.TREE)
     print(throughput.measured_tree())
     throughput.compile_package()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, python "
-          f"{sys.version.split()[0]}, medians of {args.runs} alternating runs, warm page cache")
+          f"{sys.version.split()[0]}, medians of {args.runs} alternating runs, "
+          f"{'page cache dropped before each run' if args.cold else 'warm page cache'}")
     print("| ranks | layout | scenario | culprit | files | GB | analyze wall s | analyze CPU s | grep wall s | "
           "grep CPU s | ratio wall | ratio CPU | RSS MB max proc / tree | diagnosis |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for spec in args.job or DEFAULT_JOBS:
-        r = measure_job(job_folder(args.root, spec), args.runs, args.jobs)
+        r = measure_job(job_folder(args.root, spec), args.runs, args.jobs, args.cold)
         culprit = "its node" if r["culprit"] is None else r["culprit"]
         print(f"| {r['ranks']:,} | {r['layout']} | {r['scenario']} | {culprit} | {r['files']:,} | "
               f"{r['bytes'] / 1e9:.2f} | "
