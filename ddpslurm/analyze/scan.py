@@ -65,8 +65,9 @@ CHUNK = 4 << 20
 MAX_LINE = 16 * 1024
 TAIL_LINES = 6
 PARALLEL_MIN_BYTES = 8 << 20
-#: inputs from this size on have the prefilter's anchor order timed on a sample of them first (prefilter.tune:
-#: ~8 ms, which a 0.1-0.3 ns a byte faster prefilter earns back over ~50 MB)
+#: inputs from this size on have the prefilter's anchor order timed on a sample of them first (prefilter.tune: ~8 ms
+#: for 48 anchors in one automaton; 57 ms for the 73 of 2026-11-28 in two, 4.3 ms to build each of its 8 candidates,
+#: which timed on and off alternately broke even on the 1 GB job and won 3% of the 0.59 GB torchrun one's wall)
 TUNE_MIN_BYTES = 64 << 20
 SPLIT_MIN_BYTES = 32 << 20
 #: the most ranges one file is cut into: ranges of SPLIT_MIN_BYTES up to this many, so that the workers share a file
