@@ -1206,25 +1206,21 @@ ScanJob = tuple[SourceFile, int | None, int, int | None, bool]
 TAIL_FILES = 16
 
 
-def _scan_job(args: ScanJob, fd: int | None = None) -> tuple[list[Event], FileSummary]:
+def _scan_job(sigs: SignatureSet, progress: Callable | None, args: ScanJob, fd: int | None
+              ) -> tuple[list[Event], FileSummary]:
+    """One scan job (through `fd` where `read_ahead` opened its file), its progress told where there is one to tell
+    (a worker's is told by the pool's parent)."""
     source, year, start, end, keep_tail = args
-    assert _WORKER_SIGS is not None
-    return scan_file(source, _WORKER_SIGS, year, start=start, end=end, keep_tail=keep_tail, fd=fd)
+    result = scan_file(source, sigs, year, progress, start=start, end=end, keep_tail=keep_tail, fd=fd)
+    if progress:
+        progress(0, 1)
+    return result
 
 
 def _scan_batch(batch: list[ScanJob]) -> list[tuple[list[Event], FileSummary]]:
     """Many small files in one worker task: the per-task cost (pickling, scheduling) is paid once per batch."""
-    return scan_task(batch, _scan_job)
-
-
-def _scan_here(sigs: SignatureSet, progress: Callable | None, args: ScanJob, fd: int | None
-               ) -> tuple[list[Event], FileSummary]:
-    """A file scanned in the calling process (a small input, or one worker), its progress told."""
-    source, year, _start, _end, keep_tail = args
-    result = scan_file(source, sigs, year, progress, keep_tail=keep_tail, fd=fd)
-    if progress:
-        progress(0, 1)
-    return result
+    assert _WORKER_SIGS is not None
+    return scan_task(batch, functools.partial(_scan_job, _WORKER_SIGS, None))
 
 
 def scan_task(batch: Sequence[ScanJob], scan: Callable[[ScanJob, int | None], tuple[list[Event], FileSummary]]
@@ -1237,10 +1233,11 @@ def scan_task(batch: Sequence[ScanJob], scan: Callable[[ScanJob, int | None], tu
     results: list[tuple[list[Event], FileSummary]] = []
     try:
         for i, args in enumerate(batch):
-            while asked < len(batch) and asked < i + 2 * READ_AHEAD_FILES and (i == 0 or i % READ_AHEAD_FILES == 0):
-                more = batch[asked:asked + READ_AHEAD_FILES]
-                pending.extend(read_ahead(more))
-                asked += len(more)
+            if i % READ_AHEAD_FILES == 0:  # a run starts: the runs up to the one after it are asked for
+                while asked < min(len(batch), i + 2 * READ_AHEAD_FILES):
+                    more = batch[asked:asked + READ_AHEAD_FILES]
+                    pending.extend(read_ahead(more))
+                    asked += len(more)
             results.append(scan(args, pending.popleft()))
     finally:
         for fd in pending:
@@ -1389,7 +1386,7 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
         results = []
         serial = [(i, (s, y, 0, None, i < TAIL_FILES)) for i, (s, y) in enumerate(zip(sources, years, strict=False))]
         for task in batches(serial):
-            results += scan_task([args for _, args in task], functools.partial(_scan_here, sigs, progress))
+            results += scan_task([args for _, args in task], functools.partial(_scan_job, sigs, progress))
         return results
     import multiprocessing
 
