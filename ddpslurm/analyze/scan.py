@@ -997,11 +997,13 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     summary.match_timeouts = sum(sigs.timeouts.values()) - timeouts
     state.finish()
     summary.lines = lineno
-    lines = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
-    summary.last_line = last_line_shape(lines)
+    if keep_tail:
+        summary.tail = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
+        summary.last_line = last_line_shape(summary.tail)
+    else:
+        summary.last_line = last_line_shape(decoded_from_end(tail))
     if tally is not None:
         summary.streams = tally.ends(last_line_shape)
-    summary.tail = lines if keep_tail else []
     return told_once(state.events), settled(summary)
 
 
@@ -1033,10 +1035,30 @@ def settled(summary: FileSummary) -> FileSummary:
     return summary
 
 
+def decoded_from_end(tail: Sequence[bytes]) -> list[str]:
+    """The last lines `last_line_shape` reads of `tail` (raw, blank ones aside), decoded from the end only as far as
+    it reads them: up to the last line that is not ddpslurm's or submitit's own, and the very last line. Most of a
+    16k-rank job's files keep no tail: their six last lines are not all decoded for one shape."""
+    out: list[str] = []
+    for raw in reversed(tail):
+        if not raw.strip():
+            continue
+        line = clean(raw.decode("utf-8", errors="replace"))
+        out.append(line)
+        if not line.startswith(OWN_LINES):
+            break
+    out.reverse()
+    return out
+
+
+#: the heads of ddpslurm's and submitit's own lines: a log's last line is read before them (`last_line_shape`)
+OWN_LINES = ("ddpslurm:", "submitit ")
+
+
 def last_line_shape(tail: Sequence[str]) -> str | None:
     """The file's last line with its numbers masked (ddpslurm's and submitit's own lines aside when others exist):
     what most ranks' logs end on is compared with it."""
-    lines = [ln for ln in tail if not ln.startswith(("ddpslurm:", "submitit "))] or tail
+    lines = [ln for ln in tail if not ln.startswith(OWN_LINES)] or tail
     return canonical(_DIGITS.sub("N", lines[-1])) if lines else None
 
 
@@ -1047,7 +1069,14 @@ def last_lines(block: bytes | bytearray, count: int, end: int | None = None) -> 
     """The last `count` lines of a block of complete lines `block[:end]` (of its last 4 * MAX_LINE bytes), split
     from the end: a 4 MB block is not cut into all its lines for six of them."""
     end = len(block) if end is None else end
-    pieces = bytes(block[max(0, end - 4 * MAX_LINE):end]).rsplit(b"\n", count + 1)
+    floor = max(0, end - 4 * MAX_LINE)
+    start = end
+    for _ in range(count + 2):  # only the bytes after the last count + 2 line ends are copied (not 64 KB a file)
+        start = block.rfind(b"\n", floor, start)
+        if start < 0:
+            start = floor - 1
+            break
+    pieces = bytes(block[start + 1:end]).rsplit(b"\n", count + 1)
     if pieces[-1] == b"":
         pieces.pop()  # after the block's last newline
     return pieces[-count:] if count else []

@@ -411,6 +411,28 @@ def test_last_lines_are_the_blocks_last_lines(lines: list[str], count: int, long
     assert scan.last_lines(reused, count, len(block.encode())) == expected
 
 
+_TAIL_LINE = st.one_of(st.sampled_from(["submitit INFO (2025-03-14 06:00:00,005) - Exiting after successful completion",
+                                          "ddpslurm: rank 3 exited 0", "", "  ", "\x1b[31mloss 0.25\x1b[0m"]),
+                       st.text(alphabet="ab 7:\r", max_size=20))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_TAIL_LINE, min_size=1, max_size=14))
+def test_a_file_without_a_kept_tail_has_the_same_last_line_shape(tmp_path_factory: pytest.TempPathFactory,
+                                                                 lines: list[str]) -> None:
+    """Files past the first TAIL_FILES keep no tail: the last line's shape is read decoding from the end only as far
+    as needed (past ddpslurm's and submitit's own lines), and is the shape the kept tail gives."""
+    path = tmp_path_factory.mktemp("tail") / "0_log.out"
+    path.write_bytes("".join(f"{ln}\n" for ln in lines).encode())
+    source = SourceFile(path=str(path), display=str(path), rank=0, size=path.stat().st_size)
+    sigs = load_signatures()
+    _, kept = scan.scan_file(source, sigs, keep_tail=True)
+    _, bare = scan.scan_file(source, sigs, keep_tail=False)
+    assert bare.last_line == kept.last_line
+    assert bare.tail == ()
+    assert kept.last_line == scan.last_line_shape(list(kept.tail))
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_the_cycle_collector_is_paused_while_analyzing_and_left_as_it_was(tmp_path: Path, enabled: bool,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
