@@ -24,6 +24,7 @@ import sys
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import regex
@@ -1256,22 +1257,28 @@ def scan_task(batch: Sequence[ScanJob], scan: Callable[[ScanJob, int | None], tu
               ) -> list[tuple[list[Event], FileSummary]]:
     """`scan` of each job of a task, `read_ahead` of the next READ_AHEAD_FILES jobs asked as each run of as many
     starts (so at most twice as many files are open); the files opened for jobs a failure left unscanned are
-    closed."""
+    closed. Where opening a file is a network file system's round trip (`opens_slow`), OPEN_THREADS threads open
+    the next ones side by side for the rest of the task."""
     pending: deque[int | None] = deque()
     asked = 0
     results: list[tuple[list[Event], FileSummary]] = []
+    pool: ThreadPoolExecutor | None = None
     try:
         for i, args in enumerate(batch):
             if i % READ_AHEAD_FILES == 0:  # a run starts: the runs up to the one after it are asked for
                 while asked < min(len(batch), i + 2 * READ_AHEAD_FILES):
                     more = batch[asked:asked + READ_AHEAD_FILES]
-                    pending.extend(read_ahead(more))
+                    if pool is None and opens_slow():
+                        pool = ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="ddpslurm-open")
+                    pending.extend(read_ahead(more, pool))
                     asked += len(more)
             results.append(scan(args, pending.popleft()))
     finally:
         for fd in pending:
             if fd is not None:
                 os.close(fd)
+        if pool is not None:
+            pool.shutdown()
     return results
 
 
@@ -1283,7 +1290,22 @@ READ_AHEAD_BYTES = 8 << 20
 READ_AHEAD_FILES = 64
 
 
-def read_ahead(batch: Sequence[ScanJob]) -> list[int | None]:
+#: an open taking longer than this is a network file system's round trip to its metadata server (NFS, Lustre, GPFS:
+#: 0.1-1 ms; a local disk's, with its advice, ~4 us): then OPEN_THREADS threads open a task's files side by side
+SLOW_OPEN_SECONDS = 50e-6
+OPEN_THREADS = 16
+#: this process's opens timed so far (`read_ahead` without threads): how many, and their seconds
+_OPENS = [0, 0.0]
+
+
+def opens_slow() -> bool:
+    """Whether the first READ_AHEAD_FILES files this process opened for the scan at hand took a round trip each
+    (`scan_files` starts the count again; a worker times its own)."""
+    count, seconds = _OPENS
+    return count >= READ_AHEAD_FILES and seconds / count > SLOW_OPEN_SECONDS
+
+
+def read_ahead(batch: Sequence[ScanJob], pool: ThreadPoolExecutor | None = None) -> list[int | None]:
     """Open a task's files and ask the kernel to start reading their byte ranges now (posix_fadvise WILLNEED), so that
     those not in memory yet (a job's logs read for the first time, on a shared file system) are read while the first
     ones are scanned, instead of each read waiting in turn: a 16k-rank job's 32k files, cold, 34.5 -> 26.5 s.
@@ -1291,18 +1313,33 @@ def read_ahead(batch: Sequence[ScanJob]) -> list[int | None]:
     Returns each job's open file, for its scan to read through and close (no file is opened twice: an open is a
     round trip to the metadata server on Lustre or NFS); None where it is not opened here (no advice to give on this
     platform, nothing to read, or it cannot be opened now: the scan opens it and reports why)."""
-    fds: list[int | None] = []
-    for source, _year, start, end, _tail in batch:
-        length = min((source.size if end is None else end) - start, READ_AHEAD_BYTES)
-        fd = None
-        if _WILLNEED is not None and length > 0:
-            with contextlib.suppress(OSError):
-                fd = os.open(source.path, READ_FLAGS)
-        if fd is not None:
-            with contextlib.suppress(OSError):  # not a regular file (a fifo: ESPIPE), or no advice taken there
-                os.posix_fadvise(fd, start, length, _WILLNEED)
-        fds.append(fd)
+    if _WILLNEED is None:
+        return [None] * len(batch)
+    if pool is not None:  # the file's attributes too: the scan's fstat then finds them cached
+        return list(pool.map(functools.partial(_open_ahead, attributes=True), batch))
+    started = time.perf_counter()
+    fds = [_open_ahead(job) for job in batch]
+    if _OPENS[0] < READ_AHEAD_FILES:
+        _OPENS[0] += len(batch)
+        _OPENS[1] += time.perf_counter() - started
     return fds
+
+
+def _open_ahead(job: ScanJob, attributes: bool = False) -> int | None:
+    """`read_ahead` of one job: its file opened and its range asked for (and its attributes read), or None."""
+    source, _year, start, end, _tail = job
+    length = min((source.size if end is None else end) - start, READ_AHEAD_BYTES)
+    if length <= 0:
+        return None
+    try:
+        fd = os.open(source.path, READ_FLAGS)
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):  # not a regular file (a fifo: ESPIPE), or no advice taken there
+        if attributes:
+            os.fstat(fd)
+        os.posix_fadvise(fd, start, length, _WILLNEED)
+    return fd
 
 
 #: a worker task holds files up to this many bytes, or this many files (a 16k-rank job: 32k files of ~40 KB)
@@ -1410,6 +1447,7 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     """Scan every file, in parallel processes when the input is large; results in the order of `sources`."""
     years = list(years) if years is not None else [None] * len(sources)
     total = sum(s.size for s in sources)
+    _OPENS[:] = [0, 0.0]  # how slow opening is, timed afresh for these files (by the workers, forked after this)
     count = workers if workers is not None else min(os.cpu_count() or 1, 8)
     if count <= 1 or total < PARALLEL_MIN_BYTES:
         results = []

@@ -51,7 +51,11 @@ def test_parallel_batches_give_the_events_of_a_sequential_scan(tmp_path: Path, m
 
 
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
-def test_read_ahead_asks_for_each_range_from_its_start_up_to_its_cap(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("threads", [0, 4])
+def test_read_ahead_asks_for_each_range_from_its_start_up_to_its_cap(tmp_path: Path, monkeypatch, threads: int) -> None:
+    """One by one, or side by side in threads where opening is a round trip: the same files opened, the same ranges."""
+    from concurrent.futures import ThreadPoolExecutor
+
     asked: list[tuple[int, int, int]] = []
     monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: asked.append((offset, length, advice)))
     monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 1000)
@@ -61,12 +65,16 @@ def test_read_ahead_asks_for_each_range_from_its_start_up_to_its_cap(tmp_path: P
     jobs = [(whole, None, 0, None, False), (whole, None, 2500, 2900, False), (whole, None, 100, 2500, False),
             (SourceFile(path=str(tmp_path / "gone.log"), display="gone.log", size=50), None, 0, None, False),
             (SourceFile(path=str(path), display="a.log", size=0), None, 0, None, False)]
-    fds = scan.read_ahead(jobs)
+    if threads:
+        with ThreadPoolExecutor(threads) as pool:
+            fds = scan.read_ahead(jobs, pool)
+    else:
+        fds = scan.read_ahead(jobs)
     opened = [fd for fd in fds if fd is not None]
     for fd in opened:
         os.close(fd)
     willneed = os.POSIX_FADV_WILLNEED
-    assert asked == [(0, 1000, willneed), (2500, 400, willneed), (100, 1000, willneed)]
+    assert sorted(asked) == [(0, 1000, willneed), (100, 1000, willneed), (2500, 400, willneed)]
     assert len(opened) == 3 and fds[3:] == [None, None]  # the missing file and the empty one are left to the scan
 
 
@@ -102,8 +110,8 @@ def _watchdog_logs(folder: Path, ranks: int) -> list[SourceFile]:
 def test_a_sequential_scan_asks_for_each_task_before_reading_its_files(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(scan, "BATCH_FILES", 3)
     order: list[tuple[str, tuple[str, ...]]] = []
-    monkeypatch.setattr(scan, "read_ahead", lambda batch: order.append(("ahead", tuple(j[0].display for j in batch)))
-                        or [None] * len(batch))
+    monkeypatch.setattr(scan, "read_ahead", lambda batch, pool=None: order.append(
+        ("ahead", tuple(j[0].display for j in batch))) or [None] * len(batch))
     real = scan.scan_file
     monkeypatch.setattr(scan, "scan_file", lambda source, *a, **k: order.append(("scan", (source.display,))) or
                         real(source, *a, **k))
@@ -118,7 +126,8 @@ def test_a_sequential_scan_asks_for_each_task_before_reading_its_files(tmp_path:
 def test_a_worker_task_asks_for_its_files_before_reading_them(tmp_path: Path, monkeypatch) -> None:
     order: list[str] = []
     monkeypatch.setattr(scan, "_WORKER_SIGS", load_signatures())
-    monkeypatch.setattr(scan, "read_ahead", lambda batch: order.append(f"ahead {len(batch)}") or [None] * len(batch))
+    monkeypatch.setattr(scan, "read_ahead", lambda batch, pool=None: order.append(f"ahead {len(batch)}") or
+                        [None] * len(batch))
     real = scan.scan_file
     monkeypatch.setattr(scan, "scan_file", lambda source, *a, **k: order.append(source.display) or
                         real(source, *a, **k))
@@ -130,18 +139,26 @@ def test_a_worker_task_asks_for_its_files_before_reading_them(tmp_path: Path, mo
 
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise") or not os.path.isdir("/proc/self/fd"),
                     reason="no posix_fadvise, or no /proc/self/fd to count open files in")
-def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("slow", [False, True])
+def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypatch, slow: bool) -> None:
     """The scan reads through the file `read_ahead` opened (an open is a metadata round trip on Lustre or NFS),
-    and every file is closed after, a file a failed scan never reached included."""
+    and every file is closed after, a file a failed scan never reached included; the same where opening was timed
+    slow and threads open the files side by side."""
+    monkeypatch.setattr(scan, "_OPENS", [scan.READ_AHEAD_FILES, 1.0 if slow else 0.0])
+    monkeypatch.setattr(scan, "READ_AHEAD_FILES", 2)  # (after the reading above: two runs of two, and a third)
+    pools: list[object] = []
+    real_ahead = scan.read_ahead
+    monkeypatch.setattr(scan, "read_ahead", lambda batch, pool=None: pools.append(pool) or real_ahead(batch, pool))
     opened: list[str] = []
     real_open = os.open
     monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(os.fspath(path)) or real_open(path, *a, **k))
-    batch = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 4)]
+    batch = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 5)]
     before = len(os.listdir("/proc/self/fd"))
     results = scan.scan_task(batch, lambda args, fd: scan.scan_file(args[0], load_signatures(), fd=fd))
-    assert [[e.rank for e in evs] for evs, _ in results] == [[0], [1], [2], [3]]
+    assert [[e.rank for e in evs] for evs, _ in results] == [[0], [1], [2], [3], [4]]
     assert sorted(opened) == sorted(str(job[0].path) for job in batch)
     assert len(os.listdir("/proc/self/fd")) == before
+    assert len(pools) == 3 and all((pool is not None) == slow for pool in pools)
 
     def fails_on_the_second(args, fd):
         if args[0].rank == 1:
@@ -153,13 +170,37 @@ def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypat
     assert len(os.listdir("/proc/self/fd")) <= before + 1  # at most the one handed to the failed scan
 
 
+@pytest.mark.parametrize(("count", "seconds", "slow"), [(0, 0.0, False), (63, 1.0, False), (64, 64 * 60e-6, True),
+                                                      (64, 64 * 10e-6, False), (200, 1.0, True)])
+def test_opening_is_slow_where_the_first_files_took_a_round_trip_each(monkeypatch, count: int, seconds: float,
+                                                                     slow: bool) -> None:
+    """A network file system's open (0.1-1 ms) against a local disk's (microseconds), judged once 64 were timed."""
+    monkeypatch.setattr(scan, "_OPENS", [count, seconds])
+    assert scan.opens_slow() is slow
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
+def test_the_first_files_opened_one_by_one_are_timed_and_a_scan_starts_the_count_again(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    monkeypatch.setattr(scan, "_OPENS", [0, 0.0])
+    monkeypatch.setattr(scan, "READ_AHEAD_FILES", 3)
+    jobs = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 4)]
+    for fds in (scan.read_ahead(jobs[:2]), scan.read_ahead(jobs[2:3]), scan.read_ahead(jobs[3:])):
+        for fd in fds:
+            os.close(fd)
+    assert scan._OPENS[0] == 3 and scan._OPENS[1] > 0  # the fourth came after the reading was made
+    scan._OPENS[1] = 99.0  # as if those had been a slow file system's
+    scan.scan_files([job[0] for job in jobs], load_signatures(), workers=1)
+    assert scan._OPENS[0] == 3 and scan._OPENS[1] < 99.0  # timed afresh: this scan's own first files
+
+
 def test_a_long_task_asks_for_its_files_a_window_ahead(monkeypatch) -> None:
     """No more than two windows of files are open at once (a task holds up to 256), and each window is asked for
     while the one before it is scanned."""
     monkeypatch.setattr(scan, "READ_AHEAD_FILES", 2)
     order: list[str] = []
-    monkeypatch.setattr(scan, "read_ahead", lambda batch: order.append("ahead " + " ".join(j[0].display for j in batch))
-                        or [None] * len(batch))
+    monkeypatch.setattr(scan, "read_ahead", lambda batch, pool=None: order.append(
+        "ahead " + " ".join(j[0].display for j in batch)) or [None] * len(batch))
     batch = [(SourceFile(path=f"r{r}", display=f"r{r}", size=10), None, 0, None, False) for r in range(5)]
     done = scan.scan_task(batch, lambda args, fd: order.append(args[0].display) or ([], args[0].display))
     assert [name for _, name in done] == ["r0", "r1", "r2", "r3", "r4"]
