@@ -42,6 +42,7 @@ def _load(name: str):
 
 
 throughput = _load("analyze_throughput")
+make_big_job = _load("make_big_job")
 
 #: ranks, GB, layout, scenario, culprit (-1: the generator's default, ranks/2 + 3)
 DEFAULT_JOBS = ("512:1.0:submitit:oom:-1", "4096:0.4:submitit:oom:4000", "16384:0.5:submitit:oom:11000",
@@ -50,6 +51,39 @@ DEFAULT_JOBS = ("512:1.0:submitit:oom:-1", "4096:0.4:submitit:oom:4000", "16384:
                 "16384:0.5:submitit:ibfail:9001", "16384:0.5:submitit:segv:9001",
                 "16384:0.5:submitit:inithang:9001", "16384:0.5:submitit:latelost:9001",
                 "16384:0.5:submitit:desync:9001")
+
+
+def job_spec(text: str) -> str:
+    """A --job value, checked (an argparse type: a bad one is one line and exit 2, not a generator's traceback)."""
+    try:
+        ranks, gb, layout, scenario, culprit = text.split(":")
+        ok = int(ranks) > 0 and 0 < float(gb) < 1e4 and int(culprit) >= -1 and layout in make_big_job.LAYOUTS \
+            and scenario in make_big_job.SCENARIOS
+    except ValueError:
+        ok = False
+    if not ok:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not RANKS:GB:LAYOUT:SCENARIO:CULPRIT (layouts {', '.join(make_big_job.LAYOUTS)}; scenarios "
+            f"{', '.join(make_big_job.SCENARIOS)}; culprit -1 for the generator's default)")
+    return text
+
+
+def positive(text: str) -> int:
+    """A count of runs: a positive whole number (an argparse type)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
+def planted_answer(folder: Path) -> dict:
+    """The answer the generator planted in a job (cause, rank, host), as `analyze --json` names it."""
+    planted = json.loads((folder / "PLANTED.json").read_text())
+    return {k: planted[k] for k in ("cause", "first_failing_rank", "first_failing_host")}
+
+
+def grep_argv(folder: Path) -> list[str]:
+    """The grep every analyze run is compared with: the benchmarks' pattern over the folder, line numbers and names."""
+    return ["grep", "-E", "-n", "-H", "-r", throughput.GREP_PATTERN, str(folder)]
 
 
 def job_folder(root: Path, spec: str) -> Path:
@@ -78,11 +112,10 @@ def drop_page_cache() -> None:
 def measure_job(folder: Path, runs: int, jobs: int | None, cold: bool = False) -> dict:
     files = log_files(folder)
     planted = json.loads((folder / "PLANTED.json").read_text())
-    wanted = {k: planted[k] for k in ("cause", "first_failing_rank", "first_failing_host")}
+    wanted = planted_answer(folder)
     for path in () if cold else files:  # warm the page cache (65k names are too many for one `cat` command line)
         path.read_bytes()
     before = drop_page_cache if cold else (lambda: None)
-    grep_argv = ["grep", "-E", "-n", "-H", "-r", throughput.GREP_PATTERN, str(folder)]
     analyze_argv = [sys.executable, "-m", "ddpslurm.cli", "analyze", str(folder), "--json"]
     analyze_argv += ["--jobs", str(jobs)] if jobs else []
     analyze_runs, grep_runs, right = [], [], True
@@ -93,7 +126,7 @@ def measure_job(folder: Path, runs: int, jobs: int | None, cold: bool = False) -
         right = right and {k: got.get(k) for k in wanted} == wanted
         analyze_runs.append(run)
         before()
-        grep_runs.append(throughput.measure(grep_argv))
+        grep_runs.append(throughput.measure(grep_argv(folder)))
     wall = statistics.median(r.seconds for r in analyze_runs)
     cpu = statistics.median(r.cpu_seconds for r in analyze_runs)
     gwall = statistics.median(r.seconds for r in grep_runs)
@@ -109,9 +142,9 @@ def measure_job(folder: Path, runs: int, jobs: int | None, cold: bool = False) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(".bench/scale"))
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=None, help="passed to `ddpslurm analyze --jobs`")
-    parser.add_argument("--job", action="append", help="RANKS:GB:LAYOUT:SCENARIO:CULPRIT (repeatable)")
+    parser.add_argument("--runs", type=positive, default=3)
+    parser.add_argument("--jobs", type=positive, default=None, help="passed to `ddpslurm analyze --jobs`")
+    parser.add_argument("--job", type=job_spec, action="append", help="RANKS:GB:LAYOUT:SCENARIO:CULPRIT (repeatable)")
     parser.add_argument("--cold", action="store_true", help="drop the page cache before every run (root, Linux)")
     args = parser.parse_args()
     if args.cold:

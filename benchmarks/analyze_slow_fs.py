@@ -10,16 +10,15 @@ answering each such request, mounted afresh before every run (nothing cached fro
 and grep alternately. Printed per delay: the medians of analyze's and grep's wall time, their ratio, and whether
 every run of analyze named the planted answer and read every file.
 
-Needs root, /dev/fuse, gcc and libfuse 3 (Debian: `apt-get install fuse3 libfuse3-dev`); says so in one line
-otherwise. Measured here, the kernel answered one directory's lookups one at a time through FUSE (NFS and Lustre
-answer them side by side), so what this shows of work done side by side is a floor.
+Needs a /dev/fuse this user can open (root here), gcc and libfuse 3 (Debian: `apt-get install fuse3
+libfuse3-dev`); says so in one line otherwise. Measured here, the kernel answered one directory's lookups one at a
+time through FUSE (NFS and Lustre answer them side by side), so what this shows of work done side by side is a floor.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import shutil
@@ -32,27 +31,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import analyze_scale as scale  # noqa: E402  (a sibling script, not a package)
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-scale = _load("analyze_scale")
 throughput = scale.throughput
+#: the longest metadata round trip asked for: a second (a network file system that slow is down, not slow)
+MAX_DELAY_US = 1_000_000
+
+
+def delay(text: str) -> int:
+    """A --delay-us value: a whole number of microseconds up to MAX_DELAY_US (an argparse type)."""
+    if not text.isdigit() or int(text) > MAX_DELAY_US:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of microseconds from 0 to {MAX_DELAY_US:,}")
+    return int(text)
 
 
 def missing_requirement() -> str | None:
     """What this machine lacks to mount a FUSE file system built here, in one line; None when nothing is."""
-    if os.geteuid() != 0:
-        return "mounting the slow file system needs root"
     if not os.path.exists("/dev/fuse"):
         return "no /dev/fuse on this machine"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return "/dev/fuse cannot be opened by this user (root, or a user it is shared with, can mount)"
     for tool in ("gcc", "pkg-config", "fusermount3"):
         if shutil.which(tool) is None:
             return f"{tool} is missing (Debian: apt-get install gcc pkg-config fuse3 libfuse3-dev)"
@@ -90,8 +89,7 @@ def mounted(binary: Path, source: Path, mountpoint: Path, delay_us: int) -> Iter
 
 
 def measure(binary: Path, folder: Path, delay_us: int, runs: int, mountpoint: Path) -> dict:
-    planted = json.loads((folder / "PLANTED.json").read_text())
-    wanted = {k: planted[k] for k in ("cause", "first_failing_rank", "first_failing_host")}
+    wanted = scale.planted_answer(folder)
     analyze_walls, grep_walls, right = [], [], True
     for _ in range(runs):
         with mounted(binary, folder, mountpoint, delay_us) as view:
@@ -100,8 +98,7 @@ def measure(binary: Path, folder: Path, delay_us: int, runs: int, mountpoint: Pa
         right = right and {k: got.get(k) for k in wanted} == wanted and not got.get("skipped")
         analyze_walls.append(run.seconds)
         with mounted(binary, folder, mountpoint, delay_us) as view:
-            grep_walls.append(throughput.measure(["grep", "-E", "-n", "-H", "-r", throughput.GREP_PATTERN,
-                                                  str(view)]).seconds)
+            grep_walls.append(throughput.measure(scale.grep_argv(view)).seconds)
     return {"delay_us": delay_us, "wall": statistics.median(analyze_walls), "grep": statistics.median(grep_walls),
             "walls": [round(w, 2) for w in analyze_walls], "right": right}
 
@@ -109,9 +106,11 @@ def measure(binary: Path, folder: Path, delay_us: int, runs: int, mountpoint: Pa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(".bench/scale"))
-    parser.add_argument("--job", default="4096:0.6:submitit:oom:4000", help="RANKS:GB:LAYOUT:SCENARIO:CULPRIT")
-    parser.add_argument("--delay-us", type=int, action="append", help="a metadata round trip (repeatable)")
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--job", type=scale.job_spec, default="4096:0.6:submitit:oom:4000",
+                        help="RANKS:GB:LAYOUT:SCENARIO:CULPRIT")
+    parser.add_argument("--delay-us", type=delay, action="append",
+                        help=f"a metadata round trip, 0 to {MAX_DELAY_US:,} (repeatable)")
+    parser.add_argument("--runs", type=scale.positive, default=2)
     args = parser.parse_args()
     lacking = missing_requirement()
     if lacking:
@@ -127,9 +126,9 @@ def main() -> None:
         binary = build(Path(scratch))
         mountpoint = Path(scratch) / "mnt"
         mountpoint.mkdir()
-        for delay in args.delay_us or [200, 500]:
-            row = measure(binary, folder, delay, args.runs, mountpoint)
-            print(f"| {delay} us | {row['wall']:.2f} ({', '.join(map(str, row['walls']))}) | {row['grep']:.2f} | "
+        for delay_us in args.delay_us or [200, 500]:
+            row = measure(binary, folder, delay_us, args.runs, mountpoint)
+            print(f"| {delay_us} us | {row['wall']:.2f} ({', '.join(map(str, row['walls']))}) | {row['grep']:.2f} | "
                   f"{row['wall'] / row['grep']:.2f}x | {'RIGHT' if row['right'] else 'WRONG'} |", flush=True)
 
 

@@ -457,6 +457,10 @@ def _merged(out: Path, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
         handle.write("\n".join(srun_lines(ranks, gpn, culprit, "merged", scenario)) + "\n")
 
 
+LAYOUTS = ("submitit", "torchrun", "merged")
+SCENARIOS = ("oom", "straggler", "memkill", "ibfail", "segv", "inithang", "latelost", "desync")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Generate a large failed-job folder for the analyzer benchmark.")
     parser.add_argument("--ranks", type=int, default=512)
@@ -464,13 +468,11 @@ def main() -> None:
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path(".bench/big_job"))
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--layout", choices=("submitit", "torchrun", "merged"), default="submitit",
+    parser.add_argument("--layout", choices=LAYOUTS, default="submitit",
                         help="one file pair per rank (submitit), per node (srun one task per node + torchrun --tee), "
                              "or one slurm-<job>.out for every rank (srun --label)")
     parser.add_argument("--culprit", type=int, default=None, help="the failing rank [default: ranks/2 + 3]")
-    parser.add_argument("--scenario", choices=("oom", "straggler", "memkill", "ibfail", "segv", "inithang",
-                                               "latelost", "desync"),
-                        default="oom",
+    parser.add_argument("--scenario", choices=SCENARIOS, default="oom",
                         help="a CUDA OOM on the culprit, a culprit that is silent while every other rank times out, "
                              "a culprit SIGKILLed by its cgroup's OOM killer while srun terminates the others, or a "
                              "culprit whose HCA fails (its ring peers on two other nodes report it), or a culprit "
