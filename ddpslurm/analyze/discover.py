@@ -14,8 +14,10 @@ import os
 import re
 import stat
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
@@ -24,6 +26,14 @@ from ddpslurm.analyze.attribution import path_info
 from ddpslurm.analyze.events import FileSummary, SourceFile
 from ddpslurm.errors import AnalyzeInputError, UsageError
 
+#: a metadata request (a stat, an open) slower than this is a network file system's round trip to its metadata server
+#: (NFS, Lustre, GPFS: 0.1-1 ms; a local disk's takes 2-5 us): then METADATA_THREADS threads ask side by side
+SLOW_METADATA_SECONDS = 50e-6
+METADATA_THREADS = 16
+#: the first files of a walk whose stats are timed one by one, to tell a local disk from a network file system
+TIMED_STATS = 64
+#: entries stat-ed side by side at a time where stats are slow (each walked in order after)
+STAT_AHEAD = 256
 #: far beyond any job layout (torchrun's log-dir is 4 deep); only a pathological tree reaches it, and it is reported
 MAX_DEPTH = 64
 SKIP_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".npy", ".npz", ".so", ".gz",
@@ -145,6 +155,25 @@ class _Walk:
         self.real_root = os.path.realpath(root)
         self.seen, self.found = seen, found
         self.by_name: Counter[tuple[str, str]] = Counter()
+        self.stats = [0, 0.0]  #: the walk's first TIMED_STATS stats: how many, and their seconds
+        self.pool: ThreadPoolExecutor | None = None
+
+    def stats_slow(self) -> bool:
+        """Whether the walk's first TIMED_STATS stats took a network file system's round trip each."""
+        count, seconds = self.stats
+        return count >= TIMED_STATS and seconds / count > SLOW_METADATA_SECONDS
+
+    def stat_ahead(self, entries: list[os.DirEntry]) -> int:
+        """Where stats are slow, the stats of the next STAT_AHEAD `entries` (the list's end: it is popped) asked
+        side by side, each entry keeping its own; how many were asked (0: none, the next entry is examined alone and
+        its stat timed, the first TIMED_STATS of the walk)."""
+        if self.pool is None and self.stats_slow():
+            self.pool = ThreadPoolExecutor(METADATA_THREADS, thread_name_prefix="ddpslurm-stat")
+        if self.pool is None:
+            return 0
+        ahead = entries[-STAT_AHEAD:]
+        list(self.pool.map(_stat_ahead, ahead))
+        return len(ahead)
 
     def skip(self, path: str, reason: str) -> None:
         self.found.skipped.append(Skipped(path, reason))
@@ -172,7 +201,13 @@ class _Walk:
         if rule:
             self.by_name[(os.path.join(os.path.dirname(entry.path), rule[0]), rule[1])] += 1
             return
-        est = entry.stat(follow_symlinks=True)
+        if self.stats[0] < TIMED_STATS:
+            started = time.perf_counter()
+            est = entry.stat(follow_symlinks=True)
+            self.stats[0] += 1
+            self.stats[1] += time.perf_counter() - started
+        else:
+            est = entry.stat(follow_symlinks=True)
         if not stat.S_ISREG(est.st_mode):
             self.skip(entry.path, "not a regular file (fifo, socket or device)")
             return
@@ -189,6 +224,16 @@ class _Walk:
 
 def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
     walk = _Walk(root, seen, found)
+    try:
+        _walk_folders(root, walk)
+    finally:
+        if walk.pool is not None:
+            walk.pool.shutdown()
+    walk.finish()
+
+
+def _walk_folders(root: Path, walk: _Walk) -> None:
+    """The tree's folders in sorted order, each entry examined in sorted order."""
     stack: list[tuple[Path, int, str]] = [(root, 0, "")]
     visited: set[tuple[int, int]] = set()
     while stack:
@@ -206,14 +251,24 @@ def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
         subdirs: list[Path] = []
         entries.reverse()
         while entries:  # each entry (and the stat it caches: ~0.7 KB) freed once read: 131k files, 90 MB at once
-            entry = entries.pop()
-            try:
-                walk.entry(entry, depth, subdirs, relative)
-            except OSError as error:
-                walk.skip(entry.path, f"cannot be examined ({error.strerror or error})")
+            for _ in range(walk.stat_ahead(entries) or 1):
+                entry = entries.pop()
+                try:
+                    walk.entry(entry, depth, subdirs, relative)
+                except OSError as error:
+                    walk.skip(entry.path, f"cannot be examined ({error.strerror or error})")
         # the path of a subfolder relative to the root is its parent's plus its name (no relpath per file)
         stack.extend((d, depth + 1, f"{relative}{d.name}{os.sep}") for d in reversed(subdirs))
-    walk.finish()
+
+
+def _stat_ahead(entry: os.DirEntry) -> None:
+    """The stat `_Walk.entry` will ask of a file entry, asked now (the entry keeps it); a symlink is left for the
+    walk to check first, a failure for the walk to meet and report."""
+    try:
+        if not entry.is_symlink() and _skip_rule(entry.name) is None and not entry.is_dir(follow_symlinks=False):
+            entry.stat(follow_symlinks=True)
+    except OSError:
+        pass
 
 
 def _source(path: str, name: str, relative: PurePath | tuple[str, ...], size: int) -> SourceFile:

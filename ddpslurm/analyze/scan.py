@@ -46,6 +46,7 @@ from ddpslurm.analyze.attribution import (
     prefix_spans,
 )
 from ddpslurm.analyze.digit_shape import shape
+from ddpslurm.analyze.discover import METADATA_THREADS, SLOW_METADATA_SECONDS
 from ddpslurm.analyze.events import FACT_KINDS, Event, FileSummary, SourceFile, moved, new_event
 from ddpslurm.analyze.line_count import newlines
 from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
@@ -1290,10 +1291,10 @@ READ_AHEAD_BYTES = 8 << 20
 READ_AHEAD_FILES = 64
 
 
-#: an open taking longer than this is a network file system's round trip to its metadata server (NFS, Lustre, GPFS:
-#: 0.1-1 ms; a local disk's, with its advice, ~4 us): then OPEN_THREADS threads open a task's files side by side
-SLOW_OPEN_SECONDS = 50e-6
-OPEN_THREADS = 16
+#: an open taking longer than this is a network file system's round trip to its metadata server (a local disk's,
+#: with its advice, ~4 us): then OPEN_THREADS threads open a task's files side by side (the discovery's threshold)
+SLOW_OPEN_SECONDS = SLOW_METADATA_SECONDS
+OPEN_THREADS = METADATA_THREADS
 #: this process's opens timed so far (`read_ahead` without threads): how many, and their seconds
 _OPENS = [0, 0.0]
 

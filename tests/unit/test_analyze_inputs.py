@@ -201,3 +201,93 @@ def test_an_empty_file_named_beside_others_is_named(tmp_path: Path) -> None:
     empty.write_text("")
     full.write_text("Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\nKeyError: 'x'\n")
     assert f"empty, nothing to read: {empty}" in analyze_paths([empty, full], workers=1).notes
+
+
+def _mixed_tree(root: Path) -> Path:
+    """Files to read in two folders, and what discovery leaves out: hidden and binary names, a symlink leaving the
+    tree, a fifo, a symlinked folder inside it."""
+    outside = root / "outside.log"
+    outside.write_text("x\n")
+    tree = root / "job"
+    for folder in (tree, tree / "attempt_1"):
+        folder.mkdir(parents=True)
+        for r in range(7):
+            (folder / f"5_{r}_log.out").write_text(f"line {r}\n")
+        (folder / ".hidden").write_text("x\n")
+        (folder / "model.pt").write_bytes(b"\x80\x04")
+    (tree / "leaving.log").symlink_to(outside)
+    (tree / "inside.log").symlink_to(tree / "5_0_log.out")
+    (tree / "again").symlink_to(tree / "attempt_1")
+    os.mkfifo(tree / "pipe.log")
+    return tree
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_files_stat_ed_side_by_side_where_stats_are_slow_are_found_as_one_by_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow: bool) -> None:
+    """Where the first stats take a round trip each (NFS, Lustre), the next entries' stats are asked by threads side
+    by side; what is found and what is left out, and their order, are those of a walk that stats one by one."""
+    tree = _mixed_tree(tmp_path)
+    monkeypatch.setattr(discover_mod, "SLOW_METADATA_SECONDS", float("inf"))
+    alone = discover_all([tree])
+    monkeypatch.setattr(discover_mod, "TIMED_STATS", 2)
+    monkeypatch.setattr(discover_mod, "STAT_AHEAD", 3)
+    monkeypatch.setattr(discover_mod, "SLOW_METADATA_SECONDS", -1.0 if slow else float("inf"))
+    asked: list[str] = []
+    real = discover_mod._stat_ahead
+    monkeypatch.setattr(discover_mod, "_stat_ahead", lambda entry: asked.append(entry.name) or real(entry))
+    found = discover_all([tree])
+    assert [s.path for s in found.sources] == [s.path for s in alone.sources]
+    assert found.skipped == alone.skipped and len(found.sources) == 14  # inside.log is 5_0_log.out, read once
+    assert {Path(s.path).name for s in found.skipped} >= {"leaving.log", "pipe.log"}
+    logs = [f"5_{r}_log.out" for r in range(7)]
+    # the first two files' stats timed one by one; where they were slow, every later entry's asked ahead
+    assert sorted(asked) == (sorted(logs[2:] + logs + ["again", "attempt_1", "inside.log", "leaving.log",
+                                                      "model.pt", "pipe.log", ".hidden", "model.pt"]) if slow else [])
+
+
+@pytest.mark.parametrize(("count", "seconds", "slow"), [(0, 0.0, False), (63, 1.0, False), (64, 64 * 60e-6, True),
+                                                      (64, 64 * 3e-6, False), (500, 1.0, True)])
+def test_stats_are_slow_where_the_first_files_took_a_round_trip_each(tmp_path: Path, count: int, seconds: float,
+                                                                   slow: bool) -> None:
+    walk = discover_mod._Walk(tmp_path, set(), discover_mod.Discovery())
+    walk.stats = [count, seconds]
+    assert walk.stats_slow() is slow
+
+
+def test_a_walk_times_its_first_stats_and_no_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(discover_mod, "TIMED_STATS", 3)
+    monkeypatch.setattr(discover_mod, "SLOW_METADATA_SECONDS", float("inf"))
+    for r in range(5):
+        (tmp_path / f"5_{r}_log.out").write_text("x\n")
+    walk = discover_mod._Walk(tmp_path, set(), discover_mod.Discovery())
+    discover_mod._walk_folders(tmp_path, walk)
+    assert walk.stats[0] == 3 and walk.stats[1] > 0 and walk.pool is None
+    assert len(walk.found.sources) == 5
+
+
+class _Entry:
+    """A directory entry whose stat fails, or that is a symlink: what a thread must pass over quietly."""
+
+    def __init__(self, name: str, symlink: bool = False) -> None:
+        self.name, self.symlink, self.stats = name, symlink, 0
+
+    def is_symlink(self) -> bool:
+        return self.symlink
+
+    def is_dir(self, follow_symlinks: bool = True) -> bool:
+        return False
+
+    def stat(self, follow_symlinks: bool = True) -> os.stat_result:
+        self.stats += 1
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+
+def test_a_stat_asked_ahead_that_fails_is_left_for_the_walk_to_report_and_a_symlink_is_not_followed() -> None:
+    failing, link, hidden = _Entry("5_0_log.out"), _Entry("leaving.log", symlink=True), _Entry(".hidden")
+    for entry in (failing, link, hidden):
+        discover_mod._stat_ahead(entry)  # type: ignore[arg-type]
+    assert (failing.stats, link.stats, hidden.stats) == (1, 0, 0)
+    walk = discover_mod._Walk(Path("."), set(), discover_mod.Discovery())
+    with pytest.raises(PermissionError):
+        walk.entry(failing, 0, [], "")  # type: ignore[arg-type]
