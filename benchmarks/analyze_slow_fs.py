@@ -11,8 +11,10 @@ and grep alternately. Printed per delay: the medians of analyze's and grep's wal
 every run of analyze named the planted answer and read every file.
 
 Needs a /dev/fuse this user can open (root here), gcc and libfuse 3 (Debian: `apt-get install fuse3
-libfuse3-dev`); says so in one line otherwise. Measured here, the kernel answered one directory's lookups one at a
-time through FUSE (NFS and Lustre answer them side by side), so what this shows of work done side by side is a floor.
+libfuse3-dev`); says so in one line otherwise. libfuse before 3.17 never tells the kernel that the file system
+answers lookups side by side (FUSE_PARALLEL_DIROPS, libfuse #861): the kernel then sends one folder's lookups one at
+a time, as NFS and Lustre do not, and what this shows of work done side by side is a floor; the script says so when
+it builds against such a libfuse. A newer one, built elsewhere, is used when PKG_CONFIG_PATH names its fuse3.pc.
 """
 
 from __future__ import annotations
@@ -46,6 +48,21 @@ def delay(text: str) -> int:
     return int(text)
 
 
+#: the longest name and attribute cache asked for (an NFS client's `acregmax` defaults to 60 s)
+MAX_CACHE_S = 60.0
+
+
+def cache_seconds(text: str) -> float:
+    """An --attribute-cache-s value: seconds from 0 (NFS `noac`: every stat asks the server) to MAX_CACHE_S."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= MAX_CACHE_S:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to {MAX_CACHE_S:g}")
+    return value
+
+
 def missing_requirement() -> str | None:
     """What this machine lacks to mount a FUSE file system built here, in one line; None when nothing is."""
     if not os.path.exists("/dev/fuse"):
@@ -60,18 +77,38 @@ def missing_requirement() -> str | None:
     return None
 
 
+#: the first libfuse that tells the kernel its file system answers lookups side by side (FUSE_PARALLEL_DIROPS)
+PARALLEL_LOOKUPS_SINCE = (3, 17)
+
+
 def build(out: Path) -> Path:
+    """slow_fs built against the libfuse 3 pkg-config finds, and run against the same one (its libdir as rpath)."""
     binary = out / "slow_fs"
-    flags = subprocess.run(["pkg-config", "fuse3", "--cflags", "--libs"], capture_output=True, text=True,
-                           check=True).stdout.split()
-    subprocess.run(["gcc", "-O2", "-Wall", str(HERE / "slow_fs.c"), "-o", str(binary), *flags], check=True)
+    flags = _pkg_config("--cflags", "--libs").split()
+    rpath = f"-Wl,-rpath,{_pkg_config('--variable=libdir')}"
+    subprocess.run(["gcc", "-O2", "-Wall", str(HERE / "slow_fs.c"), "-o", str(binary), *flags, rpath], check=True)
     return binary
 
 
+def libfuse_note() -> str:
+    """Which libfuse slow_fs is built against, and what that means for lookups in one folder."""
+    version = _pkg_config("--modversion")
+    numbers = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    if numbers >= PARALLEL_LOOKUPS_SINCE:
+        return f"libfuse {version}: one folder's lookups are answered side by side, as NFS and Lustre answer them"
+    return (f"libfuse {version} (< 3.17) never asks the kernel for parallel lookups (libfuse #861): one folder's "
+            "lookups are answered one at a time here, so what threads gain is a floor (PKG_CONFIG_PATH may name a "
+            "newer libfuse's fuse3.pc)")
+
+
+def _pkg_config(*args: str) -> str:
+    return subprocess.run(["pkg-config", "fuse3", *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
 @contextlib.contextmanager
-def mounted(binary: Path, source: Path, mountpoint: Path, delay_us: int) -> Iterator[Path]:
+def mounted(binary: Path, source: Path, mountpoint: Path, delay_us: int, cache_s: float = 1.0) -> Iterator[Path]:
     """`source` seen through a fresh slow_fs mount at `mountpoint` (a fresh mount: the kernel caches nothing yet)."""
-    server = subprocess.Popen([str(binary), str(source), str(mountpoint), str(delay_us)],
+    server = subprocess.Popen([str(binary), str(source), str(mountpoint), str(delay_us), str(cache_s)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(100):
@@ -88,16 +125,16 @@ def mounted(binary: Path, source: Path, mountpoint: Path, delay_us: int) -> Iter
         server.wait(timeout=30)
 
 
-def measure(binary: Path, folder: Path, delay_us: int, runs: int, mountpoint: Path) -> dict:
+def measure(binary: Path, folder: Path, delay_us: int, runs: int, mountpoint: Path, cache_s: float = 1.0) -> dict:
     wanted = scale.planted_answer(folder)
     analyze_walls, grep_walls, right = [], [], True
     for _ in range(runs):
-        with mounted(binary, folder, mountpoint, delay_us) as view:
+        with mounted(binary, folder, mountpoint, delay_us, cache_s) as view:
             run = throughput.measure([sys.executable, "-m", "ddpslurm.cli", "analyze", str(view), "--json"])
         got = json.loads(run.stdout) if run.returncode == 0 else {}
         right = right and {k: got.get(k) for k in wanted} == wanted and not got.get("skipped")
         analyze_walls.append(run.seconds)
-        with mounted(binary, folder, mountpoint, delay_us) as view:
+        with mounted(binary, folder, mountpoint, delay_us, cache_s) as view:
             grep_walls.append(throughput.measure(scale.grep_argv(view)).seconds)
     return {"delay_us": delay_us, "wall": statistics.median(analyze_walls), "grep": statistics.median(grep_walls),
             "walls": [round(w, 2) for w in analyze_walls], "right": right}
@@ -111,6 +148,8 @@ def main() -> None:
     parser.add_argument("--delay-us", type=delay, action="append",
                         help=f"a metadata round trip, 0 to {MAX_DELAY_US:,} (repeatable)")
     parser.add_argument("--runs", type=scale.positive, default=2)
+    parser.add_argument("--attribute-cache-s", type=cache_seconds, default=1.0,
+                        help="how long the kernel keeps names and attributes (0: NFS noac; default 1)")
     args = parser.parse_args()
     lacking = missing_requirement()
     if lacking:
@@ -119,7 +158,9 @@ def main() -> None:
     throughput.compile_package()
     print(throughput.measured_tree())
     files = len(scale.log_files(folder))
-    print(f"job {folder.name}: {files:,} files; medians of {args.runs} runs, a fresh mount before each")
+    print(f"job {folder.name}: {files:,} files; medians of {args.runs} runs, a fresh mount before each; names and "
+          f"attributes cached {args.attribute_cache_s:g} s")
+    print(libfuse_note())
     print("| metadata round trip | analyze wall s (each run) | grep -E wall s | ratio | diagnosis, every file read |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as scratch:
@@ -127,7 +168,7 @@ def main() -> None:
         mountpoint = Path(scratch) / "mnt"
         mountpoint.mkdir()
         for delay_us in args.delay_us or [200, 500]:
-            row = measure(binary, folder, delay_us, args.runs, mountpoint)
+            row = measure(binary, folder, delay_us, args.runs, mountpoint, args.attribute_cache_s)
             print(f"| {delay_us} us | {row['wall']:.2f} ({', '.join(map(str, row['walls']))}) | {row['grep']:.2f} | "
                   f"{row['wall'] / row['grep']:.2f}x | {'RIGHT' if row['right'] else 'WRONG'} |", flush=True)
 

@@ -2,9 +2,10 @@
    directory listing, an open) waits DELAY_US microseconds before it is answered, as a network file system's
    round trip to its metadata server does (NFS, Lustre, GPFS: 0.1-1 ms). Data reads are not delayed (the kernel's
    read-ahead and posix_fadvise hide a data server's latency the same way on either side of a comparison).
-   Names and attributes are cached by the kernel for one second, as an NFS client's attribute cache holds them.
+   Names and attributes are cached by the kernel for CACHE_S seconds (default 1), as an NFS client's attribute cache
+   holds them; 0 is NFS mounted with `noac`, where every stat asks the server.
 
-   Built and mounted by benchmarks/analyze_slow_fs.py:  slow_fs SOURCE MOUNTPOINT DELAY_US  (foreground) */
+   Built and mounted by benchmarks/analyze_slow_fs.py:  slow_fs SOURCE MOUNTPOINT DELAY_US [CACHE_S]  (foreground) */
 #define FUSE_USE_VERSION 31
 #include <fuse.h>
 #include <dirent.h>
@@ -19,6 +20,7 @@
 
 static const char *source;
 static useconds_t delay_us;
+static double cache_s = 1.0;
 
 static int in_source(char *out, const char *path) {
     return snprintf(out, PATH_MAX, "%s%s", source, path) >= PATH_MAX ? -ENAMETOOLONG : 0;
@@ -26,9 +28,9 @@ static int in_source(char *out, const char *path) {
 
 static void *slow_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
     conn->want |= conn->capable & FUSE_CAP_PARALLEL_DIROPS;
-    cfg->entry_timeout = 1.0;
-    cfg->attr_timeout = 1.0;
-    cfg->negative_timeout = 1.0;
+    cfg->entry_timeout = cache_s;
+    cfg->attr_timeout = cache_s;
+    cfg->negative_timeout = cache_s;
     cfg->use_ino = 1;
     return NULL;
 }
@@ -93,8 +95,8 @@ static const struct fuse_operations operations = {
 };
 
 int main(int argc, char *argv[]) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: slow_fs SOURCE MOUNTPOINT DELAY_US\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: slow_fs SOURCE MOUNTPOINT DELAY_US [CACHE_S]\n");
         return 2;
     }
     source = realpath(argv[1], NULL);
@@ -103,6 +105,7 @@ int main(int argc, char *argv[]) {
         return 2;
     }
     delay_us = (useconds_t)strtoul(argv[3], NULL, 10);
+    if (argc == 5) cache_s = strtod(argv[4], NULL);
     char *fuse_argv[] = {argv[0], argv[2], "-f", "-o", "ro,default_permissions", NULL};
     return fuse_main(5, fuse_argv, &operations, NULL);
 }

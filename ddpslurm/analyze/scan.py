@@ -26,6 +26,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import regex
 
@@ -856,15 +857,24 @@ class ReadDeadline(OSError):
 READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 
 
+class Opened(NamedTuple):
+    """A file `read_ahead` opened for its scan: its descriptor, and its attributes where a thread read them (on NFS
+    mounted `noac` each fstat asks the server again)."""
+
+    fd: int
+    attributes: os.stat_result | None = None
+
+
 class _Reader:
     """A log opened for reading without ever blocking on a pseudo-file (/proc/kmsg, a fifo reached by a race) and
     with a wall-clock deadline, checked at every read. Only regular files are read."""
 
-    def __init__(self, path: str, deadline: float, fd: int | None = None) -> None:
-        """Open `path`, or read through `fd`, the same file opened already with READ_FLAGS (the reader closes it)."""
-        self.fd = os.open(path, READ_FLAGS) if fd is None else fd
+    def __init__(self, path: str, deadline: float, opened: Opened | None = None) -> None:
+        """Open `path`, or read through `opened`, the same file opened already with READ_FLAGS (the reader closes
+        it), with its attributes where they were read then."""
+        self.fd = os.open(path, READ_FLAGS) if opened is None else opened.fd
         try:
-            st = os.fstat(self.fd)
+            st = opened.attributes if opened is not None and opened.attributes is not None else os.fstat(self.fd)
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(errno.EINVAL, "not a regular file")
         except OSError:
@@ -938,8 +948,9 @@ class _Window:
 
 def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
               on_bytes: Callable[[int], None] | None = None, start: int = 0,
-              end: int | None = None, keep_tail: bool = True, fd: int | None = None) -> tuple[list[Event], FileSummary]:
-    """Scan one log file (or its lines in [start, end)); never raises on content. `fd`: the file opened already
+              end: int | None = None, keep_tail: bool = True, opened: Opened | None = None
+              ) -> tuple[list[Event], FileSummary]:
+    """Scan one log file (or its lines in [start, end)); never raises on content. `opened`: the file opened already
     (`read_ahead`), closed here.
 
     The summary keeps the shape of the file's last line always, its last lines only with `keep_tail` (a report
@@ -956,7 +967,7 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     lineno = 0
     timeouts = sum(sigs.timeouts.values())
     try:
-        with _Reader(source.path, READ_DEADLINE, fd) as handle:
+        with _Reader(source.path, READ_DEADLINE, opened) as handle:
             tally = None
             if start == 0:
                 head = handle.head(8192)
@@ -1237,12 +1248,12 @@ ScanJob = tuple[SourceFile, int | None, int, int | None, bool]
 TAIL_FILES = 16
 
 
-def _scan_job(sigs: SignatureSet, progress: Callable | None, args: ScanJob, fd: int | None
+def _scan_job(sigs: SignatureSet, progress: Callable | None, args: ScanJob, opened: Opened | None
               ) -> tuple[list[Event], FileSummary]:
-    """One scan job (through `fd` where `read_ahead` opened its file), its progress told where there is one to tell
-    (a worker's is told by the pool's parent)."""
+    """One scan job (through `opened` where `read_ahead` opened its file), its progress told where there is one to
+    tell (a worker's is told by the pool's parent)."""
     source, year, start, end, keep_tail = args
-    result = scan_file(source, sigs, year, progress, start=start, end=end, keep_tail=keep_tail, fd=fd)
+    result = scan_file(source, sigs, year, progress, start=start, end=end, keep_tail=keep_tail, opened=opened)
     if progress:
         progress(0, 1)
     return result
@@ -1254,13 +1265,13 @@ def _scan_batch(batch: list[ScanJob]) -> list[tuple[list[Event], FileSummary]]:
     return scan_task(batch, functools.partial(_scan_job, _WORKER_SIGS, None))
 
 
-def scan_task(batch: Sequence[ScanJob], scan: Callable[[ScanJob, int | None], tuple[list[Event], FileSummary]]
+def scan_task(batch: Sequence[ScanJob], scan: Callable[[ScanJob, Opened | None], tuple[list[Event], FileSummary]]
               ) -> list[tuple[list[Event], FileSummary]]:
     """`scan` of each job of a task, `read_ahead` of the next READ_AHEAD_FILES jobs asked as each run of as many
     starts (so at most twice as many files are open); the files opened for jobs a failure left unscanned are
     closed. Where opening a file is a network file system's round trip (`opens_slow`), OPEN_THREADS threads open
     the next ones side by side for the rest of the task."""
-    pending: deque[int | None] = deque()
+    pending: deque[Opened | None] = deque()
     asked = 0
     results: list[tuple[list[Event], FileSummary]] = []
     pool: ThreadPoolExecutor | None = None
@@ -1275,9 +1286,9 @@ def scan_task(batch: Sequence[ScanJob], scan: Callable[[ScanJob, int | None], tu
                     asked += len(more)
             results.append(scan(args, pending.popleft()))
     finally:
-        for fd in pending:
-            if fd is not None:
-                os.close(fd)
+        for opened in pending:
+            if opened is not None:
+                os.close(opened.fd)
         if pool is not None:
             pool.shutdown()
     return results
@@ -1306,27 +1317,28 @@ def opens_slow() -> bool:
     return count >= READ_AHEAD_FILES and seconds / count > SLOW_OPEN_SECONDS
 
 
-def read_ahead(batch: Sequence[ScanJob], pool: ThreadPoolExecutor | None = None) -> list[int | None]:
+def read_ahead(batch: Sequence[ScanJob], pool: ThreadPoolExecutor | None = None) -> list[Opened | None]:
     """Open a task's files and ask the kernel to start reading their byte ranges now (posix_fadvise WILLNEED), so that
     those not in memory yet (a job's logs read for the first time, on a shared file system) are read while the first
     ones are scanned, instead of each read waiting in turn: a 16k-rank job's 32k files, cold, 34.5 -> 26.5 s.
 
     Returns each job's open file, for its scan to read through and close (no file is opened twice: an open is a
     round trip to the metadata server on Lustre or NFS); None where it is not opened here (no advice to give on this
-    platform, nothing to read, or it cannot be opened now: the scan opens it and reports why)."""
+    platform, nothing to read, or it cannot be opened now: the scan opens it and reports why). Threads (`pool`) read
+    each file's attributes too, for the scan to use instead of a round trip of its own, one file after the other."""
     if _WILLNEED is None:
         return [None] * len(batch)
-    if pool is not None:  # the file's attributes too: the scan's fstat then finds them cached
+    if pool is not None:
         return list(pool.map(functools.partial(_open_ahead, attributes=True), batch))
     started = time.perf_counter()
-    fds = [_open_ahead(job) for job in batch]
+    opened = [_open_ahead(job) for job in batch]
     if _OPENS[0] < READ_AHEAD_FILES:
         _OPENS[0] += len(batch)
         _OPENS[1] += time.perf_counter() - started
-    return fds
+    return opened
 
 
-def _open_ahead(job: ScanJob, attributes: bool = False) -> int | None:
+def _open_ahead(job: ScanJob, attributes: bool = False) -> Opened | None:
     """`read_ahead` of one job: its file opened and its range asked for (and its attributes read), or None."""
     source, _year, start, end, _tail = job
     length = min((source.size if end is None else end) - start, READ_AHEAD_BYTES)
@@ -1336,11 +1348,12 @@ def _open_ahead(job: ScanJob, attributes: bool = False) -> int | None:
         fd = os.open(source.path, READ_FLAGS)
     except OSError:
         return None
+    read: os.stat_result | None = None
     with contextlib.suppress(OSError):  # not a regular file (a fifo: ESPIPE), or no advice taken there
         if attributes:
-            os.fstat(fd)
+            read = os.fstat(fd)
         os.posix_fadvise(fd, start, length, _WILLNEED)
-    return fd
+    return Opened(fd, read)
 
 
 #: a worker task holds files up to this many bytes, or this many files (a 16k-rank job: 32k files of ~40 KB)

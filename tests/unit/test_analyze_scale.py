@@ -7,6 +7,7 @@ import gc
 import os
 import pty
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -70,12 +71,15 @@ def test_read_ahead_asks_for_each_range_from_its_start_up_to_its_cap(tmp_path: P
             fds = scan.read_ahead(jobs, pool)
     else:
         fds = scan.read_ahead(jobs)
-    opened = [fd for fd in fds if fd is not None]
-    for fd in opened:
-        os.close(fd)
+    opened = [o for o in fds if o is not None]
+    for o in opened:
+        os.close(o.fd)
     willneed = os.POSIX_FADV_WILLNEED
     assert sorted(asked) == [(0, 1000, willneed), (100, 1000, willneed), (2500, 400, willneed)]
     assert len(opened) == 3 and fds[3:] == [None, None]  # the missing file and the empty one are left to the scan
+    # threads read each file's attributes too, for the scan to use instead of asking again
+    inode = path.stat().st_ino if threads else None
+    assert [o.attributes.st_ino if o.attributes else None for o in opened] == [inode] * 3
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no fifos on this platform")
@@ -90,7 +94,8 @@ def test_read_ahead_of_a_fifo_neither_blocks_nor_raises(tmp_path: Path) -> None:
     signal.alarm(5)
     try:
         job = (SourceFile(path=str(fifo), display="f", size=10), None, 0, None, False)
-        events, summary = scan.scan_task([job], lambda args, fd: scan.scan_file(args[0], load_signatures(), fd=fd))[0]
+        events, summary = scan.scan_task(
+            [job], lambda args, opened: scan.scan_file(args[0], load_signatures(), opened=opened))[0]
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
@@ -152,18 +157,23 @@ def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypat
     opened: list[str] = []
     real_open = os.open
     monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(os.fspath(path)) or real_open(path, *a, **k))
+    stat_by: list[str] = []
+    real_fstat = os.fstat
+    monkeypatch.setattr(os, "fstat", lambda fd: stat_by.append(threading.current_thread().name) or real_fstat(fd))
     batch = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 5)]
     before = len(os.listdir("/proc/self/fd"))
-    results = scan.scan_task(batch, lambda args, fd: scan.scan_file(args[0], load_signatures(), fd=fd))
+    results = scan.scan_task(batch, lambda args, opened: scan.scan_file(args[0], load_signatures(), opened=opened))
     assert [[e.rank for e in evs] for evs, _ in results] == [[0], [1], [2], [3], [4]]
     assert sorted(opened) == sorted(str(job[0].path) for job in batch)
+    # each file's attributes read once: by the thread that opened it where opening is slow, else by the scan
+    assert len(stat_by) == 5 and all(name.startswith("ddpslurm-open") == slow for name in stat_by)
     assert len(os.listdir("/proc/self/fd")) == before
     assert len(pools) == 3 and all((pool is not None) == slow for pool in pools)
 
-    def fails_on_the_second(args, fd):
+    def fails_on_the_second(args, opened):
         if args[0].rank == 1:
             raise RuntimeError("a bug")
-        return scan.scan_file(args[0], load_signatures(), fd=fd)
+        return scan.scan_file(args[0], load_signatures(), opened=opened)
 
     with pytest.raises(RuntimeError):
         scan.scan_task(batch, fails_on_the_second)
@@ -186,8 +196,8 @@ def test_the_first_files_opened_one_by_one_are_timed_and_a_scan_starts_the_count
     monkeypatch.setattr(scan, "READ_AHEAD_FILES", 3)
     jobs = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 4)]
     for fds in (scan.read_ahead(jobs[:2]), scan.read_ahead(jobs[2:3]), scan.read_ahead(jobs[3:])):
-        for fd in fds:
-            os.close(fd)
+        for opened in fds:
+            os.close(opened.fd)
     assert scan._OPENS[0] == 3 and scan._OPENS[1] > 0  # the fourth came after the reading was made
     scan._OPENS[1] = 99.0  # as if those had been a slow file system's
     scan.scan_files([job[0] for job in jobs], load_signatures(), workers=1)
