@@ -194,6 +194,9 @@ _DDP_RANK = re.compile(r"^rank[_-]?(?P<rank>\d+)(?P<rec>\.start\.json|\.exit\.js
 _ATTEMPT = re.compile(r"^attempt_(?P<n>\d+)$")
 _HOSTDIR = re.compile(rf"^(?:node[-_]?rank[-_]?\d+[-_])?(?P<host>{_HOST})$")
 _ELASTIC_RUN = re.compile(r"^[\w.-]+_[a-z0-9]{8}$")  # torchrun --log-dir: <run_id>_<random>
+#: the folder torchrun's agent makes right above `attempt_N` (`tempfile.mkdtemp(prefix=f"{run_id}_")`): its random
+#: part is 8 of tempfile's characters, `_` among them (one such folder in five has one: `none_i9e0dj_h`)
+_ELASTIC_RUN_ABOVE_ATTEMPT = re.compile(r"^[\w.-]+_[a-z0-9_]{8}$")
 _RANKDIR = re.compile(r"^(?:rank[_-]?)?(?P<n>\d{1,5})$")
 
 
@@ -210,7 +213,8 @@ def path_info(relative: PurePath | tuple[str, ...]) -> PathInfo:
         m = _ATTEMPT.match(part)
         if m:
             attempt = int(m["n"])
-            host = _host_from(parts[:i])
+            above = i - 1 if i and _ELASTIC_RUN_ABOVE_ATTEMPT.match(parts[i - 1]) else i  # the agent's, not a host
+            host = _host_from(parts[:above])
             rest = parts[i + 1:-1]
             if rest and _RANKDIR.match(rest[0]):
                 kind = "elastic_error" if name == "error.json" else "log"

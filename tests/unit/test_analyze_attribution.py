@@ -74,6 +74,8 @@ def test_nccl_source(line: str, expected: tuple[str, int] | None) -> None:
     ("attempt_2/rank_3.exit.json", 3, None, None, 2, "exit_record"),
     ("attempt_1/rank_0.start.json", 0, None, None, 1, "start_record"),
     ("node02/attempt_0/3/stdout.log", None, 3, "node02", 0, "log"),
+    ("none_i9e0dj_h/attempt_0/3/stdout.log", None, 3, None, 0, "log"),  # torchrun's run folder, not a host
+    ("gpu-0009/4817_k2_9x_a1/attempt_1/0/stderr.log", None, 0, "gpu-0009", 1, "log"),
     ("logs/attempt_0/2/error.json", None, 2, None, 0, "elastic_error"),
     ("ddpslurm.json", None, None, None, None, "job_record"),
     ("slurm-123.out", None, None, None, None, "log"),
@@ -118,3 +120,16 @@ def test_prefixes_of_the_corpus_read_the_same_with_the_one_match_first(monkeypat
     monkeypatch.setattr(attribution, "ANY_RULE", re.compile(""))  # every line tried rule by rule
     assert [prefix_spans(line) for line in lines] == fast
     assert len(lines) > 20_000
+
+
+@given(run_id=st.from_regex(r"[A-Za-z0-9][\w.-]{0,20}", fullmatch=True),
+       suffix=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_", min_size=8, max_size=8),
+       host=st.sampled_from([None, "gpu-0009", "node02", "a100-12.cluster"]),
+       local=st.integers(0, 15), attempt=st.integers(0, 9))
+def test_torchrun_log_dir_run_folder_is_never_a_host(run_id: str, suffix: str, host: str | None, local: int,
+                                                      attempt: int) -> None:
+    """torchrun --log-dir writes `<log_dir>/<run_id>_<8 of tempfile's characters>/attempt_N/<local rank>/`: the
+    agent's folder names no host whatever its random part; a host folder above it still does."""
+    parts = (*([host] if host else []), f"{run_id}_{suffix}", f"attempt_{attempt}", str(local), "stdout.log")
+    info = path_info(parts)
+    assert (info.host, info.local_rank, info.attempt) == (host, local, attempt)
