@@ -503,21 +503,28 @@ def _store_keys(stores: list[Event], tl: JobTimeline) -> list[Vote]:
 
 
 def agent_teardown(tl: JobTimeline) -> list[Vote]:
-    """A torchelastic agent SIGTERMs its surviving workers: the worker pid it did not signal had already died."""
-    by_host: dict[str | None, set[int]] = defaultdict(set)
-    terms = [e for e in tl.events if e.kind == "agent_sigterm" and e.pid is not None]
-    for e in terms:
-        by_host[e.host].add(e.pid)  # type: ignore[arg-type]
+    """A torchelastic agent SIGTERMs its surviving workers: the worker pid it did not signal had already died. An
+    agent's lines of no known host speak for the hosts that no agent's line of a known host speaks for."""
+    lines_of: dict[str | None, list[Event]] = defaultdict(list)
+    for e in tl.events:
+        if e.kind == "agent_sigterm" and e.pid is not None:
+            lines_of[e.host].append(e)
+    if not lines_of:
+        return []
+    workers_of: dict[str, dict[int, int]] = defaultdict(dict)  # host -> worker pid -> rank (one pass, not per host)
+    for (h, pid), r in tl.facts.pid_rank.items():
+        workers_of[h][pid] = r
     votes = []
-    for host, pids in by_host.items():
-        workers = {(h, pid): r for (h, pid), r in tl.facts.pid_rank.items() if host is None or h == host}
-        spared = sorted({r for (h, pid), r in workers.items() if pid not in pids})
+    for host, lines in lines_of.items():
+        signalled = {e.pid for e in lines}
+        workers = [(pid, r) for h, pids in workers_of.items() if h not in lines_of for pid, r in pids.items()] \
+            if host is None else list(workers_of.get(host, {}).items())
+        spared = sorted({r for pid, r in workers if pid not in signalled})
         if spared and len(spared) < len(workers):
             votes += [Vote("agent teardown",
                            35.0 / len(spared) * (VICTIM_DISCOUNT if died_as_victim(tl.rank(r)) else 1.0),
                            f"its pid is the one the agent on {host or '?'} did not SIGTERM (it had already died)",
-                           rank=r, host=host or tl.facts.rank_host.get(r),
-                           evidence=tuple(e for e in terms if e.host == host)[:3]) for r in spared]
+                           rank=r, host=host or tl.facts.rank_host.get(r), evidence=tuple(lines[:3])) for r in spared]
     return votes
 
 

@@ -439,6 +439,19 @@ def test_the_pid_the_agent_did_not_sigterm_had_died_first() -> None:
     assert ranks_of(producers.agent_teardown(timeline(inits + terms))) == {2: 35.0}
 
 
+@pytest.mark.parametrize(("unsignalled", "expected"), [(None, {}), (1, {1: 35.0})])
+def test_agent_lines_of_no_known_host_speak_for_the_hosts_no_other_line_speaks_for(unsignalled, expected) -> None:
+    """Three nodes' agents write one log without hosts. n1's worker pids are its own, so its agent's lines are placed
+    on n1; n2 and n3 run containers whose workers have the same pids, so their agents' lines stay of no known host.
+    Those account for n2's and n3's workers, not for n1's: none of n1's ranks was spared by them."""
+    pids = [100 + r for r in range(4)] + [200 + r for r in range(4)] * 2
+    inits = [replace(ev("nccl_init", None, None, host=f"n{1 + r // 4}", nccl_rank=str(r), nranks="12"), pid=pid)
+             for r, pid in enumerate(pids)]
+    terms = [replace(ev("agent_sigterm", "victim", None, host=None), pid=pid)
+             for r, pid in enumerate(pids) if r != unsignalled]
+    assert ranks_of(producers.agent_teardown(timeline(inits + terms))) == expected
+
+
 def test_the_minority_version_names_its_host() -> None:
     events = [ev("nccl_warn", "culprit", r, host=f"n{r // 2}", cause="nccl_version_mismatch",
                  version="21805" if r < 4 else "21903", peer_rank="0" if r >= 4 else "4",
