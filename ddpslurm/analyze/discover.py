@@ -17,7 +17,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
@@ -34,6 +34,8 @@ METADATA_THREADS = 16
 TIMED_STATS = 64
 #: entries stat-ed side by side at a time where stats are slow (each walked in order after)
 STAT_AHEAD = 256
+#: folders listed ahead by the threads where stats are slow, from the top of the walk's stack
+LIST_AHEAD = 64
 #: far beyond any job layout (torchrun's log-dir is 4 deep); only a pathological tree reaches it, and it is reported
 MAX_DEPTH = 64
 SKIP_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".npy", ".npz", ".so", ".gz",
@@ -233,25 +235,31 @@ def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
 
 
 def _walk_folders(root: Path, walk: _Walk) -> None:
-    """The tree's folders in sorted order, each entry examined in sorted order."""
+    """The tree's folders in sorted order, each entry examined in sorted order. Where stats are slow, the next
+    folders on the stack are listed ahead by the walk's threads (a torchrun --log-dir of 16k workers is 20k
+    folders of two files: a round trip or four each, one folder after the other)."""
     stack: list[tuple[Path, int, str]] = [(root, 0, "")]
     visited: set[tuple[int, int]] = set()
+    ahead: dict[Path, Future[tuple[os.stat_result, list[os.DirEntry], bool]]] = {}
     while stack:
+        if walk.pool is not None:
+            for next_folder, _depth, _relative in reversed(stack[-LIST_AHEAD:]):
+                if next_folder not in ahead and len(ahead) < 4 * LIST_AHEAD:
+                    ahead[next_folder] = walk.pool.submit(_listing, next_folder, METADATA_THREADS)
         folder, depth, relative = stack.pop()
         try:
-            st = os.stat(folder)
+            listed = ahead.pop(folder, None)
+            st, entries, stated = listed.result() if listed is not None else _listing(folder)
             if (st.st_dev, st.st_ino) in visited:
                 continue
             visited.add((st.st_dev, st.st_ino))
-            with os.scandir(folder) as it:
-                entries = sorted(it, key=lambda e: e.name)
         except OSError as error:
             walk.skip(str(folder), f"folder cannot be listed ({error.strerror or error})")
             continue
         subdirs: list[Path] = []
         entries.reverse()
         while entries:  # each entry (and the stat it caches: ~0.7 KB) freed once read: 131k files, 90 MB at once
-            for _ in range(walk.stat_ahead(entries) or 1):
+            for _ in range(len(entries) if stated else walk.stat_ahead(entries) or 1):
                 entry = entries.pop()
                 try:
                     walk.entry(entry, depth, subdirs, relative)
@@ -259,6 +267,19 @@ def _walk_folders(root: Path, walk: _Walk) -> None:
                     walk.skip(entry.path, f"cannot be examined ({error.strerror or error})")
         # the path of a subfolder relative to the root is its parent's plus its name (no relpath per file)
         stack.extend((d, depth + 1, f"{relative}{d.name}{os.sep}") for d in reversed(subdirs))
+
+
+def _listing(folder: Path, stat_small: int = 0) -> tuple[os.stat_result, list[os.DirEntry], bool]:
+    """A folder's identity, its entries in name order, and whether their stats were asked too: they are where it
+    holds at most `stat_small` entries (a big folder's are asked side by side by `_Walk.stat_ahead`)."""
+    st = os.stat(folder)
+    with os.scandir(folder) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    if len(entries) > stat_small:
+        return st, entries, False
+    for entry in entries:
+        _stat_ahead(entry)
+    return st, entries, True
 
 
 def _stat_ahead(entry: os.DirEntry) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -291,3 +292,32 @@ def test_a_stat_asked_ahead_that_fails_is_left_for_the_walk_to_report_and_a_syml
     walk = discover_mod._Walk(Path("."), set(), discover_mod.Discovery())
     with pytest.raises(PermissionError):
         walk.entry(failing, 0, [], "")  # type: ignore[arg-type]
+
+
+def test_folders_listed_ahead_where_stats_are_slow_are_walked_as_one_by_one(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun --log-dir: a folder per worker. Where stats are slow, the walk's threads list the next folders and
+    stat their few files; the walk still examines each folder, and each entry, in order."""
+    for node in range(3):
+        for local in range(4):
+            worker = tmp_path / f"none_{node:08d}" / "attempt_0" / str(local)
+            worker.mkdir(parents=True)
+            (worker / "stdout.log").write_text(f"out {node} {local}\n")
+            (worker / "stderr.log").write_text(f"err {node} {local}\n")
+    (tmp_path / "none_00000001" / "attempt_0" / "2" / "core.gz").write_bytes(b"\x1f\x8b")
+    monkeypatch.setattr(discover_mod, "SLOW_METADATA_SECONDS", float("inf"))
+    alone = discover_all([tmp_path])
+    monkeypatch.setattr(discover_mod, "TIMED_STATS", 2)
+    monkeypatch.setattr(discover_mod, "SLOW_METADATA_SECONDS", -1.0)
+    listed_by: list[str] = []
+    real = discover_mod._listing
+    monkeypatch.setattr(discover_mod, "_listing", lambda folder, small=0: listed_by.append(
+        threading.current_thread().name) or real(folder, small))
+    found = discover_all([tmp_path])
+    assert [s.path for s in found.sources] == [s.path for s in alone.sources] and len(found.sources) == 24
+    assert found.skipped == alone.skipped and len(found.skipped) == 1  # the core dump, by its name
+    assert [s.local_rank for s in found.sources[:4]] == [0, 0, 1, 1]
+    # the root, its run folders, their attempt folders and worker folders, each listed once: one by one until two
+    # stats were timed (in the first worker folder: the threads start at the second), then by the threads
+    assert len(listed_by) == 1 + 3 + 3 + 3 * 4 and listed_by[:5] == ["MainThread"] * 5
+    assert all(name.startswith("ddpslurm-stat") for name in listed_by[5:])
