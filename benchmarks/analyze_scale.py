@@ -99,7 +99,8 @@ def job_folder(root: Path, spec: str) -> Path:
 
 
 def log_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.name.endswith(("_log.out", "_log.err"))
+    """The job's logs, of any layout (torchrun --log-dir's are in a folder per worker)."""
+    return sorted(p for p in folder.rglob("*") if p.name.endswith(("_log.out", "_log.err", "stdout.log", "stderr.log"))
                   or (p.name.startswith("slurm-") and p.name.endswith(".out")))
 
 

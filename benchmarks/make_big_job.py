@@ -1,12 +1,14 @@
 """Generate a large, realistic failed-job folder for the analyzer benchmark.
 
     python benchmarks/make_big_job.py --ranks 512 --gb 1.0 --out .bench/big_job [--seed 7] [--gpus-per-node 8]
-                                      [--layout submitit|torchrun|merged] [--culprit R]
+                                      [--layout submitit|torchrun|logdir|merged] [--culprit R]
                                       [--scenario oom|straggler|memkill|ibfail|segv|inithang|latelost|desync]
 
 `--layout submitit` (default) writes `<jobid>_<rank>_log.out/.err`, one task per GPU, as `ddpslurm submit` runs it;
 `--layout torchrun` writes one pair per node (srun one task per node running torchrun --tee: lines prefixed
-`[defaultL]:[rankR]:`, the agent's SIGTERM lines at the end); `--layout merged` writes one `slurm-<jobid>.out` for
+`[defaultL]:[rankR]:`, the agent's SIGTERM lines at the end); `--layout logdir` writes torchrun --log-dir's folder
+per worker (`none_<random>/attempt_0/<local rank>/stdout.log` and `stderr.log`, one agent per node, srun's and the
+agents' lines in `slurm-<jobid>.out`); `--layout merged` writes one `slurm-<jobid>.out` for
 the whole job (sbatch's default output with srun --label: every line `R: `, start-up, training, then errors). Per
 rank: an NCCL_DEBUG=INFO init of a few hundred
 lines (bootstrap, NET/IB, Channel/Ring/Tree, Init COMPLETE with the comm rank mapping), training progress lines
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -299,7 +302,7 @@ def srun_lines(ranks: int, gpn: int, culprit: int, layout: str, scenario: str = 
                 f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Terminated"]
     if scenario == "segv":  # no --kill-on-bad-exit: the signal first, the others' aborts when their watchdog fires
         return killed_srun_lines(ranks, gpn, culprit, "Segmentation fault (core dumped)", "Aborted (core dumped)")
-    if scenario in ("desync", "latelost") and layout == "torchrun":  # the first watchdog's node's agent gives up first
+    if scenario in ("desync", "latelost") and layout in AGENT_LAYOUTS:  # the first watchdog's node's agent gives up
         return agent_exit_lines(ranks, gpn, desync_first(ranks, gpn, culprit) // gpn)
     if scenario == "desync":  # every heartbeat monitor aborts its process after the dump, the first rank's first
         return killed_srun_lines(ranks, gpn, desync_first(ranks, gpn, culprit), "Aborted (core dumped)",
@@ -309,7 +312,7 @@ def srun_lines(ranks: int, gpn: int, culprit: int, layout: str, scenario: str = 
         return [*lines[1:], lines[0]]
     if scenario == "ibfail":
         return killed_srun_lines(ranks, gpn, ib_reporters(ranks, gpn, culprit)[0], "Aborted (core dumped)")
-    if layout == "torchrun":
+    if layout in AGENT_LAYOUTS:
         node = culprit // gpn
         return [f"srun: error: {host_of(culprit, gpn)}: task {node}: Exited with exit code 1"]
     return [f"srun: error: {host_of(culprit, gpn)}: task {culprit}: Exited with exit code 1",
@@ -344,6 +347,17 @@ def agent_exit_lines(ranks: int, gpn: int, first_node: int) -> list[str]:
     return [f"srun: error: {host_of(n * gpn, gpn)}: task {n}: Exited with exit code 1" for n in nodes]
 
 
+#: torchrun's default run id; each node's agent makes `<run id>_<random>/` under --log-dir
+RUN_ID = "none"
+#: layouts whose srun tasks are nodes, each running torchrun's agent
+AGENT_LAYOUTS = ("torchrun", "logdir")
+
+
+def agent_suffix(node: int) -> str:
+    """The random part of a node's agent folder under --log-dir (tempfile's 8 characters), fixed by the node."""
+    return "".join(random.Random(node).choices("abcdefghijklmnopqrstuvwxyz0123456789_", k=8))
+
+
 def agent_lines(node: int, gpn: int) -> list[str]:
     """torchrun's agent on one node: SIGTERM to its workers, then the failure summary (pids are per rank)."""
     when = T0 + timedelta(hours=17)
@@ -361,7 +375,10 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
 
     layout `submitit`: one `<job>_<rank>_log.out/.err` pair per rank. layout `torchrun`: one pair per node
     (`<job>_<node>_log.*`, srun one task per node), each rank's lines prefixed `[defaultL]:` (torchrun --tee) and
-    C++ lines `[rankR]:`, the agent's SIGTERM lines at the end. layout `merged`: one `slurm-<job>.out` (`_merged`).
+    C++ lines `[rankR]:`, the agent's SIGTERM lines at the end. layout `logdir`: torchrun --log-dir on a shared file
+    system, one agent per node: each worker's `<run>/attempt_0/<local rank>/stdout.log` and `stderr.log` (a folder
+    per worker, none naming its rank or node), srun's and the agents' lines in `slurm-<job>.out`. layout `merged`:
+    one `slurm-<job>.out` (`_merged`).
     scenario `oom`: a CUDA OOM on `culprit`, watchdog timeouts everywhere else; `straggler`: `culprit` says nothing
     while every other rank times out; `memkill`: the OOM killer of the step's memory cgroup SIGKILLs `culprit`
     mid-training (slurmstepd says so in its log) and srun terminates every other task at once (no rank logs an
@@ -380,7 +397,7 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     culprit = ranks // 2 + 3 if culprit is None else culprit
     if not 0 <= culprit < ranks:
         raise ValueError(f"culprit {culprit} is not a rank of a {ranks}-rank job")
-    if scenario in ("memkill", "ibfail", "segv", "inithang") and layout == "torchrun":
+    if scenario in ("memkill", "ibfail", "segv", "inithang") and layout in AGENT_LAYOUTS:
         raise ValueError(f"scenario {scenario} is written for srun tasks that are ranks (submitit, merged), not "
                          "torchrun's")
     if scenario in ("ibfail", "segv") and ranks // gpn < 3:
@@ -394,6 +411,8 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
     out.mkdir(parents=True, exist_ok=True)  # only now: a bad argument leaves an earlier job there
     for old in [*out.glob(f"{JOB_ID}_*_log.*"), *out.glob("slurm-*.out")]:
         old.unlink()
+    for old in out.glob(f"{RUN_ID}_*"):
+        shutil.rmtree(old)
     rng = random.Random(seed)
     per_rank = int(gb * 1e9 / ranks)
     when = T0 + timedelta(minutes=5, seconds=40000 * 1.5 + 0.8)
@@ -411,6 +430,15 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
             (out / f"{JOB_ID}_{r}_log.out").write_text(text)
             (out / f"{JOB_ID}_{r}_log.err").write_text("\n".join(err) + "\n")
             continue
+        if layout == "logdir":
+            worker = out / f"{RUN_ID}_{agent_suffix(r // gpn)}" / "attempt_0" / str(r % gpn)
+            worker.mkdir(parents=True)
+            (worker / "stdout.log").write_text(text)
+            (worker / "stderr.log").write_text("".join(line + "\n" for line in err if not line.startswith("srun: ")))
+            node_err += [line for line in err if line.startswith("srun: ")]
+            if r % gpn == gpn - 1:
+                node_err += agent_lines(r // gpn, gpn)
+            continue
         tag = f"[default{r % gpn}]:"
         ranked = tag + (f"[rank{r}]:" if r else "")  # torch >= 2.2 names non-zero ranks; C++ lines already do
         node_out.append(ranked + text[:-1].replace("\n", "\n" + ranked) + "\n")
@@ -423,6 +451,8 @@ def generate(out: Path, ranks: int, gb: float, gpn: int, seed: int, *, layout: s
             node_err += agent_lines(node, gpn)
             (out / f"{JOB_ID}_{node}_log.err").write_text("\n".join(node_err) + "\n")
             node_out, node_err = [], []
+    if layout == "logdir":
+        (out / f"slurm-{JOB_ID}.out").write_text("\n".join(node_err) + "\n")
     cause = {"oom": "cuda_oom", "memkill": "host_oom", "ibfail": "infiniband_error",
              "segv": "segfault", "inithang": "rendezvous_timeout"}.get(scenario, "collective_timeout")
     planted = {"cause": cause, "first_failing_rank": None if scenario == "ibfail" else culprit,
@@ -457,7 +487,7 @@ def _merged(out: Path, ranks: int, gpn: int, per_rank: int, blocks: list[str], r
         handle.write("\n".join(srun_lines(ranks, gpn, culprit, "merged", scenario)) + "\n")
 
 
-LAYOUTS = ("submitit", "torchrun", "merged")
+LAYOUTS = ("submitit", "torchrun", "logdir", "merged")
 SCENARIOS = ("oom", "straggler", "memkill", "ibfail", "segv", "inithang", "latelost", "desync")
 
 
@@ -470,7 +500,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--layout", choices=LAYOUTS, default="submitit",
                         help="one file pair per rank (submitit), per node (srun one task per node + torchrun --tee), "
-                             "or one slurm-<job>.out for every rank (srun --label)")
+                             "per worker folder (torchrun --log-dir), or one slurm-<job>.out for every rank "
+                             "(srun --label)")
     parser.add_argument("--culprit", type=int, default=None, help="the failing rank [default: ranks/2 + 3]")
     parser.add_argument("--scenario", choices=SCENARIOS, default="oom",
                         help="a CUDA OOM on the culprit, a culprit that is silent while every other rank times out, "
@@ -490,7 +521,7 @@ def main() -> None:
                            culprit=args.culprit, scenario=args.scenario)
     except ValueError as error:  # a culprit outside the job, a scenario the layout or node count cannot hold
         raise SystemExit(f"make_big_job.py: {error}") from None
-    size = sum(p.stat().st_size for p in args.out.iterdir())
+    size = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
     print(f"wrote {args.out} ({size / 1e9:.2f} GB, {args.ranks} ranks) in {time.perf_counter() - start:.1f}s; "
           f"planted {planted['cause']} on rank {planted['first_failing_rank']} ({planted['first_failing_host']})")
 
