@@ -10,10 +10,12 @@ skipped here, counted per folder and suffix, and by content in the scanner; noth
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -36,6 +38,8 @@ TIMED_STATS = 64
 STAT_AHEAD = 256
 #: folders listed ahead by the threads where stats are slow, from the top of the walk's stack
 LIST_AHEAD = 64
+#: the most folder listings held before the walk takes them (~1 KB each for a folder of a few files)
+LISTED_AHEAD = 8192
 #: far beyond any job layout (torchrun's log-dir is 4 deep); only a pathological tree reaches it, and it is reported
 MAX_DEPTH = 64
 SKIP_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".npy", ".npz", ".so", ".gz",
@@ -235,21 +239,20 @@ def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
 
 
 def _walk_folders(root: Path, walk: _Walk) -> None:
-    """The tree's folders in sorted order, each entry examined in sorted order. Where stats are slow, the next
-    folders on the stack are listed ahead by the walk's threads (a torchrun --log-dir of 16k workers is 20k
-    folders of two files: a round trip or four each, one folder after the other)."""
+    """The tree's folders in sorted order, each entry examined in sorted order. Where stats are slow, the walk's
+    threads list folders ahead of it (`_ListAhead`): a torchrun --log-dir of 16k workers is 20k folders of two files,
+    a few round trips each."""
     stack: list[tuple[Path, int, str]] = [(root, 0, "")]
     visited: set[tuple[int, int]] = set()
-    ahead: dict[Path, Future[tuple[os.stat_result, list[os.DirEntry], bool]]] = {}
+    ahead: _ListAhead | None = None
     while stack:
-        if walk.pool is not None:
-            for next_folder, _depth, _relative in reversed(stack[-LIST_AHEAD:]):
-                if next_folder not in ahead and len(ahead) < 4 * LIST_AHEAD:
-                    ahead[next_folder] = walk.pool.submit(_listing, next_folder, METADATA_THREADS)
+        if ahead is None and walk.pool is not None:
+            ahead = _ListAhead(walk.pool)
+        for next_folder, next_depth, _relative in reversed(stack[-LIST_AHEAD:]) if ahead is not None else ():
+            ahead.ask(next_folder, next_depth)
         folder, depth, relative = stack.pop()
         try:
-            listed = ahead.pop(folder, None)
-            st, entries, stated = listed.result() if listed is not None else _listing(folder)
+            st, entries, stated = ahead.take(folder) if ahead is not None else _listing(folder)
             if (st.st_dev, st.st_ino) in visited:
                 continue
             visited.add((st.st_dev, st.st_ino))
@@ -269,7 +272,51 @@ def _walk_folders(root: Path, walk: _Walk) -> None:
         stack.extend((d, depth + 1, f"{relative}{d.name}{os.sep}") for d in reversed(subdirs))
 
 
-def _listing(folder: Path, stat_small: int = 0) -> tuple[os.stat_result, list[os.DirEntry], bool]:
+Listing = tuple[os.stat_result, list[os.DirEntry], bool]
+
+
+class _ListAhead:
+    """Folders listed by the walk's threads before the walk reaches them: the next LIST_AHEAD of its stack, and the
+    subfolders of each folder listed (the walk will need each of them: it walks the same tree, by the same rules), at
+    most LISTED_AHEAD listings held until the walk takes them."""
+
+    def __init__(self, pool: ThreadPoolExecutor) -> None:
+        self.pool = pool
+        self.lock = threading.Lock()
+        self.listings: dict[Path, Future[Listing]] = {}
+
+    def ask(self, folder: Path, depth: int) -> None:
+        """`folder` (at `depth`) listed by a thread, unless it is asked already or too many listings wait."""
+        with self.lock:
+            if folder in self.listings or len(self.listings) >= LISTED_AHEAD:
+                return
+            with contextlib.suppress(RuntimeError):  # the walk ended (its pool shut down): nothing more to list
+                self.listings[folder] = self.pool.submit(self._list, folder, depth)
+
+    def take(self, folder: Path) -> Listing:
+        """`folder`'s listing: the one a thread made (raising what it raised), or made now."""
+        with self.lock:
+            listed = self.listings.pop(folder, None)
+        return listed.result() if listed is not None else _listing(folder)
+
+    def _list(self, folder: Path, depth: int) -> Listing:
+        listed = _listing(folder, METADATA_THREADS)
+        if depth < MAX_DEPTH:  # the walk goes into this folder's subfolders (deeper ones it reports)
+            for entry in listed[1]:
+                if _walked_folder(entry):
+                    self.ask(Path(entry.path), depth + 1)
+        return listed
+
+
+def _walked_folder(entry: os.DirEntry) -> bool:
+    """A subfolder the walk goes into (`_Walk.entry`): not a symlink, not skipped by its name."""
+    try:
+        return not entry.is_symlink() and _skip_rule(entry.name) is None and entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _listing(folder: Path, stat_small: int = 0) -> Listing:
     """A folder's identity, its entries in name order, and whether their stats were asked too: they are where it
     holds at most `stat_small` entries (a big folder's are asked side by side by `_Walk.stat_ahead`)."""
     st = os.stat(folder)

@@ -294,10 +294,19 @@ def test_a_stat_asked_ahead_that_fails_is_left_for_the_walk_to_report_and_a_syml
         walk.entry(failing, 0, [], "")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("stack_ahead", "held"), [(64, 8192), (1, 8192), (1, 2)])
 def test_folders_listed_ahead_where_stats_are_slow_are_walked_as_one_by_one(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """torchrun --log-dir: a folder per worker. Where stats are slow, the walk's threads list the next folders and
-    stat their few files; the walk still examines each folder, and each entry, in order."""
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            stack_ahead: int, held: int) -> None:
+    """torchrun --log-dir: a folder per worker. Where stats are slow, the walk's threads list the next folders of
+    its stack and the subfolders of those they list, and stat their few files; the walk still examines each folder,
+    and each entry, in order, however few listings may wait."""
+    monkeypatch.setattr(discover_mod, "LIST_AHEAD", stack_ahead)
+    monkeypatch.setattr(discover_mod, "LISTED_AHEAD", held)
+    asked_by: list[tuple[str, str]] = []
+    real_ask = discover_mod._ListAhead.ask
+    monkeypatch.setattr(discover_mod._ListAhead, "ask", lambda self, folder, depth: asked_by.append(
+        (threading.current_thread().name, folder.name)) or real_ask(self, folder, depth))
     for node in range(3):
         for local in range(4):
             worker = tmp_path / f"none_{node:08d}" / "attempt_0" / str(local)
@@ -320,4 +329,6 @@ def test_folders_listed_ahead_where_stats_are_slow_are_walked_as_one_by_one(tmp_
     # the root, its run folders, their attempt folders and worker folders, each listed once: one by one until two
     # stats were timed (in the first worker folder: the threads start at the second), then by the threads
     assert len(listed_by) == 1 + 3 + 3 + 3 * 4 and listed_by[:5] == ["MainThread"] * 5
-    assert all(name.startswith("ddpslurm-stat") for name in listed_by[5:])
+    assert all(name.startswith("ddpslurm-stat") for name in listed_by[5:]) or held < 8
+    # a listed folder's subfolders are asked for by the thread that listed it (granted while few listings wait)
+    assert {"attempt_0", "0", "3"} <= {folder for name, folder in asked_by if name.startswith("ddpslurm-stat")}
