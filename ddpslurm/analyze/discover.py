@@ -232,9 +232,9 @@ def _walk(root: Path, seen: set[tuple[int, int]], found: Discovery) -> None:
     walk = _Walk(root, seen, found)
     try:
         _walk_folders(root, walk)
-    finally:
+    finally:  # listings asked for but not begun are dropped (a walk that failed, a loop of bind mounts)
         if walk.pool is not None:
-            walk.pool.shutdown()
+            walk.pool.shutdown(cancel_futures=True)
     walk.finish()
 
 
