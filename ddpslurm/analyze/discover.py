@@ -32,6 +32,14 @@ from ddpslurm.errors import AnalyzeInputError, UsageError
 #: (NFS, Lustre, GPFS: 0.1-1 ms; a local disk's takes 2-5 us): then METADATA_THREADS threads ask side by side
 SLOW_METADATA_SECONDS = 50e-6
 METADATA_THREADS = 16
+
+
+def round_trips(count: int, seconds: float, timed: int) -> bool:
+    """Whether metadata requests (`count` of them, `seconds` in all) took a network file system's round trip each,
+    once `timed` of them were timed (the walk's stats, a scan's opens)."""
+    return count >= timed and seconds / count > SLOW_METADATA_SECONDS
+
+
 #: the first files of a walk whose stats are timed one by one, to tell a local disk from a network file system
 TIMED_STATS = 64
 #: entries stat-ed side by side at a time where stats are slow (each walked in order after)
@@ -166,8 +174,7 @@ class _Walk:
 
     def stats_slow(self) -> bool:
         """Whether the walk's first TIMED_STATS stats took a network file system's round trip each."""
-        count, seconds = self.stats
-        return count >= TIMED_STATS and seconds / count > SLOW_METADATA_SECONDS
+        return round_trips(*self.stats, timed=TIMED_STATS)
 
     def stat_ahead(self, entries: list[os.DirEntry]) -> int:
         """Where stats are slow, the stats of the next STAT_AHEAD `entries` (the list's end: it is popped) asked
@@ -207,13 +214,11 @@ class _Walk:
         if rule:
             self.by_name[(os.path.join(os.path.dirname(entry.path), rule[0]), rule[1])] += 1
             return
+        started = time.perf_counter()
+        est = entry.stat(follow_symlinks=True)
         if self.stats[0] < TIMED_STATS:
-            started = time.perf_counter()
-            est = entry.stat(follow_symlinks=True)
             self.stats[0] += 1
             self.stats[1] += time.perf_counter() - started
-        else:
-            est = entry.stat(follow_symlinks=True)
         if not stat.S_ISREG(est.st_mode):
             self.skip(entry.path, "not a regular file (fifo, socket or device)")
             return

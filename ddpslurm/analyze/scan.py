@@ -47,7 +47,7 @@ from ddpslurm.analyze.attribution import (
     prefix_spans,
 )
 from ddpslurm.analyze.digit_shape import shape
-from ddpslurm.analyze.discover import METADATA_THREADS, SLOW_METADATA_SECONDS
+from ddpslurm.analyze.discover import METADATA_THREADS, round_trips
 from ddpslurm.analyze.events import FACT_KINDS, Event, FileSummary, SourceFile, moved, new_event
 from ddpslurm.analyze.line_count import newlines
 from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
@@ -1269,8 +1269,8 @@ def scan_task(batch: Sequence[ScanJob], scan: Callable[[ScanJob, Opened | None],
               ) -> list[tuple[list[Event], FileSummary]]:
     """`scan` of each job of a task, `read_ahead` of the next READ_AHEAD_FILES jobs asked as each run of as many
     starts (so at most twice as many files are open); the files opened for jobs a failure left unscanned are
-    closed. Where opening a file is a network file system's round trip (`opens_slow`), OPEN_THREADS threads open
-    the next ones side by side for the rest of the task."""
+    closed. Where opening a file is a network file system's round trip (`opens_slow`), METADATA_THREADS threads
+    open the next ones side by side for the rest of the task."""
     pending: deque[Opened | None] = deque()
     asked = 0
     results: list[tuple[list[Event], FileSummary]] = []
@@ -1281,7 +1281,7 @@ def scan_task(batch: Sequence[ScanJob], scan: Callable[[ScanJob, Opened | None],
                 while asked < min(len(batch), i + 2 * READ_AHEAD_FILES):
                     more = batch[asked:asked + READ_AHEAD_FILES]
                     if pool is None and opens_slow():
-                        pool = ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="ddpslurm-open")
+                        pool = ThreadPoolExecutor(METADATA_THREADS, thread_name_prefix="ddpslurm-open")
                     pending.extend(read_ahead(more, pool))
                     asked += len(more)
             results.append(scan(args, pending.popleft()))
@@ -1302,10 +1302,6 @@ READ_AHEAD_BYTES = 8 << 20
 READ_AHEAD_FILES = 64
 
 
-#: an open taking longer than this is a network file system's round trip to its metadata server (a local disk's,
-#: with its advice, ~4 us): then OPEN_THREADS threads open a task's files side by side (the discovery's threshold)
-SLOW_OPEN_SECONDS = SLOW_METADATA_SECONDS
-OPEN_THREADS = METADATA_THREADS
 #: this process's opens timed so far (`read_ahead` without threads): how many, and their seconds
 _OPENS = [0, 0.0]
 
@@ -1313,8 +1309,7 @@ _OPENS = [0, 0.0]
 def opens_slow() -> bool:
     """Whether the first READ_AHEAD_FILES files this process opened for the scan at hand took a round trip each
     (`scan_files` starts the count again; a worker times its own)."""
-    count, seconds = _OPENS
-    return count >= READ_AHEAD_FILES and seconds / count > SLOW_OPEN_SECONDS
+    return round_trips(*_OPENS, timed=READ_AHEAD_FILES)
 
 
 def read_ahead(batch: Sequence[ScanJob], pool: ThreadPoolExecutor | None = None) -> list[Opened | None]:
