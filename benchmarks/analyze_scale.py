@@ -94,7 +94,10 @@ def job_folder(root: Path, spec: str) -> Path:
                 "--layout", layout, "--scenario", scenario]
         if int(culprit) >= 0:
             argv += ["--culprit", culprit]
-        subprocess.run(argv, check=True)
+        made = subprocess.run(argv, stderr=subprocess.PIPE, text=True)
+        if made.returncode:  # a job the generator cannot write (a scenario its layout cannot hold): its own line
+            raise SystemExit(made.stderr.strip().splitlines()[-1] if made.stderr.strip() else
+                             f"make_big_job.py could not write {spec} (exit {made.returncode})")
     return folder
 
 
