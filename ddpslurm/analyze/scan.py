@@ -20,10 +20,9 @@ import itertools
 import os
 import re
 import stat
-import sys
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -1230,14 +1229,19 @@ def _told_channel_line(block: bytes | bytearray, start: int, n: int, channels: s
 
 
 _WORKER_SIGS: SignatureSet | None = None
+#: the scan's jobs in task order (`scan_files`), inherited by forked workers: a task names a range of them
+_WORKER_JOBS: list[ScanJob] = []
 
 
-def _init_worker(sigs: SignatureSet, numpy_counts: bool) -> None:
-    """Pool initializer: the compiled signatures reach each worker once (inherited on fork), and how the parent
-    decided line ends are counted (line_count.worth_importing). A worker makes no reference cycles to speak of:
-    its cycle collector stays off, as the parent's is while it analyzes."""
-    global _WORKER_SIGS
+def _init_worker(sigs: SignatureSet, numpy_counts: bool, jobs: list[ScanJob] | None = None) -> None:
+    """Pool initializer: the compiled signatures and the scan's jobs reach each worker once (inherited on fork; a
+    spawned worker is sent them), and how the parent decided line ends are counted (line_count.worth_importing). A
+    worker makes no reference cycles to speak of: its cycle collector stays off, as the parent's is while it
+    analyzes."""
+    global _WORKER_SIGS, _WORKER_JOBS
     _WORKER_SIGS = sigs
+    if jobs is not None:
+        _WORKER_JOBS = jobs
     line_count.follow_parent(numpy_counts)
     gc.disable()
 
@@ -1263,6 +1267,13 @@ def _scan_batch(batch: list[ScanJob]) -> list[tuple[list[Event], FileSummary]]:
     """Many small files in one worker task: the per-task cost (pickling, scheduling) is paid once per batch."""
     assert _WORKER_SIGS is not None
     return scan_task(batch, functools.partial(_scan_job, _WORKER_SIGS, None))
+
+
+def _scan_span(span: tuple[int, int]) -> list[tuple[list[Event], FileSummary]]:
+    """`_scan_batch` of the jobs `_WORKER_JOBS[start:stop]`: a task is sent as two numbers, not as its files (32k
+    SourceFiles pickled by the parent and unpickled by a worker: 0.2 CPU s of a 16k-rank job)."""
+    start, stop = span
+    return _scan_batch(_WORKER_JOBS[start:stop])
 
 
 def scan_task(batch: Sequence[ScanJob], scan: Callable[[ScanJob, Opened | None], tuple[list[Event], FileSummary]]
@@ -1483,16 +1494,30 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     workers = min(count, len(tasks))
     long_bytes = sum(s.size for s in sources if s.size >= line_count.NUMPY_MIN_BYTES)
     numpy_counts = line_count.worth_importing(long_bytes, workers)
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(sigs, numpy_counts)) as pool:
-        for task, results in zip(tasks, pool.imap(_scan_batch, [[a for _, a in t] for t in tasks]), strict=False):
-            for (i, args), result in zip(task, results, strict=True):
-                result[1].file = sys.intern(result[1].file)  # the discovery's string, not one more copy a file
-                if args[3] is None:
-                    out[i] = result
-                else:
-                    pieces[i].append((args[2], result))
-            if progress:
-                progress(sum((a[3] or a[0].size) - a[2] for _, a in task), sum(1 for _, a in task if a[2] == 0))
+    global _WORKER_JOBS
+    _WORKER_JOBS = [args for task in tasks for _, args in task]  # before the fork: the workers inherit it
+    spans = list(itertools.pairwise(itertools.accumulate((len(t) for t in tasks), initial=0)))
+    forked = ctx.get_start_method() == "fork"
+    try:
+        with ctx.Pool(workers, initializer=_init_worker,
+                      initargs=(sigs, numpy_counts, None if forked else _WORKER_JOBS)) as pool:
+            _collect(tasks, pool.imap(_scan_span, spans), out, pieces, progress)
+    finally:
+        _WORKER_JOBS = []
     for i, parts in pieces.items():
         out[i] = merge_parts([r for _, r in sorted(parts, key=lambda p: p[0])])
     return out
+
+
+def _collect(tasks: list[list[tuple[int, ScanJob]]], results: Iterable[list[tuple[list[Event], FileSummary]]],
+             out: list, pieces: dict[int, list], progress: Callable | None) -> None:
+    """Each task's results into `out` by file (a file cut in ranges: its pieces, merged afterwards)."""
+    for task, task_results in zip(tasks, results, strict=False):
+        for (i, args), result in zip(task, task_results, strict=True):
+            result[1].file = args[0].display  # the discovery's string, not one more copy a file
+            if args[3] is None:
+                out[i] = result
+            else:
+                pieces[i].append((args[2], result))
+        if progress:
+            progress(sum((a[3] or a[0].size) - a[2] for _, a in task), sum(1 for _, a in task if a[2] == 0))
