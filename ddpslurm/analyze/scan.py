@@ -1026,14 +1026,35 @@ NO_STREAMS: dict[int, tuple[int, str | None]] = {}
 
 def head_starts(block: bytes | bytearray, end: int) -> list[int]:
     """Offsets of the lines of `block[:end]` that hold a head anchor (submitit's JobEnvironment line: a handful
-    of anchors, each looked for with `find`, not an automaton pass of its own over every file's head)."""
+    of anchors, each looked for on its own, not an automaton pass of its own over every file's head)."""
     starts: set[int] = set()
     for anchor in HEAD_ANCHOR_BYTES:
-        at = block.find(anchor, 0, end)
-        while at >= 0:
+        for at in occurrences(block, anchor, end):
             starts.add(block.rfind(b"\n", 0, at) + 1)
-            at = block.find(anchor, at + len(anchor), end)
     return sorted(starts)
+
+
+#: a head anchor is looked for through its first byte (memchr: 0.7 us over a 64 KB head, where `bytes.find` of the
+#: whole anchor takes 20 us, 3% of a 16k-rank job's 75 KB .out file) and checked where that byte is; past this many
+#: of those bytes that do not start it, the rest is searched for the whole anchor
+FIRST_BYTE_TRIES = 64
+
+
+def occurrences(block: bytes | bytearray, anchor: bytes, end: int) -> Iterator[int]:
+    """Where `anchor` starts in `block[:end]`, in order, as repeated `bytes.find` of it finds them (no overlaps)."""
+    first = anchor[:1]
+    at, tries = block.find(first, 0, end), 0
+    while at >= 0 and tries < FIRST_BYTE_TRIES:
+        if block.startswith(anchor, at, end):
+            yield at
+            at = block.find(first, at + len(anchor), end)
+        else:
+            tries += 1
+            at = block.find(first, at + 1, end)
+    at = block.find(anchor, at, end) if at >= 0 else -1
+    while at >= 0:
+        yield at
+        at = block.find(anchor, at + len(anchor), end)
 
 
 def settled(summary: FileSummary) -> FileSummary:

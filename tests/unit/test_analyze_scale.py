@@ -542,7 +542,8 @@ def test_the_ranks_a_file_names_are_kept_up_to_the_bound_resolve_keeps(tmp_path:
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from(["step 1 loss 0.5", "submitit INFO - Starting with JobEnvironment(job_id=1, ...)",
-                                 "x JobEnvironment(JobEnvironment( y", "", "JobEnvironment("]), max_size=12),
+                                 "x JobEnvironment(JobEnvironment( y", "", "JobEnvironment(", "JobEnvironment",
+                                 "JJobEnvironment(", "J" * 40, "Job" * 30 + "Environment("]), max_size=12),
        st.integers(min_value=0, max_value=400))
 def test_head_starts_finds_the_lines_an_automaton_of_the_head_anchors_finds(lines: list[str], limit: int) -> None:
     from ddpslurm.analyze.prefilter import candidate_starts
