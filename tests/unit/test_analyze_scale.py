@@ -595,3 +595,21 @@ def test_canonical_fields_forget_everything_at_the_limit_rather_than_grow(monkey
         fields = scan.canonical_fields((("rank", str(rank)), ("op", "ALLREDUCE")))
         assert fields == (("rank", str(rank)), ("op", "ALLREDUCE"))
         assert len(scan._CANONICAL) <= 10
+
+
+def test_spawned_workers_scan_the_jobs_they_are_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked workers inherit the job list and are sent ranges of it; where there is no fork (Windows), spawned
+    workers are sent the list once as they start: the same results either way, in the order of the files."""
+    sources = []
+    for rank in range(5):
+        path = tmp_path / f"job_{rank}_log.err"
+        path.write_text("step 1\n" * rank + WATCHDOG.format(r=rank))
+        sources.append(SourceFile(path=str(path), display=path.name, rank=rank, size=path.stat().st_size))
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(scan, "BATCH_FILES", 2)  # three tasks
+    forked = scan.scan_files(sources, load_signatures(), workers=2)
+    assert [[e.rank for e in events] for events, _ in forked] == [[0], [1], [2], [3], [4]]
+    assert [summary.lines for _, summary in forked] == [1, 2, 3, 4, 5]
+    monkeypatch.delattr(os, "fork")
+    assert scan.scan_files(sources, load_signatures(), workers=2) == forked
+    assert scan._WORKER_JOBS == []  # not held past the scan
