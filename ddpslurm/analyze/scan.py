@@ -1250,19 +1250,18 @@ def _told_channel_line(block: bytes | bytearray, start: int, n: int, channels: s
 
 
 _WORKER_SIGS: SignatureSet | None = None
-#: the scan's jobs in task order (`scan_files`), inherited by forked workers: a task names a range of them
+#: a worker's jobs in task order (`scan_files`, through `_init_worker`): a task names a range of them
 _WORKER_JOBS: list[ScanJob] = []
 
 
-def _init_worker(sigs: SignatureSet, numpy_counts: bool, jobs: list[ScanJob] | None = None) -> None:
-    """Pool initializer: the compiled signatures and the scan's jobs reach each worker once (inherited on fork; a
-    spawned worker is sent them), and how the parent decided line ends are counted (line_count.worth_importing). A
-    worker makes no reference cycles to speak of: its cycle collector stays off, as the parent's is while it
-    analyzes."""
+def _init_worker(sigs: SignatureSet, numpy_counts: bool, jobs: list[ScanJob]) -> None:
+    """Pool initializer: the compiled signatures and the scan's jobs in task order reach each worker once (inherited
+    on fork, each pool's own, a worker the pool starts again included; a spawned worker is sent them), and how the
+    parent decided line ends are counted (line_count.worth_importing). A worker makes no reference cycles to speak
+    of: its cycle collector stays off, as the parent's is while it analyzes."""
     global _WORKER_SIGS, _WORKER_JOBS
     _WORKER_SIGS = sigs
-    if jobs is not None:
-        _WORKER_JOBS = jobs
+    _WORKER_JOBS = jobs
     line_count.follow_parent(numpy_counts)
     gc.disable()
 
@@ -1515,16 +1514,10 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     workers = min(count, len(tasks))
     long_bytes = sum(s.size for s in sources if s.size >= line_count.NUMPY_MIN_BYTES)
     numpy_counts = line_count.worth_importing(long_bytes, workers)
-    global _WORKER_JOBS
-    _WORKER_JOBS = [args for task in tasks for _, args in task]  # before the fork: the workers inherit it
+    in_order = [args for task in tasks for _, args in task]  # inherited by forked workers, sent to spawned ones
     spans = list(itertools.pairwise(itertools.accumulate((len(t) for t in tasks), initial=0)))
-    forked = ctx.get_start_method() == "fork"
-    try:
-        with ctx.Pool(workers, initializer=_init_worker,
-                      initargs=(sigs, numpy_counts, None if forked else _WORKER_JOBS)) as pool:
-            _collect(tasks, pool.imap(_scan_span, spans), out, pieces, progress)
-    finally:
-        _WORKER_JOBS = []
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(sigs, numpy_counts, in_order)) as pool:
+        _collect(tasks, pool.imap(_scan_span, spans), out, pieces, progress)
     for i, parts in pieces.items():
         out[i] = merge_parts([r for _, r in sorted(parts, key=lambda p: p[0])])
     return out

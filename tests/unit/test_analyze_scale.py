@@ -612,4 +612,4 @@ def test_spawned_workers_scan_the_jobs_they_are_sent(tmp_path: Path, monkeypatch
     assert [summary.lines for _, summary in forked] == [1, 2, 3, 4, 5]
     monkeypatch.delattr(os, "fork")
     assert scan.scan_files(sources, load_signatures(), workers=2) == forked
-    assert scan._WORKER_JOBS == []  # not held past the scan
+    assert scan._WORKER_JOBS == []  # the parent's is never set
