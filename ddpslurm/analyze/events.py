@@ -145,6 +145,8 @@ class FileSummary:
     streams: dict[int, tuple[int, str | None]] = field(default_factory=dict)
     #: a log srun --label merged, too big to tally its streams (stream_ends.MAX_BYTES): its ranks' ends not compared
     streams_untallied: bool = False
+    #: read again by the main process: the worker process that had it ended abruptly (killed: out of memory?)
+    rescanned: bool = False
 
     def __reduce__(self) -> tuple:
         """Pickled as its values (a worker sends one per file): 5.2 -> 2.7 us a summary, sent and loaded."""

@@ -22,8 +22,9 @@ import re
 import stat
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -1459,6 +1460,7 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         merged.ranks_seen |= summary.ranks_seen
         merged.binary = merged.binary or summary.binary
         merged.streams_untallied = merged.streams_untallied or summary.streams_untallied
+        merged.rescanned = merged.rescanned or summary.rescanned
         merged.torchrun = merged.torchrun or summary.torchrun
         merged.error = merged.error or summary.error
         merged.tail = summary.tail or merged.tail
@@ -1516,22 +1518,32 @@ def scan_files(sources: Sequence[SourceFile], sigs: SignatureSet, *, years: Sequ
     numpy_counts = line_count.worth_importing(long_bytes, workers)
     in_order = [args for task in tasks for _, args in task]  # inherited by forked workers, sent to spawned ones
     spans = list(itertools.pairwise(itertools.accumulate((len(t) for t in tasks), initial=0)))
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(sigs, numpy_counts, in_order)) as pool:
-        _collect(tasks, pool.imap(_scan_span, spans), out, pieces, progress)
+    received = 0
+    try:
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(sigs, numpy_counts, in_order)) as pool:
+            for task_results in pool.map(_scan_span, spans):
+                _collect(tasks[received], task_results, out, pieces, progress)
+                received += 1
+    except BrokenProcessPool:  # a worker ended abruptly (the kernel's OOM killer, a signal): the rest is read here
+        for task in tasks[received:]:
+            task_results = scan_task([args for _, args in task], functools.partial(_scan_job, sigs, None))
+            for _events, summary in task_results:
+                summary.rescanned = True
+            _collect(task, task_results, out, pieces, progress)
     for i, parts in pieces.items():
         out[i] = merge_parts([r for _, r in sorted(parts, key=lambda p: p[0])])
     return out
 
 
-def _collect(tasks: list[list[tuple[int, ScanJob]]], results: Iterable[list[tuple[list[Event], FileSummary]]],
-             out: list, pieces: dict[int, list], progress: Callable | None) -> None:
-    """Each task's results into `out` by file (a file cut in ranges: its pieces, merged afterwards)."""
-    for task, task_results in zip(tasks, results, strict=False):
-        for (i, args), result in zip(task, task_results, strict=True):
-            result[1].file = args[0].display  # the discovery's string, not one more copy a file
-            if args[3] is None:
-                out[i] = result
-            else:
-                pieces[i].append((args[2], result))
-        if progress:
-            progress(sum((a[3] or a[0].size) - a[2] for _, a in task), sum(1 for _, a in task if a[2] == 0))
+def _collect(task: list[tuple[int, ScanJob]], task_results: list[tuple[list[Event], FileSummary]], out: list,
+             pieces: dict[int, list], progress: Callable | None) -> None:
+    """A task's results into `out` by file (a file cut in ranges: its pieces, merged afterwards)."""
+    for (i, args), result in zip(task, task_results, strict=True):
+        result[1].file = args[0].display  # the discovery's string, not one more copy a file
+        if args[3] is None:
+            out[i] = result
+        else:
+            pieces[i].append((args[2], result))
+    if progress:
+        progress(sum((a[3] or a[0].size) - a[2] for _, a in task), sum(1 for _, a in task if a[2] == 0))

@@ -613,3 +613,30 @@ def test_spawned_workers_scan_the_jobs_they_are_sent(tmp_path: Path, monkeypatch
     monkeypatch.delattr(os, "fork")
     assert scan.scan_files(sources, load_signatures(), workers=2) == forked
     assert scan._WORKER_JOBS == []  # the parent's is never set
+
+
+def test_a_scan_worker_killed_leaves_its_files_to_the_main_process(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker the kernel kills (its OOM killer, here SIGKILL) must not hang the analysis (a pool waits forever for
+    a task whose worker died): the files not received are read by the main process, and the report says so."""
+    import signal
+
+    from ddpslurm.analyze.api import analyze_paths
+
+    for rank in range(6):
+        (tmp_path / f"job_{rank}_log.err").write_text("step 1\n" * rank + WATCHDOG.format(r=rank))
+    monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(scan, "BATCH_FILES", 2)
+    whole = analyze_paths([tmp_path], workers=2)
+    parent, real = os.getpid(), scan.scan_file
+
+    def killed_in_a_worker(source: SourceFile, *args, **kwargs):
+        if source.display.endswith("_3_log.err") and os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(source, *args, **kwargs)
+    monkeypatch.setattr(scan, "scan_file", killed_in_a_worker)
+    after = analyze_paths([tmp_path], workers=2)
+    assert after.to_dict()["ranks"] == whole.to_dict()["ranks"]
+    assert (after.cause, after.first_failing_rank) == (whole.cause, whole.first_failing_rank)
+    assert any("scan worker process ended abruptly" in note for note in after.notes)
+    assert not any("scan worker" in note for note in whole.notes)
