@@ -102,7 +102,7 @@ def _analyze_paths(paths: Sequence[str | Path], *, workers: int | None, progress
     rescanned = sum(1 for s in summaries if s.rescanned)
     if rescanned:
         diagnosis.notes.append(f"a scan worker process ended abruptly (killed: out of memory?); the main process read "
-                               f"the {rescanned} file(s) it had not finished again")
+                               f"the {rescanned} file(s) whose results had not come back")
     truncated = sum(s.truncated_lines for s in summaries)
     if truncated:
         diagnosis.notes.append(f"truncated {truncated} overlong line(s)")

@@ -145,7 +145,8 @@ class FileSummary:
     streams: dict[int, tuple[int, str | None]] = field(default_factory=dict)
     #: a log srun --label merged, too big to tally its streams (stream_ends.MAX_BYTES): its ranks' ends not compared
     streams_untallied: bool = False
-    #: read again by the main process: the worker process that had it ended abruptly (killed: out of memory?)
+    #: read by the main process: its result had not come back when a worker process ended abruptly (killed: out of
+    #: memory?)
     rescanned: bool = False
 
     def __reduce__(self) -> tuple:
