@@ -1210,19 +1210,21 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: _FileState
     starts = None if every_line else candidate_starts(block, anchors, n)
     if extra and starts is not None:
         starts = sorted(set(starts) | set(extra))
+    count = len(starts) if starts is not None else 0
     idx = 0
     channels = state.channel_lines
+    line_mode = every_line or state.line_mode  # changes only when a line is handled: asked again after each
     while cur < n:
-        if not (every_line or state.line_mode):
-            while idx < len(starts) and starts[idx] < cur:
+        if not line_mode:
+            while idx < count and starts[idx] < cur:
                 idx += 1
-            if idx >= len(starts):
+            if channels:  # told channel lines skipped in a row (their newlines are counted with the next line read)
+                while idx < count and _told_channel_line(block, starts[idx], n, channels):
+                    idx += 1
+            if idx >= count:
                 lineno += newlines(block, cur, n)
                 break
             nxt = starts[idx]
-            if channels and _told_channel_line(block, nxt, n, channels):
-                idx += 1  # its newline is counted with the next line read: `cur` stays
-                continue
             lineno += newlines(block, cur, nxt)
             cur = nxt
         end = block.find(b"\n", cur, n)
@@ -1233,21 +1235,46 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: _FileState
             state.summary.truncated_lines += 1  # read up to MAX_LINE, like a line cut at a block's edge
         state.handle(bytes(block[cur:min(end, cur + MAX_LINE)]), lineno)
         cur = end + 1
+        line_mode = every_line or state.line_mode
         if stop_when_idle and not state.line_mode:
             break
     return lineno
 
 
+#: what follows a channel line's head: `_told_channel_line` finds it through the head last seen (a file's channel
+#: lines come in runs of one head: 41 of a 16k-rank job's 50 candidate lines a rank)
+_CHANNEL_WORDS = b" NCCL INFO Channel "
+_CHANNEL_REST = re.compile(_CHANNEL_LINE.pattern[len(_CHANNEL_WORDS):])
+#: (head, head + _CHANNEL_WORDS) of the last channel line `_told_channel_line` read whose words start with no
+#: earlier occurrence of them in the head (so that a search of the line finds them there first)
+_last_channel_head: tuple[bytes, bytes] = (b"", _CHANNEL_WORDS)
+
+
 def _told_channel_line(block: bytes | bytearray, start: int, n: int, channels: set[tuple[bytes, bytes]]) -> bool:
     """Whether the line at `start` is a channel line `_FileState.repeated_channel_line` would skip (one already
     read with its head and NCCL rank): asked on the block, before the line is cut out and handled (NCCL prints
-    one per channel and peer, most of an INFO log's candidate lines). Overlong lines are left to `handle`."""
+    one per channel and peer, most of an INFO log's candidate lines). Overlong lines are left to `handle`.
+
+    A line that starts with the head last seen and the channel words is read from after them (what a search of
+    the line would find first there: the words do not occur earlier in that head); any other, searched whole."""
+    global _last_channel_head
     end = block.find(b"\n", start, n)
     end = n if end < 0 else end
     if end - start > MAX_LINE:
         return False
+    head, lead = _last_channel_head
+    if block.startswith(lead, start, end):
+        m = _CHANNEL_REST.match(block, start + len(lead), end)
+        if m is not None:
+            return (head, m[1] if m[3] == b"send" else m[2]) in channels
     m = _CHANNEL_LINE.search(block, start, end)
-    return m is not None and channel_key(bytes(block[start:m.start()]), m) in channels
+    if m is None:
+        return False
+    head = bytes(block[start:m.start()])
+    lead = head + _CHANNEL_WORDS
+    if lead.find(_CHANNEL_WORDS) == len(head):
+        _last_channel_head = (head, lead)
+    return channel_key(head, m) in channels
 
 
 _WORKER_SIGS: SignatureSet | None = None

@@ -153,13 +153,18 @@ def test_a_scan_with_numpy_counts_gives_the_same_lines(tmp_path: Path, fresh_cou
 
 
 #: NCCL heads of two processes, and the lines a channel-heavy INFO log mixes with its channel lines
-HEADS = ("gpu-a07:31337:31400 [2] NCCL INFO ", "node-12:4242:4300 [0] NCCL INFO ")
+#: (the third holds the channel words itself: its lines are found by a search that passes them first)
+HEADS = ("gpu-a07:31337:31400 [2] NCCL INFO ", "node-12:4242:4300 [0] NCCL INFO ",
+         "gpu-b01:7:8 [1] NCCL INFO Channel 00/0 : x NCCL INFO ")
 OTHER = ("step 7 | loss 1.0", "gpu-a07:31337:31400 [2] NCCL INFO Connected all rings",
          "[rank5]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [Rank 5] Watchdog caught collective operation timeout: "
          "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600038 "
          "milliseconds before timing out.",
          "Traceback (most recent call last):", '  File "train.py", line 3, in <module>', "ValueError: bad batch",
-         "gpu-a07:31337:31400 [2] NCCL INFO comm 0x5a1 rank 5 nRanks 16 nNodes 2 localRanks 8 localRank 2 MNNVL 0")
+         "gpu-a07:31337:31400 [2] NCCL INFO comm 0x5a1 rank 5 nRanks 16 nNodes 2 localRanks 8 localRank 2 MNNVL 0",
+         # a head's channel words with no direction, and with a channel line's words only further on
+         "gpu-a07:31337:31400 [2] NCCL INFO Channel 03/0 : 5[2] -> 6[0] via P2P/IPC",
+         "gpu-a07:31337:31400 [2] NCCL INFO Channel 01/0 : oops NCCL INFO Channel 02/0 : 5[2] -> 6[0] [send] via NET")
 
 
 def _channel(head: str, channel: int, me: int, peer: int, send: bool) -> str:
