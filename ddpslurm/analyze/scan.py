@@ -114,6 +114,12 @@ def body_is_slurm(text: str) -> bool:
     return bool(_SLURM_HEAD.match(text))
 
 
+def mentions_torchrun(body: str) -> bool:
+    """Whether a line mentions torchrun or its agent (`_TORCHRUN`), its words looked for first: the search tries
+    the three alternatives at every position of every line read in full (1-1.5 us; the words, 0.1)."""
+    return ("torch" in body or "elastic/agent" in body) and _TORCHRUN.search(body) is not None
+
+
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in (8, 9, 10, 12, 13, 27)) + b"\x7f"
 
 
@@ -426,7 +432,7 @@ class _FileState:
         slurm = body_is_slurm(p.text)
         rank, local, host, stream = self._take_prefix(p, slurm, lineno)
         body = p.text
-        torchrun = _TORCHRUN.search(body) is not None
+        torchrun = mentions_torchrun(body)
         if torchrun and self.summary is not None:
             self.summary.torchrun = True
         block = self.elastic.get(stream) if self.elastic else None
@@ -593,7 +599,7 @@ class _FileState:
         """
         if (p.rank is not None or self.line_mode or "Init " in body or not raw.isascii()
                 or b"0000-00-00" in raw.translate(_DIGITS_TO_ZERO)
-                or text != raw.decode("ascii") or body_is_slurm(body) or _TORCHRUN.search(body)):
+                or text != raw.decode("ascii") or body_is_slurm(body) or mentions_torchrun(body)):
             return
         sensitive = self.sigs.only_sensitive(body)
         if sensitive is not None:

@@ -246,3 +246,8 @@ def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[18006,", "18006,", "18006]", "False", str(workers_import), "True"]
+
+
+@given(st.text(alphabet="torchdistribuelag ./", max_size=40))
+def test_the_torchrun_words_looked_for_first_change_no_answer(body: str) -> None:
+    assert scan.mentions_torchrun(body) == (scan._TORCHRUN.search(body) is not None)
