@@ -1272,7 +1272,7 @@ def _told_channel_line(block: bytes | bytearray, start: int, n: int, channels: s
     if block.startswith(lead, start, end):
         m = _CHANNEL_REST.match(block, start + len(lead), end)
         if m is not None:
-            return (head, m[1] if m[3] == b"send" else m[2]) in channels
+            return channel_key(head, m) in channels
     m = _CHANNEL_LINE.search(block, start, end)
     if m is None:
         return False
