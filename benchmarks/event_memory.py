@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ddpslurm.analyze import api
-from ddpslurm.analyze.events import Event
+from ddpslurm.analyze.model import Event
 
 MB = 1 << 20
 

@@ -24,9 +24,9 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow
-from ddpslurm.analyze.html import render_html
-from ddpslurm.analyze.html_timeline import build_model
+from ddpslurm.analyze.model import Diagnosis, Evidence, RankRow
+from ddpslurm.analyze.report.html import render_html
+from ddpslurm.analyze.report.html_timeline import build_model
 
 T0 = 1_795_370_500.0
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliett")

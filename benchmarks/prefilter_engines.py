@@ -6,7 +6,7 @@ Reads up to --mb of the folder's log files into 4 MB blocks of whole lines (as t
 engine available here times finding the start offsets of every line that holds one of the shipped signature
 set's anchors, and checks that every engine finds the same lines. Prints, per engine: CPU seconds per GB
 (median of --runs, `time.process_time`, one core) and the candidate line count. Engines: the pure-Python
-rare-byte finder (ddpslurm.analyze.prefilter.AnchorFinder, the fallback), ahocorasick_rs (Rust aho-corasick, SIMD
+rare-byte finder (ddpslurm.analyze.read.prefilter.AnchorFinder, the fallback), ahocorasick_rs (Rust aho-corasick, SIMD
 Teddy prefilter) with every anchor in one automaton and as the analyzer builds it (AutomatonFinder: automata of at
 most 64 anchors, Teddy's limit), hyperscan (Intel's engine, bundled in its wheel), pyahocorasick (C, on a latin-1
 str), and one `re` alternation of the anchors.
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ddpslurm.analyze.prefilter import AnchorFinder, AutomatonFinder
-from ddpslurm.analyze.scan import iter_blocks
-from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.analyze.parse.scan import iter_blocks
+from ddpslurm.analyze.read.prefilter import AnchorFinder, AutomatonFinder
+from ddpslurm.analyze.rules.signatures import load_signatures
 
 
 def load_blocks(folder: Path, limit: int) -> list[bytes]:

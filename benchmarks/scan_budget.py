@@ -21,9 +21,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from ddpslurm.analyze import scan
-from ddpslurm.analyze.discover import discover_all
-from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.analyze.parse import scan
+from ddpslurm.analyze.read.discover import discover_all
+from ddpslurm.analyze.rules.signatures import load_signatures
 
 #: the figures, in the order `measure` gives them
 COLUMNS = ("read", "+prefilter", "floor (no line read)", "scan_file", "scan_file, bare events")

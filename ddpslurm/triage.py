@@ -119,7 +119,7 @@ def empty_row(folder: Path) -> dict[str, Any]:
 
 def diagnosis_row(folder: Path, diagnosis: Any) -> dict[str, Any]:
     """One job's row from its Diagnosis: verdict, nodes seen, time of the first failure and last line."""
-    from ddpslurm.analyze.html_timeline import rank_marks
+    from ddpslurm.analyze.report.html_timeline import rank_marks
 
     row = empty_row(folder)
     marks = rank_marks(diagnosis)

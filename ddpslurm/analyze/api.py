@@ -10,9 +10,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddpslurm.analyze import stream_ends
-from ddpslurm.analyze.diagnosis import Diagnosis
-from ddpslurm.analyze.discover import (
+from ddpslurm.analyze.diagnose.engine import judge
+from ddpslurm.analyze.model import Diagnosis, Event, FileSummary, SourceFile
+from ddpslurm.analyze.parse import stream_ends
+from ddpslurm.analyze.parse.records import record_events
+from ddpslurm.analyze.parse.scan import scan_files
+from ddpslurm.analyze.read.discover import (
     apply_skipped,
     check_readable,
     discover_all,
@@ -21,13 +24,17 @@ from ddpslurm.analyze.discover import (
     scan_skips,
     select_attempt,
 )
-from ddpslurm.analyze.engine import diagnose
-from ddpslurm.analyze.events import Event, FileSummary, SourceFile
-from ddpslurm.analyze.records import record_events
-from ddpslurm.analyze.render import fill
-from ddpslurm.analyze.scan import scan_files
-from ddpslurm.analyze.signatures import SignatureSet, load_signatures
+from ddpslurm.analyze.report.render import fill, render
+from ddpslurm.analyze.rules.signatures import SignatureSet, load_signatures
 from ddpslurm.errors import AnalyzeInputError, JobNotFoundError
+
+
+def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],
+             sigs: SignatureSet, facts: dict[str, Any] | None = None) -> Diagnosis:
+    """The diagnosis of one job from all its events: the diagnose stage's verdict, rendered (`events` is updated in
+    place, see `engine.judge`)."""
+    verdict, timeline = judge(events, sources, summaries, sigs, facts)
+    return render(verdict, timeline, summaries, sigs)
 
 
 def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, progress: bool = False,
@@ -129,8 +136,8 @@ def _fix_year(events: list[Event], assumed: int | None) -> list[Event]:
     The list is updated in place and returned."""
     from collections import Counter
 
-    from ddpslurm.analyze.resolve import evolve
-    from ddpslurm.analyze.timestamps import in_year, parse_time
+    from ddpslurm.analyze.diagnose.resolve import evolve
+    from ddpslurm.analyze.parse.timestamps import in_year, parse_time
 
     days = Counter(int(e.time // 86400) for e in events
                    if e.time is not None and e.time_family in ("iso", "iso-tz", "record", "ctime"))

@@ -29,7 +29,7 @@ def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[
                 jobs: int | None, folders: Sequence[str], echo, html_file: str | None = None) -> int:
     """Analyze and print in `output` format (text | markdown | json), and the HTML report to `html_file`."""
     from ddpslurm.analyze.api import add_accounting, analyze_paths
-    from ddpslurm.analyze.report import json_pieces, render_text, to_markdown
+    from ddpslurm.analyze.report.text import json_pieces, render_text, to_markdown
 
     if attempt is not None and attempt not in ("all", "last") and not attempt.isdigit():
         raise UsageError(f"--attempt {attempt!r} is not a number", "use --attempt N, --attempt last or --attempt all")
@@ -41,7 +41,7 @@ def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[
     if job_id is not None:
         add_accounting(diagnosis, job_id)
     if html_file:
-        from ddpslurm.analyze.html import write_html
+        from ddpslurm.analyze.report.html import write_html
 
         write_html(diagnosis, html_file)
     if output == "json":

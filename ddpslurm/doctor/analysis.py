@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ddpslurm.analyze.events import Event
+from ddpslurm.analyze.model import Event
 from ddpslurm.doctor.command import NODE_NAME, load_records, read_record
 from ddpslurm.doctor.judge import cause_of, judge
 

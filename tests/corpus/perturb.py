@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
-from ddpslurm.analyze.attribution import path_info, strip_prefixes
+from ddpslurm.analyze.parse.attribution import path_info, strip_prefixes
 
 RECORD_SUFFIXES = (".start.json", ".exit.json")
 JOB_RECORD = "ddpslurm.json"
@@ -938,7 +938,7 @@ def split_file(facts: CaseFacts, dest: Path) -> Perturbed:
 
 
 def _time_key(line: str, last: float) -> float:
-    from ddpslurm.analyze.timestamps import parse_time
+    from ddpslurm.analyze.parse.timestamps import parse_time
 
     found = parse_time(line[:200])
     return found[0] if found else last

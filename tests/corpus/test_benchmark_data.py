@@ -108,7 +108,7 @@ def test_every_scenario_and_layout_is_diagnosed_as_planted(tmp_path: Path, layou
 
 def test_memkill_terminates_every_other_task_once() -> None:
     """srun's lines name each task but the culprit exactly once, as ranges per node."""
-    from ddpslurm.analyze.resolve import expand_ranks
+    from ddpslurm.analyze.diagnose.resolve import expand_ranks
 
     for gpn, culprit in ((8, 0), (8, 7), (8, 12), (4, 5), (1, 3)):
         lines = make_big_job.killed_srun_lines(16, gpn, culprit, "Out Of Memory")
@@ -143,7 +143,7 @@ def test_inithang_stops_every_rank_at_nccl_init(tmp_path: Path) -> None:
 def test_segv_lets_the_other_tasks_end_on_their_own() -> None:
     """No --kill-on-bad-exit: srun names the dead task first, then every other task once, aborted by its watchdog,
     and never says it aborted the step."""
-    from ddpslurm.analyze.resolve import expand_ranks
+    from ddpslurm.analyze.diagnose.resolve import expand_ranks
 
     lines = make_big_job.srun_lines(16, 4, 9, "submitit", "segv")
     assert lines[0].endswith("task 9: Segmentation fault (core dumped)")

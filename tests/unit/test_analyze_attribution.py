@@ -9,8 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpslurm.analyze import attribution
-from ddpslurm.analyze.attribution import ANY_RULE, RULES, clean, nccl_source, path_info, prefix_spans, strip_prefixes
+from ddpslurm.analyze.parse import attribution
+from ddpslurm.analyze.parse.attribution import (
+    ANY_RULE,
+    RULES,
+    clean,
+    nccl_source,
+    path_info,
+    prefix_spans,
+    strip_prefixes,
+)
 from tests.unit.test_analyze_digit_shape import corpus_lines
 
 

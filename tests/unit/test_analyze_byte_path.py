@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpslurm.analyze import attribution, line_count, scan
-from ddpslurm.analyze.events import SourceFile
-from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.analyze.model import SourceFile
+from ddpslurm.analyze.parse import attribution, scan
+from ddpslurm.analyze.read import line_count
+from ddpslurm.analyze.rules.signatures import load_signatures
 
 SIGS = load_signatures()
 
@@ -225,9 +226,10 @@ def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path
     source = _long_gap_log(tmp_path)
     probe = (
         "import sys\n"
-        "from ddpslurm.analyze import line_count, scan\n"
-        "from ddpslurm.analyze.events import SourceFile\n"
-        "from ddpslurm.analyze.signatures import load_signatures\n"
+        "from ddpslurm.analyze.read import line_count\n"
+        "from ddpslurm.analyze.parse import scan\n"
+        "from ddpslurm.analyze.model import SourceFile\n"
+        "from ddpslurm.analyze.rules.signatures import load_signatures\n"
         f"scan.PARALLEL_MIN_BYTES = line_count.NUMPY_AFTER_BYTES = 0; line_count.NUMPY_IMPORT_S = {import_s!r}\n"
         f"s = SourceFile(path={source.path!r}, display='a', rank=0, size={source.size})\n"
         "results = scan.scan_files([s, s, s], load_signatures(), workers=2)\n"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.diagnosis import RankRow
-from ddpslurm.analyze.report import collapse_rows
-from ddpslurm.analyze.resolve import expand_ranks
+from ddpslurm.analyze.diagnose.resolve import expand_ranks
+from ddpslurm.analyze.model import RankRow
+from ddpslurm.analyze.report.text import collapse_rows
 
 WATCHDOG_V3 = ("[rank{r}]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank {r}] failure "
                "detected by watchdog at work sequence id: {seq} PG status: last enqueued work: {seq}, last completed "
@@ -349,8 +349,8 @@ def test_a_peer_that_reports_a_lost_peer_itself_is_not_a_death(tmp_path: Path) -
 
 
 def test_a_report_before_the_peer_failed_is_not_explained_by_it() -> None:
-    from ddpslurm.analyze.combiner import Candidate, _came_first
-    from ddpslurm.analyze.producers import Vote
+    from ddpslurm.analyze.diagnose.combiner import Candidate, _came_first
+    from ddpslurm.analyze.diagnose.producers import Vote
 
     def candidate(t: float | None, family: str = "iso") -> Candidate:
         return Candidate(1, "n1", [Vote("own failure", 95.0, "", own=True, time=t, time_family=family)])
@@ -374,7 +374,7 @@ def test_an_address_several_nodes_use_names_no_node(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("named", "host"), [("[login02.hpc.example.edu]:29500", "login02.hpc.example.edu"),
                                              ("[node7]", "node7"), ("node7", "node7"), ("[::1]:29500", "::1")])
 def test_a_peer_c10d_writes_in_brackets_with_its_port_is_the_bare_host(named: str, host: str) -> None:
-    from ddpslurm.analyze.producers import _bare_host
+    from ddpslurm.analyze.diagnose.producers import _bare_host
 
     assert _bare_host(named) == host
 

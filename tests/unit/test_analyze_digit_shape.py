@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpslurm.analyze.attribution import strip_prefixes
-from ddpslurm.analyze.digit_shape import digit_blind, python_syntax, shape
-from ddpslurm.analyze.signatures import SignatureSet, load_signatures
+from ddpslurm.analyze.parse.attribution import strip_prefixes
+from ddpslurm.analyze.rules.digit_shape import digit_blind, python_syntax, shape
+from ddpslurm.analyze.rules.signatures import SignatureSet, load_signatures
 
 CASES = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
 
@@ -119,7 +119,7 @@ def test_digit_sensitive_signatures_are_matched_on_the_line_itself(text: str, rn
 def test_a_full_plan_memo_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A memo that stopped learning once full would keep the first files' shapes only (a 65k-rank job's NCCL Trees
     lines, a shape each, then left its watchdog lines unplanned): full, it is emptied and learns the new shape."""
-    from ddpslurm.analyze import signatures
+    from ddpslurm.analyze.rules import signatures
 
     monkeypatch.setattr(signatures, "MAX_PLANS", 3)
     sigs = load_signatures()

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ddpslurm.analyze import producers
-from ddpslurm.analyze.combiner import combine
-from ddpslurm.analyze.events import Event
-from ddpslurm.analyze.resolve import expand_ranks, is_host_name, resolve
-from ddpslurm.analyze.timeline import JobTimeline, build_timeline, stopped_early
+from ddpslurm.analyze.diagnose import producers
+from ddpslurm.analyze.diagnose.combiner import combine
+from ddpslurm.analyze.diagnose.resolve import expand_ranks, is_host_name, resolve
+from ddpslurm.analyze.diagnose.timeline import JobTimeline, build_timeline, stopped_early
+from ddpslurm.analyze.model import Event
 
 T0 = 1_700_000_000.0
 
@@ -135,8 +135,8 @@ def test_a_world_size_read_in_a_log_never_enumerates_ranks() -> None:
 
 
 def test_a_failure_on_a_line_cut_mid_way_is_weak(tmp_path: Path) -> None:
-    from ddpslurm.analyze.engine import cut_last_lines, weaken_cut_lines
-    from ddpslurm.analyze.events import FileSummary, SourceFile
+    from ddpslurm.analyze.diagnose.engine import cut_last_lines, weaken_cut_lines
+    from ddpslurm.analyze.model import FileSummary, SourceFile
 
     cut, whole = tmp_path / "r1.log", tmp_path / "r2.log"
     cut.write_text("step 1\ntorch.distributed.DistBackendError: [Rank 1] Watch")
@@ -153,10 +153,10 @@ def test_a_failure_on_a_line_cut_mid_way_is_weak(tmp_path: Path) -> None:
 def test_the_scan_tells_which_logs_end_mid_line(tmp_path: Path) -> None:
     """The scan notes each file's last byte, so the engine opens no file again to find the cut ones (32k files
     of a 16k-rank job); where the scan did not tell, the engine looks at the file itself."""
-    from ddpslurm.analyze.engine import cut_last_lines
-    from ddpslurm.analyze.events import SourceFile
-    from ddpslurm.analyze.scan import scan_file
-    from ddpslurm.analyze.signatures import load_signatures
+    from ddpslurm.analyze.diagnose.engine import cut_last_lines
+    from ddpslurm.analyze.model import SourceFile
+    from ddpslurm.analyze.parse.scan import scan_file
+    from ddpslurm.analyze.rules.signatures import load_signatures
 
     cut, whole = tmp_path / "r1.log", tmp_path / "r2.log"
     cut.write_text("step 1\ntorch.distributed.DistBackendError: [Rank 1] Watch")
@@ -170,8 +170,8 @@ def test_the_scan_tells_which_logs_end_mid_line(tmp_path: Path) -> None:
     cut.write_text("step 1\nrewritten since\n")  # what the scan saw decides, not the file's bytes now
     assert cut_last_lines(events, sources, summaries) == {("r1.log", 2)}
     # a big log read in ranges by several workers: its last range tells
-    from ddpslurm.analyze.events import FileSummary
-    from ddpslurm.analyze.scan import merge_parts
+    from ddpslurm.analyze.model import FileSummary
+    from ddpslurm.analyze.parse.scan import merge_parts
 
     parts = [([], FileSummary(file="big.log", lines=5)), ([], FileSummary(file="big.log", lines=3,
                                                                             ends_with_newline=False))]

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.attribution import body_rank, interface_list, interface_scope, strip_prefixes
-from ddpslurm.analyze.events import SourceFile
-from ddpslurm.analyze.scan import scan_file
-from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.analyze.model import SourceFile
+from ddpslurm.analyze.parse.attribution import body_rank, interface_list, interface_scope, strip_prefixes
+from ddpslurm.analyze.parse.scan import scan_file
+from ddpslurm.analyze.rules.signatures import load_signatures
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ddpslurm.analyze import scan
-from ddpslurm.analyze.events import SourceFile
-from ddpslurm.analyze.signatures import build_set, load_signatures
+from ddpslurm.analyze.model import SourceFile
+from ddpslurm.analyze.parse import scan
+from ddpslurm.analyze.rules.signatures import build_set, load_signatures
 
 CASES = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
 #: a sample of the corpus's logs (all of them take 40 s)

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ddpslurm.analyze import discover as discover_mod
-from ddpslurm.analyze import scan, signatures
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.discover import discover_all
+from ddpslurm.analyze.parse import scan
+from ddpslurm.analyze.read import discover as discover_mod
+from ddpslurm.analyze.read.discover import discover_all
+from ddpslurm.analyze.rules import signatures
 from ddpslurm.errors import AnalyzeInputError
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79 GiB\n"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ddpslurm.analyze import scan
-from ddpslurm.analyze.attribution import prefix_spans, strip_prefixes
-from ddpslurm.analyze.events import SourceFile
-from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.analyze.model import SourceFile
+from ddpslurm.analyze.parse import scan
+from ddpslurm.analyze.parse.attribution import prefix_spans, strip_prefixes
+from ddpslurm.analyze.rules.signatures import load_signatures
 from tests.unit.test_analyze_inert_lines import write_twins
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_a_large_job_scans_the_same_with_and_without_recipes(tmp_path: Path, mon
 
 
 def _without_rank_map_comm():
-    from ddpslurm.analyze.signatures import build_set
+    from ddpslurm.analyze.rules.signatures import build_set
 
     return build_set([s for s in load_signatures().signatures if s.id != "nccl-rank-map-comm"])
 
@@ -181,7 +181,7 @@ def test_the_patterns_a_recipe_stands_in_for_are_digit_blind(monkeypatch: pytest
 
 
 def test_long_shapes_are_remembered_under_a_digest() -> None:
-    from ddpslurm.analyze.signatures import UNTIMED_CHARS, memo_key
+    from ddpslurm.analyze.rules.signatures import UNTIMED_CHARS, memo_key
 
     short, long = "a0 " * 10, "b0 " * (UNTIMED_CHARS // 3 + 1)
     assert memo_key(short) == short and memo_key(short.encode()) == short.encode()

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.events import SourceFile
-from ddpslurm.analyze.scan import candidate_starts, is_binary, iter_blocks, scan_file
-from ddpslurm.analyze.signatures import load_signatures
-from ddpslurm.analyze.tracebacks import TracebackAssembler
+from ddpslurm.analyze.model import SourceFile
+from ddpslurm.analyze.parse.scan import candidate_starts, is_binary, iter_blocks, scan_file
+from ddpslurm.analyze.parse.tracebacks import TracebackAssembler
+from ddpslurm.analyze.rules.signatures import load_signatures
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +225,7 @@ def test_is_binary(head: bytes, binary: bool) -> None:
 
 
 def test_one_big_file_split_across_workers_gives_the_same_events(tmp_path: Path, sigs, monkeypatch) -> None:
-    import ddpslurm.analyze.scan as scan
+    import ddpslurm.analyze.parse.scan as scan
 
     monkeypatch.setattr(scan, "SPLIT_MIN_BYTES", 4096)
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
@@ -249,9 +249,9 @@ def test_one_big_file_split_across_workers_gives_the_same_events(tmp_path: Path,
 def test_an_overlong_line_inside_a_block_is_counted_when_it_is_read(tmp_path: Path, tail: str, cut: int) -> None:
     """A candidate line past MAX_LINE is read up to it and counted as cut (the report says so); a line no anchor
     brings in is not read at all, so nothing of it is lost."""
-    from ddpslurm.analyze import scan
-    from ddpslurm.analyze.events import SourceFile
-    from ddpslurm.analyze.signatures import load_signatures
+    from ddpslurm.analyze.model import SourceFile
+    from ddpslurm.analyze.parse import scan
+    from ddpslurm.analyze.rules.signatures import load_signatures
 
     log = tmp_path / "1_0_log.err"
     log.write_text("first\n" + "x" * (scan.MAX_LINE + 4000) + tail + "\nlast\n")
@@ -261,7 +261,7 @@ def test_an_overlong_line_inside_a_block_is_counted_when_it_is_read(tmp_path: Pa
 
 
 def test_the_prefilter_sample_is_the_head_of_the_largest_readable_text_files(tmp_path: Path) -> None:
-    import ddpslurm.analyze.scan as scan
+    import ddpslurm.analyze.parse.scan as scan
 
     def source(name: str, data: bytes) -> SourceFile:
         (tmp_path / name).write_bytes(data)
@@ -277,8 +277,8 @@ def test_the_prefilter_sample_is_the_head_of_the_largest_readable_text_files(tmp
 
 def test_a_tuned_prefilter_scans_a_large_input_in_workers_as_one_process_does(tmp_path: Path, sigs,
                                                                                monkeypatch) -> None:
-    import ddpslurm.analyze.prefilter as prefilter
-    import ddpslurm.analyze.scan as scan
+    import ddpslurm.analyze.parse.scan as scan
+    import ddpslurm.analyze.read.prefilter as prefilter
 
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(scan, "TUNE_MIN_BYTES", 0)
@@ -325,7 +325,7 @@ def test_a_file_cut_anywhere_into_ranges_reads_as_the_whole_file(tmp_path_factor
                                                                   cuts: list[float]) -> None:
     """Ranges cut at any line start, inside a traceback or a torchelastic block too: merged, their events are the
     whole file's (a range that starts inside a block leaves those lines to the range that read the block)."""
-    import ddpslurm.analyze.scan as scan
+    import ddpslurm.analyze.parse.scan as scan
 
     pieces = {"filler": "".join(f"node1:1:2 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[0] via P2P/IPC\n"
                                 for i in range(5)),
@@ -468,7 +468,7 @@ def test_a_cut_traceback_weighs_less_than_another_ranks_failure(tmp_path: Path) 
     (None, True),
 ])
 def test_a_cut_tracebacks_last_frame_tells_library_from_script(where: str | None, library: bool) -> None:
-    from ddpslurm.analyze.tracebacks import in_library
+    from ddpslurm.analyze.parse.tracebacks import in_library
 
     assert in_library(where) is library
 
@@ -491,8 +491,8 @@ def test_a_traceback_cut_inside_a_library_call_or_of_no_known_rank_says_nothing(
 def test_a_cut_traceback_is_dropped_where_its_rank_tells_more_elsewhere(tmp_path: Path) -> None:
     """The traceback's rest in a second file of the same rank (a split or rotated log) names the exception: that
     rank's cut traceback adds nothing and is dropped; a rank with nothing else keeps its own."""
-    from ddpslurm.analyze.engine import cut_tracebacks_told_otherwise
-    from ddpslurm.analyze.events import Event
+    from ddpslurm.analyze.diagnose.engine import cut_tracebacks_told_otherwise
+    from ddpslurm.analyze.model import Event
 
     cut = Event("a.log", 4, "exception", 'File "t.py", line 3, in f', rank=2, cause="user_code_exception",
                 role="either", signature="python-traceback-cut")

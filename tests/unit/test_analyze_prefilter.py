@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpslurm.analyze import prefilter
-from ddpslurm.analyze.prefilter import AnchorFinder, AutomatonFinder, anchor_finder
-from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.analyze.read import prefilter
+from ddpslurm.analyze.read.prefilter import AnchorFinder, AutomatonFinder, anchor_finder
+from ddpslurm.analyze.rules.signatures import load_signatures
 
 FINDERS = [AnchorFinder]
 if prefilter._ahocorasick is not None:

@@ -7,8 +7,8 @@ import io
 import pytest
 from rich.console import Console
 
-from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow
-from ddpslurm.analyze.report import evidence_root, one_line, render_text
+from ddpslurm.analyze.model import Diagnosis, Evidence, RankRow
+from ddpslurm.analyze.report.text import evidence_root, one_line, render_text
 
 GLOO = ("RuntimeError: \n[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
         "Connection closed by peer [10.0.0.12]:2728. This is typically caused by a remote worker crashing.")

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddpslurm.analyze import scan
-from ddpslurm.analyze.events import Event, SourceFile
-from ddpslurm.analyze.resolve import resolve
-from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.analyze.diagnose.resolve import resolve
+from ddpslurm.analyze.model import Event, SourceFile
+from ddpslurm.analyze.parse import scan
+from ddpslurm.analyze.rules.signatures import load_signatures
 from ddpslurm.errors import AnalyzeInputError
 
 WATCHDOG = ("[rank{r}]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank {r}] failure "
@@ -405,7 +405,7 @@ def test_an_event_pickles_with_every_field() -> None:
     import dataclasses
     import pickle
 
-    from ddpslurm.analyze.events import Event
+    from ddpslurm.analyze.model import Event
 
     values = {f.name: (f"v{i}" if f.type in ("str", "str | None") else i + 300) for i, f in
               enumerate(dataclasses.fields(Event))}
@@ -422,7 +422,7 @@ def test_new_event_is_the_frozen_event_its_dataclass_builds() -> None:
     import dataclasses
     import inspect
 
-    from ddpslurm.analyze.events import Event, new_event
+    from ddpslurm.analyze.model import Event, new_event
 
     params = inspect.signature(new_event).parameters
     fields = dataclasses.fields(Event)
@@ -442,7 +442,7 @@ def test_moved_is_the_event_replaced_at_another_line() -> None:
     """`moved` (merging a file's ranges) changes the line and fields and keeps every other field."""
     import dataclasses
 
-    from ddpslurm.analyze.events import Event, moved
+    from ddpslurm.analyze.model import Event, moved
 
     fields = dataclasses.fields(Event)
     values = {f.name: f"v{i}" if i % 2 else i for i, f in enumerate(fields)}
@@ -529,7 +529,7 @@ def test_a_merged_log_keeps_every_process_rank_map_fact_past_ten_thousand(tmp_pa
 
 
 def test_the_ranks_a_file_names_are_kept_up_to_the_bound_resolve_keeps(tmp_path: Path, monkeypatch) -> None:
-    from ddpslurm.analyze import resolve as resolve_module
+    from ddpslurm.analyze.diagnose import resolve as resolve_module
 
     assert scan.MAX_RANK_LIST == resolve_module.MAX_RANK_LIST  # a file's rank set and the job's share one bound
     monkeypatch.setattr(scan, "MAX_RANK_LIST", 50)
@@ -546,7 +546,7 @@ def test_the_ranks_a_file_names_are_kept_up_to_the_bound_resolve_keeps(tmp_path:
                                  "JJobEnvironment(", "J" * 40, "Job" * 30 + "Environment("]), max_size=12),
        st.integers(min_value=0, max_value=400))
 def test_head_starts_finds_the_lines_an_automaton_of_the_head_anchors_finds(lines: list[str], limit: int) -> None:
-    from ddpslurm.analyze.prefilter import candidate_starts
+    from ddpslurm.analyze.read.prefilter import candidate_starts
 
     block = "".join(f"{line}\n" for line in lines).encode()
     end = min(limit, len(block))

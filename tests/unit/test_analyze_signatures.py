@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddpslurm.analyze.events import CAUSES
-from ddpslurm.analyze.prefilter import minimal
-from ddpslurm.analyze.signatures import (
+from ddpslurm.analyze.model import CAUSES
+from ddpslurm.analyze.read.prefilter import minimal
+from ddpslurm.analyze.rules.signatures import (
     ANCHORS,
     SignatureSet,
     derive_any_literal,

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from ddpslurm.analyze import stream_ends
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.events import FileSummary, SourceFile
-from ddpslurm.analyze.scan import last_line_shape, scan_file
-from ddpslurm.analyze.signatures import load_signatures
-from ddpslurm.analyze.timeline import RankTimeline, _mark_log_ends
+from ddpslurm.analyze.diagnose.timeline import RankTimeline, _mark_log_ends
+from ddpslurm.analyze.model import FileSummary, SourceFile
+from ddpslurm.analyze.parse import stream_ends
+from ddpslurm.analyze.parse.scan import last_line_shape, scan_file
+from ddpslurm.analyze.rules.signatures import load_signatures
 
 STORE_TIMEOUT = ("torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. "
                  "{n}/{w} clients joined.")

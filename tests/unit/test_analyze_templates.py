@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from ddpslurm.analyze.render import fill
-from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.analyze.report.render import fill
+from ddpslurm.analyze.rules.signatures import load_signatures
 
 SIGS = load_signatures()
 FIELD = re.compile(r"\{(\w+)\}")

@@ -9,10 +9,10 @@ import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddpslurm.analyze import timestamps
 from ddpslurm.analyze.api import _fix_year
-from ddpslurm.analyze.events import Event
-from ddpslurm.analyze.timestamps import comparable, format_time, in_year, parse_record_time, parse_time
+from ddpslurm.analyze.model import Event
+from ddpslurm.analyze.parse import timestamps
+from ddpslurm.analyze.parse.timestamps import comparable, format_time, in_year, parse_record_time, parse_time
 
 
 def utc(y: int, mo: int, d: int, h: int, mi: int, s: float) -> float:

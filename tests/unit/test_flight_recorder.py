@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.events import SourceFile
-from ddpslurm.analyze.flight_recorder import MAX_BYTES, fr_events, last_collectives
+from ddpslurm.analyze.model import SourceFile
+from ddpslurm.analyze.parse.flight_recorder import MAX_BYTES, fr_events, last_collectives
 from tests.unit.test_heartbeat_analyze import IN_BACKWARD, job_folder
 
 

@@ -24,13 +24,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from ddpslurm.analyze.attribution import strip_prefixes
-from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow
-from ddpslurm.analyze.events import SourceFile
-from ddpslurm.analyze.records import EPOCH_RANGE, FIELD_RULES, MAX_MESSAGE_CHARS, MAX_WORLD_SIZE, record_events
-from ddpslurm.analyze.report import render_text, to_json, to_markdown
-from ddpslurm.analyze.signatures import load_signatures
-from ddpslurm.analyze.timestamps import parse_time
+from ddpslurm.analyze.model import Diagnosis, Evidence, RankRow, SourceFile
+from ddpslurm.analyze.parse.attribution import strip_prefixes
+from ddpslurm.analyze.parse.records import EPOCH_RANGE, FIELD_RULES, MAX_MESSAGE_CHARS, MAX_WORLD_SIZE, record_events
+from ddpslurm.analyze.parse.timestamps import parse_time
+from ddpslurm.analyze.report.text import render_text, to_json, to_markdown
+from ddpslurm.analyze.rules.signatures import load_signatures
 from ddpslurm.errors import EnvDerivationError
 from ddpslurm.sbatch_values import SYNTAX, sbatch_value_problem
 from ddpslurm.scheduler.hostlist import MAX_HOSTS, compress_hostlist, expand_hostlist, expand_tasks_per_node

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow
-from ddpslurm.analyze.report import to_json, to_markdown
+from ddpslurm.analyze.model import Diagnosis, Evidence, RankRow
+from ddpslurm.analyze.report.text import to_json, to_markdown
 from ddpslurm.sanitize import code_text, json_dumps, json_pieces, markdown, terminal
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,7 +120,7 @@ def test_markdown_and_code_text() -> None:
 
 
 def test_markdown_says_how_many_rank_groups_it_leaves_out() -> None:
-    from ddpslurm.analyze.report import MAX_ROWS
+    from ddpslurm.analyze.report.text import MAX_ROWS
 
     rows = [RankRow(r, f"n{r}", "victim" if r % 2 else "unknown", None) for r in range(MAX_ROWS + 7)]
     d = Diagnosis(cause="unknown", first_failing_rank=None, first_failing_host=None, confidence="low",

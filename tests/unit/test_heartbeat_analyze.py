@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.events import SourceFile
-from ddpslurm.analyze.stacks import main_thread, parse_dump, stack_events
+from ddpslurm.analyze.model import SourceFile
+from ddpslurm.analyze.parse.stacks import main_thread, parse_dump, stack_events
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 WORKER = [(f"{SITE}/ddpslurm/launch/worker.py", 280, "run_script"), (f"{SITE}/ddpslurm/launch/worker.py", 350,

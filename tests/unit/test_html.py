@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow
-from ddpslurm.analyze.html import render_html, write_html
-from ddpslurm.analyze.html_timeline import build_model, runs_of, unix_time
+from ddpslurm.analyze.model import Diagnosis, Evidence, RankRow
+from ddpslurm.analyze.report.html import render_html, write_html
+from ddpslurm.analyze.report.html_timeline import build_model, runs_of, unix_time
 from ddpslurm.errors import AnalyzeInputError
 
 T0 = 1_795_370_500.0

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.diagnosis import Diagnosis
-from ddpslurm.analyze.html import write_html
+from ddpslurm.analyze.model import Diagnosis
+from ddpslurm.analyze.report.html import write_html
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_CASES = sorted(p for p in (REPO / "analyzer" / "cases").glob("lab-*") if (p / "label.json").is_file())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpslurm.analyze.signatures import load_signatures
+from ddpslurm.analyze.rules.signatures import load_signatures
 from ddpslurm.errors import SubmitError
 from ddpslurm.launch.retries import (
     CHAIN_FILE,

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-from ddpslurm.analyze.events import Event, SourceFile
+from ddpslurm.analyze.model import Event, SourceFile
 from ddpslurm.sanitize import escape_undecodable
 
 MAX_LINES = 20_000

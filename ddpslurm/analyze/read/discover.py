@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
-from ddpslurm.analyze.attribution import path_info
-from ddpslurm.analyze.events import FileSummary, SourceFile
+from ddpslurm.analyze.model import FileSummary, SourceFile
+from ddpslurm.analyze.parse.attribution import path_info
 from ddpslurm.errors import AnalyzeInputError, UsageError
 
 #: a metadata request (a stat, an open) slower than this is a network file system's round trip to its metadata server
@@ -62,7 +62,7 @@ _HANG_FILES = ((re.compile(r"rank_\d{1,7}\.stacks\.txt"), "stack_dump"),
                (re.compile(r"rank_\d{1,7}\.heartbeat\.json|hang\.json"), "hang_record"))
 
 if TYPE_CHECKING:
-    from ddpslurm.analyze.diagnosis import Diagnosis
+    from ddpslurm.analyze.model import Diagnosis
 
 
 @dataclass(frozen=True)

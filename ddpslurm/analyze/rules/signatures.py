@@ -21,10 +21,10 @@ from typing import Any
 
 import regex
 
-from ddpslurm.analyze.digit_shape import digit_blind, has_digit, shape
-from ddpslurm.analyze.events import CAUSES, RETRY, ROLES
-from ddpslurm.analyze.prefilter import LiteralsIn
-from ddpslurm.analyze.tracebacks import ROOT_CAUSE_HEADER
+from ddpslurm.analyze.model import CAUSES, RETRY, ROLES
+from ddpslurm.analyze.parse.tracebacks import ROOT_CAUSE_HEADER
+from ddpslurm.analyze.read.prefilter import LiteralsIn
+from ddpslurm.analyze.rules.digit_shape import digit_blind, has_digit, shape
 from ddpslurm.errors import AnalyzeInputError
 
 try:

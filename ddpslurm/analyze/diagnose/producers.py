@@ -17,9 +17,9 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ddpslurm.analyze.events import Event
-from ddpslurm.analyze.resolve import expand_ranks, is_host_name, plausible_world
-from ddpslurm.analyze.timeline import JobTimeline, RankTimeline
+from ddpslurm.analyze.diagnose.resolve import expand_ranks, is_host_name, plausible_world
+from ddpslurm.analyze.diagnose.timeline import JobTimeline, RankTimeline
+from ddpslurm.analyze.model import Event
 
 #: kinds a rank logs only because another rank or Slurm ended it: never its own failure
 QUIET_KINDS = ("exit_signal", "slurm_task", "slurm_job", "agent_sigterm", "agent", "exit")

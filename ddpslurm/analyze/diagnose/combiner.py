@@ -18,11 +18,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ddpslurm.analyze.events import Event
-from ddpslurm.analyze.producers import HOST_REPORT_SCALE, REQUEUE_MARKS, Vote, all_votes, peer_host
-from ddpslurm.analyze.resolve import is_host_name
-from ddpslurm.analyze.timeline import JobTimeline
-from ddpslurm.analyze.timestamps import comparable
+from ddpslurm.analyze.diagnose.producers import HOST_REPORT_SCALE, REQUEUE_MARKS, Vote, all_votes, peer_host
+from ddpslurm.analyze.diagnose.resolve import is_host_name
+from ddpslurm.analyze.diagnose.timeline import JobTimeline
+from ddpslurm.analyze.model import Event
+from ddpslurm.analyze.parse.timestamps import comparable
 
 TIME_TOLERANCE = 1.0  # seconds: closer than this, the stronger evidence wins (1-second clocks)
 SYSTEMIC_WINDOW = 5.0  # seconds: ranks failing alike within this window failed together

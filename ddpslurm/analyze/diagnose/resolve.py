@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpslurm.analyze.events import Event, FileSummary, SourceFile, new_event
+from ddpslurm.analyze.model import Event, FileSummary, SourceFile, new_event
 
 #: the most ranks one `2-7`-style list may expand to (a real job has at most a few hundred thousand)
 MAX_RANK_LIST = 1 << 20

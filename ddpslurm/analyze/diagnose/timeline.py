@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ddpslurm.analyze.events import FACT_KINDS, Event, FileSummary, SourceFile
-from ddpslurm.analyze.resolve import JOB_KINDS, JobFacts, expand_ranks, plausible_world
-from ddpslurm.analyze.timestamps import comparable
+from ddpslurm.analyze.diagnose.resolve import JOB_KINDS, JobFacts, expand_ranks, plausible_world
+from ddpslurm.analyze.model import FACT_KINDS, Event, FileSummary, SourceFile
+from ddpslurm.analyze.parse.timestamps import comparable
 
 FAILURE_ROLES = ("culprit", "victim", "either")
 #: kinds that show a rank got past init and into the collectives (an earlier start-up error was recovered)

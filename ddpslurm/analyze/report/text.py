@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Iterable, Iterator, Sequence
 
 from ddpslurm import sanitize
-from ddpslurm.analyze.diagnosis import Diagnosis, RankRow
+from ddpslurm.analyze.model import Diagnosis, RankRow
 
 #: `[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]` -> `[pair.cc:553]`
 _SOURCE_PATH = re.compile(r"\[(?:[^\]\s]*/)?([^/\]\s]+\.(?:cc|cpp|cu|c|h|hpp|py):\d+)\]")

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ddpslurm.analyze.diagnosis import Diagnosis, Evidence
+from ddpslurm.analyze.model import Diagnosis, Evidence
 
 #: above this many nodes, alike neighbouring nodes share a row
 MAX_NODE_ROWS = 64

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ddpslurm.analyze.events import Event, SourceFile
+from ddpslurm.analyze.model import Event, SourceFile
 from ddpslurm.sanitize import escape_undecodable
 
 #: A dump beyond this is not read (torch's default ring of 2000 entries is about 1 MB).

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ddpslurm.analyze.digit_shape import shape
+from ddpslurm.analyze.rules.digit_shape import shape
 
 _START = "Traceback (most recent call last):"
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")

@@ -12,9 +12,9 @@ import re
 import stat
 from typing import Any
 
-from ddpslurm.analyze.events import Event, SourceFile
-from ddpslurm.analyze.signatures import SignatureSet
-from ddpslurm.analyze.timestamps import parse_record_time
+from ddpslurm.analyze.model import Event, SourceFile
+from ddpslurm.analyze.parse.timestamps import parse_record_time
+from ddpslurm.analyze.rules.signatures import SignatureSet
 from ddpslurm.sanitize import escape_undecodable, terminal
 
 MAX_RECORD_BYTES = 4 << 20
@@ -169,11 +169,11 @@ def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], 
 
         return doctor_events(source.path, source.display), {}
     if source.kind == "stack_dump":  # the hang monitor's stack dumps (ddpslurm/analyze/stacks.py)
-        from ddpslurm.analyze.stacks import stack_events
+        from ddpslurm.analyze.parse.stacks import stack_events
 
         return stack_events(source), {}
     if source.kind == "fr_trace":  # the hang monitor's flight recorder dumps (ddpslurm/analyze/flight_recorder.py)
-        from ddpslurm.analyze.flight_recorder import fr_events
+        from ddpslurm.analyze.parse.flight_recorder import fr_events
 
         return fr_events(source), {}
     if source.kind == "hang_record":  # the heartbeat's and the monitor's bookkeeping: no evidence of its own

@@ -11,7 +11,7 @@ import operator
 import re
 from collections import Counter
 
-from ddpslurm.analyze.attribution import clean
+from ddpslurm.analyze.parse.attribution import clean
 
 #: srun --label's prefix: the task id, right-aligned, then `: ` (attribution's `label` prefix rule)
 _LABEL = rb" *(\d{1,6}): "

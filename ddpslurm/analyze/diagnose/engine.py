@@ -1,4 +1,4 @@
-"""events -> diagnosis: resolve ranks, build the per-rank timeline, weigh the producers' votes, render.
+"""events -> verdict: resolve ranks, refine events, build the per-rank timeline, weigh the producers' votes.
 
 The three stages each test on their own (DESIGN.md, Analyze): `timeline.build_timeline` (pure),
 `producers.PRODUCERS` (evidence as weighted votes) and `combiner.combine` (one answer, or none).
@@ -11,21 +11,19 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ddpslurm.analyze.combiner import combine
-from ddpslurm.analyze.diagnosis import Diagnosis
-from ddpslurm.analyze.events import Event, FileSummary, SourceFile
-from ddpslurm.analyze.records import SIGNAL_CAUSES, SIGNAL_NAMES
-from ddpslurm.analyze.render import render
-from ddpslurm.analyze.resolve import evolve, resolve
-from ddpslurm.analyze.signatures import SignatureSet, default_accuses
-from ddpslurm.analyze.timeline import build_timeline
-from ddpslurm.analyze.tracebacks import CUT_TRACEBACK
+from ddpslurm.analyze.diagnose.combiner import Verdict, combine
+from ddpslurm.analyze.diagnose.resolve import evolve, resolve
+from ddpslurm.analyze.diagnose.timeline import JobTimeline, build_timeline
+from ddpslurm.analyze.model import Event, FileSummary, SourceFile
+from ddpslurm.analyze.parse.records import SIGNAL_CAUSES, SIGNAL_NAMES
+from ddpslurm.analyze.parse.tracebacks import CUT_TRACEBACK
+from ddpslurm.analyze.rules.signatures import SignatureSet, default_accuses
 
 
-def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],
-             sigs: SignatureSet, facts_in: dict[str, Any] | None = None) -> Diagnosis:
-    """The diagnosis of one job (or one pasted log) from all its events (the list is updated in place: an event
-    replaced is freed at once, and a 16k-rank job's events are not held twice)."""
+def judge(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],
+          sigs: SignatureSet, facts_in: dict[str, Any] | None = None) -> tuple[Verdict, JobTimeline]:
+    """The verdict on one job (or one pasted log) from all its events, and the timeline it was read from (the list
+    is updated in place: an event replaced is freed at once, and a 16k-rank job's events are not held twice)."""
     events, facts = resolve(events, sources, summaries, facts_in or {})
     accuses = {s.id: s.accuses for s in sigs.signatures}
     for i, e in enumerate(events):
@@ -38,7 +36,7 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
     events = weaken_cut_lines(events, cut_last_lines(events, sources, summaries))
     timeline = build_timeline(events, facts, sources, summaries)
     verdict = combine(timeline, frozenset(c for c, info in sigs.causes.items() if info.node_level))
-    return render(verdict, timeline, summaries, sigs)
+    return verdict, timeline
 
 
 def with_accuses(e: Event, accuses: dict[str, str]) -> Event:

@@ -7,14 +7,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ddpslurm.analyze.combiner import Verdict, one_rank_job
-from ddpslurm.analyze.diagnosis import Diagnosis, Evidence, RankRow, TimelineRow
-from ddpslurm.analyze.events import Event, FileSummary
-from ddpslurm.analyze.producers import named_peer
-from ddpslurm.analyze.resolve import is_host_name, plausible_world
-from ddpslurm.analyze.signatures import SignatureSet
-from ddpslurm.analyze.timeline import JobTimeline
-from ddpslurm.analyze.timestamps import format_time
+from ddpslurm.analyze.diagnose.combiner import Verdict, one_rank_job
+from ddpslurm.analyze.diagnose.producers import named_peer
+from ddpslurm.analyze.diagnose.resolve import is_host_name, plausible_world
+from ddpslurm.analyze.diagnose.timeline import JobTimeline
+from ddpslurm.analyze.model import Diagnosis, Event, Evidence, FileSummary, RankRow, TimelineRow
+from ddpslurm.analyze.parse.timestamps import format_time
+from ddpslurm.analyze.rules.signatures import SignatureSet
 
 MAX_EVIDENCE = 8
 #: how the combiner decided -> the note the report adds

@@ -30,8 +30,10 @@ from typing import NamedTuple
 
 import regex
 
-from ddpslurm.analyze import line_count, stream_ends
-from ddpslurm.analyze.attribution import (
+from ddpslurm.analyze.diagnose.resolve import MAX_RANK_LIST
+from ddpslurm.analyze.model import FACT_KINDS, Event, FileSummary, SourceFile, moved, new_event
+from ddpslurm.analyze.parse import stream_ends
+from ddpslurm.analyze.parse.attribution import (
     BODY_RANK,
     NCCL_SOURCE,
     Prefix,
@@ -46,15 +48,8 @@ from ddpslurm.analyze.attribution import (
     piece,
     prefix_spans,
 )
-from ddpslurm.analyze.digit_shape import shape
-from ddpslurm.analyze.discover import METADATA_THREADS, round_trips
-from ddpslurm.analyze.events import FACT_KINDS, Event, FileSummary, SourceFile, moved, new_event
-from ddpslurm.analyze.line_count import newlines
-from ddpslurm.analyze.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
-from ddpslurm.analyze.resolve import MAX_RANK_LIST
-from ddpslurm.analyze.signatures import HEAD_ANCHORS, PLANNED_CHARS, Signature, SignatureSet, memo_key, remember
-from ddpslurm.analyze.timestamps import EVERY_FORM, TimePlan, parse_planned, parse_time, time_plan
-from ddpslurm.analyze.tracebacks import (
+from ddpslurm.analyze.parse.timestamps import EVERY_FORM, TimePlan, parse_planned, parse_time, time_plan
+from ddpslurm.analyze.parse.tracebacks import (
     CUT_TRACEBACK,
     IDLE_PER_STREAM,
     ROOT_CAUSE_HEADER,
@@ -63,6 +58,12 @@ from ddpslurm.analyze.tracebacks import (
     TracebackAssembler,
     in_library,
 )
+from ddpslurm.analyze.read import line_count
+from ddpslurm.analyze.read.discover import METADATA_THREADS, round_trips
+from ddpslurm.analyze.read.line_count import newlines
+from ddpslurm.analyze.read.prefilter import TUNE_SAMPLE_BYTES, candidate_starts, tune
+from ddpslurm.analyze.rules.digit_shape import shape
+from ddpslurm.analyze.rules.signatures import HEAD_ANCHORS, PLANNED_CHARS, Signature, SignatureSet, memo_key, remember
 
 CHUNK = 4 << 20
 MAX_LINE = 16 * 1024
@@ -314,8 +315,8 @@ NOT_REPLAYED = ("JobEnvironment(", "RESTART_COUNT", "ChildFailedError", "frame #
 @functools.cache
 def recipe_patterns_blind() -> bool:
     """Whether every pattern a line recipe stands in for is digit-blind (digit_shape): else none is made."""
-    from ddpslurm.analyze.attribution import EMBEDDED_RANK, RULES
-    from ddpslurm.analyze.digit_shape import digit_blind
+    from ddpslurm.analyze.parse.attribution import EMBEDDED_RANK, RULES
+    from ddpslurm.analyze.rules.digit_shape import digit_blind
 
     patterns = (*(rule for rule, meaning in RULES if meaning != "time"), EMBEDDED_RANK, NCCL_SOURCE, BODY_RANK,
                 _SLURM_HEAD, _TORCHRUN, WRAPPED_HEAD)
@@ -808,7 +809,7 @@ class _FileState:
             self.elastic.setdefault(stream, ElasticBlock()).start()
 
     def _elastic_event(self, entry: dict[str, str], host: str | None) -> None:
-        from ddpslurm.analyze.timestamps import parse_record_time
+        from ddpslurm.analyze.parse.timestamps import parse_record_time
 
         sig_id = "elastic-root-cause" if entry.get("section") in ("root", "tied") else "elastic-other-failure"
         sig = self.sigs.by_id(sig_id)

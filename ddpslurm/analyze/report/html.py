@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ddpslurm import sanitize
-from ddpslurm.analyze.diagnosis import Diagnosis
-from ddpslurm.analyze.html_timeline import Event, NodeRow, Run, TimelineModel, build_model
-from ddpslurm.analyze.report import collapse_rows, evidence_root, one_line
+from ddpslurm.analyze.model import Diagnosis
+from ddpslurm.analyze.report.html_timeline import Event, NodeRow, Run, TimelineModel, build_model
+from ddpslurm.analyze.report.text import collapse_rows, evidence_root, one_line
 from ddpslurm.errors import AnalyzeInputError
 
 WIDTH, LABEL_W, UNTIMED_W, ROW_H, TOP, BOTTOM = 1100, 250, 60, 22, 40, 14
