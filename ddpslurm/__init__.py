@@ -5,8 +5,8 @@ Importing the package is cheap: no torch, pandas or submitit. The one API a trai
 `ddpslurm.heartbeat()` reports a step to the hang monitor (`submit --hang-timeout`).
 """
 
+from ddpslurm._version import __version__
 from ddpslurm.launch.heartbeat import heartbeat
 from ddpslurm.preemption import preemption_requested
 
 __all__ = ["__version__", "heartbeat", "preemption_requested"]
-__version__ = "0.1.0"

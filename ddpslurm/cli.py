@@ -14,8 +14,9 @@ import sys
 
 import click
 
-from ddpslurm import __version__
+from ddpslurm._version import __version__
 from ddpslurm.errors import DdpSlurmError, TemplateError
+from ddpslurm.jobfolder import DEFAULT_ROOT, job_folder_name
 from ddpslurm.sanitize import terminal
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -58,7 +59,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
               help="Any other sbatch option (repeatable), e.g. --sbatch-arg reservation=r1.")
 @click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun", show_default=True,
               help="srun: one task per rank; torchrun: one task per node running torchrun.")
-@click.option("--folder", default="ddpslurm_jobs", show_default=True, help="Jobs folder; the job gets job_<id>/.")
+@click.option("--folder", default=DEFAULT_ROOT, show_default=True,
+              help=f"Jobs folder; the job gets {job_folder_name('<id>')}/.")
 @click.option("--max-requeues", type=int, default=3, show_default=True,
               help="Requeue after preemption / time limit at most this many times.")
 @click.option("--signal-delay", type=int, default=90, show_default=True,
@@ -297,7 +299,8 @@ def triage(paths: tuple[str, ...], since: str | None, csv_file: str | None, as_j
 @click.option("--master-port", type=int, default=None, help="Port to test [default: 10000 + job id % 20000].")
 @click.option("--window", type=float, default=10.0, show_default=True,
               help="Seconds each node keeps trying to reach its peers.")
-@click.option("--folder", default="ddpslurm_jobs", show_default=True, help="Jobs folder; the records go to job_<id>/.")
+@click.option("--folder", default=DEFAULT_ROOT, show_default=True,
+              help=f"Jobs folder; the records go to {job_folder_name('<id>')}/.")
 @click.option("--json", "as_json", is_flag=True, help="Print {ok, checks, failing_nodes} as one JSON object.")
 def doctor(nodes: int, time_limit: str, as_json: bool, **options: object) -> None:
     """Pre-flight checks on N nodes in seconds: links to the rank-0 host and between nodes, interface,

@@ -6,12 +6,19 @@ unquoted `#`, and stops reading directives at the first line that is not one. So
 ASCII without white space, quotes, backslashes or `#` (a newline would end the directive and put a shell
 line into the script), and then match the syntax sbatch takes for its option. Digits are ASCII digits
 (`[0-9]`, never `\\d`, which accepts `٦٤`), and every pattern must match the whole value (`fullmatch`:
-`$` in `re.match` accepts a trailing newline). Pure; the callers raise their own error class.
+`$` in `re.match` accepts a trailing newline). Pure; the checks raise the caller's error class.
+
+`parse_time` and `parse_sbatch_args` read the `--time` and `--sbatch-arg` flags that `submit` and `doctor`
+share, and raise a one-line `UsageError`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+
+from ddpslurm.errors import UsageError
+from ddpslurm.jobfolder import DEFAULT_ROOT
 
 #: what sbatch's directive reader takes as one plain token: printable ASCII but space, quotes, `\` and `#`
 _TOKEN = re.compile(r"[!$-&(-\[\]-~]*", re.ASCII)
@@ -33,8 +40,30 @@ SYNTAX: dict[str, tuple[str, str]] = {
     "nodelist": (_HOSTS, "node[01-02]"),
     "array": (rf"{_DIGITS}(?:-{_DIGITS}(?::{_DIGITS})?)?(?:,{_DIGITS}(?:-{_DIGITS}(?::{_DIGITS})?)?)*(?:%{_DIGITS})?",
               "0-7%2"),
-    "folder": (r"[A-Za-z0-9_.,:+=@~/-]+", "/scratch/me/ddpslurm_jobs"),
+    "folder": (r"[A-Za-z0-9_.,:+=@~/-]+", f"/scratch/me/{DEFAULT_ROOT}"),
 }
+
+#: sbatch options ddpslurm sets itself: `--sbatch-arg` may not override them (flag to use instead).
+RESERVED_SBATCH_KEYS: dict[str, str] = {
+    "nodes": "--nodes", "ntasks-per-node": "--tasks-per-node", "ntasks": "--nodes/--tasks-per-node",
+    "gpus-per-node": "--gpus-per-node", "cpus-per-task": "--cpus-per-task", "mem": "--mem",
+    "partition": "--partition", "account": "--account", "qos": "--qos", "time": "--time",
+    "constraint": "--constraint", "exclude": "--exclude", "signal": "--signal-delay",
+    "output": "--folder", "error": "--folder", "open-mode": "--folder", "job-name": "--job-name",
+    "requeue": "--max-requeues", "no-requeue": "--max-requeues 0",
+}
+
+# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (ASCII digits, the whole value: see above)
+_TIME_FORMS = (
+    (re.compile(r"([0-9]+)"), ("m",)),
+    (re.compile(r"([0-9]+):([0-9]+)"), ("m", "s")),
+    (re.compile(r"([0-9]+):([0-9]+):([0-9]+)"), ("h", "m", "s")),
+    (re.compile(r"([0-9]+)-([0-9]+)"), ("d", "h")),
+    (re.compile(r"([0-9]+)-([0-9]+):([0-9]+)"), ("d", "h", "m")),
+    (re.compile(r"([0-9]+)-([0-9]+):([0-9]+):([0-9]+)"), ("d", "h", "m", "s")),
+)
+_UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_SBATCH_KEY = re.compile(r"[a-z][a-z0-9-]*")
 
 
 def sbatch_value_problem(option: str, value: str) -> str | None:
@@ -62,3 +91,36 @@ def check_sbatch_value(option: str, value: str, error: type[Exception], flag: st
     raise error(f"{flag or '--' + option} {shown} {problem}",
                 "Use letters, digits and the punctuation sbatch expects for this option; nothing reaches the "
                 "job script unchecked")
+
+
+def parse_time(text: str) -> int:
+    """Slurm `--time` text -> seconds (`90` -> 5400, `1:30:00` -> 5400, `2-00:00` -> 172800)."""
+    value = text.strip(" ")  # spaces from quoting are harmless; a newline or a tab is not
+    for pattern, units in _TIME_FORMS:
+        match = pattern.fullmatch(value)
+        if match:
+            seconds = sum(int(num) * _UNIT_S[unit] for num, unit in zip(match.groups(), units, strict=False))
+            if seconds <= 0:
+                break
+            return seconds
+    raise UsageError(f"--time {text!r} is not a Slurm time limit",
+                     "Use minutes (`30`), `H:MM:SS` (`2:00:00`) or `D-HH:MM` (`1-12:00`)")
+
+
+def parse_sbatch_args(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """`["mail-type=END", "exclusive="]` -> (("mail-type", "END"), ("exclusive", "")). Empty value = bare flag."""
+    out: list[tuple[str, str]] = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-").replace("_", "-")
+        if not sep:
+            raise UsageError(f"--sbatch-arg {item!r} has no '='",
+                             "Write KEY=VALUE (`--sbatch-arg mail-type=END`), or KEY= for a bare flag")
+        if not _SBATCH_KEY.fullmatch(key):
+            raise UsageError(f"--sbatch-arg {item!r}: {key!r} is not an sbatch option name",
+                             "Write the long option without dashes, e.g. `--sbatch-arg reservation=myres`")
+        if key in RESERVED_SBATCH_KEYS:
+            raise UsageError(f"--sbatch-arg {item!r} sets an option ddpslurm controls",
+                             f"Use {RESERVED_SBATCH_KEYS[key]} instead")
+        out.append((key, check_sbatch_value(key, value, UsageError, f"--sbatch-arg {key}")))
+    return tuple(out)

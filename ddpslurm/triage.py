@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ddpslurm import sanitize
+from ddpslurm import jobfolder, sanitize
 from ddpslurm.errors import AnalyzeInputError, DdpSlurmError, UsageError
 
 #: files whose presence makes a folder a job's folder (else its sub-folders are the jobs)
@@ -47,7 +47,7 @@ def is_job_folder(folder: Path) -> bool:
     for entry in folder.iterdir():
         if entry.is_file() and entry.suffix in LOG_SUFFIXES:
             return True
-        if entry.is_dir() and entry.name.startswith("attempt_"):
+        if entry.is_dir() and entry.name.startswith(jobfolder.ATTEMPT_PREFIX):
             return True
     return False
 
@@ -72,7 +72,7 @@ def job_folders(paths: Iterable[str | Path]) -> list[Path]:
 def submit_record(folder: Path) -> dict[str, Any]:
     """ddpslurm.json of a ddpslurm job folder (plain JSON, never code), or {}."""
     try:
-        record = json.loads((folder / "ddpslurm.json").read_text(encoding="utf-8"))
+        record = json.loads(jobfolder.job_record_path(folder).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
@@ -309,7 +309,7 @@ def run_triage(paths: Sequence[str], *, since: str | None = None, csv: str | Non
     folders = job_folders(paths)
     if not folders:
         raise AnalyzeInputError(f"no job folders under {', '.join(map(str, paths))}",
-                                "give job folders, or a folder of job folders such as ./ddpslurm_jobs")
+                                f"give job folders, or a folder of job folders such as ./{jobfolder.DEFAULT_ROOT}")
     if after is not None:
         folders = [f for f in folders if (t := job_time(f)) is None or t >= after]
     rows = analyze_jobs(folders, workers)

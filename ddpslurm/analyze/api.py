@@ -27,6 +27,7 @@ from ddpslurm.analyze.read.discover import (
 from ddpslurm.analyze.report.render import fill, render
 from ddpslurm.analyze.rules.signatures import SignatureSet, load_signatures
 from ddpslurm.errors import AnalyzeInputError, JobNotFoundError
+from ddpslurm.jobfolder import DEFAULT_ROOT, job_folder
 
 
 def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],
@@ -209,8 +210,8 @@ class _progress:
 
 
 def find_job_folder(job_id: str, folders: Sequence[str | Path] = ()) -> Path:
-    """`<folder>/job_<id>` for the given folders, then ./ddpslurm_jobs; a clear error when absent."""
-    candidates = [Path(f) / f"job_{job_id}" for f in folders] + [Path("ddpslurm_jobs") / f"job_{job_id}"]
+    """`<folder>/job_<id>` for the given folders, then the default jobs root; a clear error when absent."""
+    candidates = [job_folder(f, job_id) for f in folders] + [job_folder(DEFAULT_ROOT, job_id)]
     for candidate in candidates:
         if candidate.is_dir():
             return candidate

@@ -18,6 +18,7 @@ from typing import Any
 from ddpslurm.doctor.judge import Check, judge, verdict
 from ddpslurm.doctor.probe import DEFAULT_WINDOW_S, RECORD_PREFIX
 from ddpslurm.errors import DdpSlurmError, UsageError
+from ddpslurm.jobfolder import check_folder, doctor_folder, doctor_record_path, job_folder
 from ddpslurm.sanitize import terminal
 
 DOCTOR_JOB_NAME = "ddpslurm-doctor"
@@ -53,8 +54,7 @@ def make_doctor_spec(*, nodes: int, folder: str, time: str = DEFAULT_TIME, parti
                      interface: str | None = None, master_port: int | None = None,
                      window: float = DEFAULT_WINDOW_S) -> DoctorSpec:
     """Check the flags the way `submit` does; raise a one-line UsageError."""
-    from ddpslurm.launch.spec import parse_sbatch_args, parse_time
-    from ddpslurm.sbatch_values import check_sbatch_value
+    from ddpslurm.sbatch_values import check_sbatch_value, parse_sbatch_args, parse_time
 
     if nodes < 1:
         raise UsageError(f"--nodes {nodes} is invalid", "Give an integer >= 1")
@@ -120,7 +120,7 @@ def read_record(path: Path) -> dict[str, Any] | None:
 
 def load_records(job_dir: Path, nodes: Sequence[str]) -> dict[str, dict[str, Any]]:
     """node -> record for every node of the allocation that left one."""
-    records = {node: read_record(job_dir / "doctor" / f"node_{node}.json") for node in nodes}
+    records = {node: read_record(doctor_record_path(job_dir, node)) for node in nodes}
     return {node: record for node, record in records.items() if record is not None}
 
 
@@ -137,7 +137,6 @@ def render_table(checks: Sequence[Check]) -> str:
 
 def run_doctor(options: dict[str, Any], *, as_json: bool, echo: Callable[..., None]) -> int:
     """Run the checks; print the table or the JSON verdict; 0 when every check passed, else 1."""
-    from ddpslurm.launch.submit import check_folder
     from ddpslurm.scheduler.run import run
 
     spec = make_doctor_spec(**options)
@@ -149,7 +148,7 @@ def run_doctor(options: dict[str, Any], *, as_json: bool, echo: Callable[..., No
         first = next((ln.strip() for ln in (done.stderr or "").splitlines() if ln.strip()), "no output")
         raise DoctorError(f"the doctor's srun ran no check (exit {done.returncode}): {first}",
                           "Check the partition and node count with `sinfo -s`")
-    job_dir = spec.folder / f"job_{job_id}"
+    job_dir = job_folder(spec.folder, job_id)
     checks = judge(nodes, load_records(job_dir, nodes), spec.gpus_per_node)
     result = verdict(checks)
     result.update(job_id=job_id, folder=str(job_dir), seconds=round(time.monotonic() - started, 1))
@@ -161,5 +160,5 @@ def run_doctor(options: dict[str, Any], *, as_json: bool, echo: Callable[..., No
         echo(render_table(checks))
         state = "all checks passed" if result["ok"] else f"failing: {', '.join(result['failing_nodes'])}"
         echo(terminal(f"doctor job {job_id} on {len(nodes)} node(s), {result['seconds']} s: {state}; "
-                      f"records in {job_dir}/doctor/"))
+                      f"records in {doctor_folder(job_dir)}/"))
     return 0 if result["ok"] else EXIT_CHECK_FAILED

@@ -17,7 +17,7 @@ from ddpslurm.doctor.judge import failing_nodes, judge
 from ddpslurm.doctor.probe import DEFAULT_WINDOW_S
 from ddpslurm.env import master_port_for
 from ddpslurm.errors import SlurmCommandError
-from ddpslurm.launch.records import job_folder
+from ddpslurm.jobfolder import doctor_folder, job_folder
 from ddpslurm.scheduler.hostlist import expand_hostlist
 
 #: Exit status of the batch step when the pre-flight failed (the training step never started).
@@ -60,5 +60,5 @@ def preflight_passes(folder: str, environ: Mapping[str, str]) -> bool:
     print(render_table(checks), file=sys.stderr, flush=True)
     if failing:
         print(f"ddpslurm batch: pre-flight failed on {','.join(failing)}: the training step does not start "
-              f"(srun: {code}); records in {job_dir}/doctor/", file=sys.stderr, flush=True)
+              f"(srun: {code}); records in {doctor_folder(job_dir)}/", file=sys.stderr, flush=True)
     return not failing

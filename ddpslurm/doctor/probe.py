@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ddpslurm.env import master_port_for
-from ddpslurm.launch.netif import choose_interface, interface_addresses
-from ddpslurm.launch.records import job_folder, write_json
+from ddpslurm.jobfolder import doctor_record_path, job_folder, write_json
+from ddpslurm.netif import choose_interface, interface_addresses
 from ddpslurm.scheduler.hostlist import expand_hostlist
 
 T = TypeVar("T")
@@ -222,7 +222,7 @@ def probe(folder: Path, port: int | None, requested: str | None, window: float,
         "heard_from": sorted(listener.heard & set(peers)), "versions": versions, "gpus": gpus,
         "shm_bytes": shm_size(), "free_bytes": space(folder), "started": started, "finished": time.time(),
     }
-    path = job_dir / "doctor" / f"node_{node}.json"
+    path = doctor_record_path(job_dir, node)
     write_json(path, record)
     return path, record
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddpslurm import jobfolder
 from ddpslurm.launch import records
 
 WAIT = "wait"
@@ -85,22 +86,22 @@ class AttemptReader:
 
     def poll(self) -> tuple[dict[int, dict[str, Any]], float | None]:
         """The exit records by rank, and the earliest signal time any rank recorded (None: no signal yet)."""
-        for rec in self._new_records("signal"):
+        for rec in self._new_records(jobfolder.SIGNAL_SUFFIX):
             if isinstance(rec.get("unix"), int | float):
                 self.signals.append(float(rec["unix"]))
                 if isinstance(rec.get("rank"), int):
                     self.signalled.add(rec["rank"])
         if not self.signals:  # before any signal the exit records do not matter: the common case stays cheap
             return {}, None
-        for rec in self._new_records("exit"):
+        for rec in self._new_records(jobfolder.EXIT_SUFFIX):
             if isinstance(rec.get("rank"), int):
                 self.exits[rec["rank"]] = rec
         return dict(self.exits), min(self.signals)
 
-    def _new_records(self, kind: str) -> list[dict[str, Any]]:
-        """`rank_*.<kind>.json` records not read before (start records are never read)."""
+    def _new_records(self, suffix: str) -> list[dict[str, Any]]:
+        """`rank_*<suffix>` records not read before (start records are never read)."""
         found = []
-        for path in self.attempt_dir.glob(f"rank_*.{kind}.json"):
+        for path in self.attempt_dir.glob(jobfolder.rank_glob(suffix)):
             if path.name in self._read:
                 continue
             try:
@@ -146,7 +147,7 @@ def requeue_if_running(job_id: str, attempt_dir: Path, reason: str) -> bool:
             outcome["requeued"] = True
         except Exception as error:  # recorded; the job then simply ends
             outcome["why_not"] = str(error).splitlines()[0] if str(error) else type(error).__name__
-    records.write_json(attempt_dir / "requeue.json", outcome)
+    jobfolder.write_json(jobfolder.requeue_path(attempt_dir), outcome)
     verb = "requeuing job" if outcome["requeued"] else f"not requeuing job ({outcome['why_not']}):"
     print(f"ddpslurm batch: {verb} {job_id}: {reason}", file=sys.stderr, flush=True)
     return bool(outcome["requeued"])
@@ -155,9 +156,9 @@ def requeue_if_running(job_id: str, attempt_dir: Path, reason: str) -> bool:
 def record_no_requeue(job_id: str, attempt_dir: Path, reason: str) -> None:
     """A signal reached the ranks but the job is not requeued: say why in `requeue.json` and the batch log."""
     now = time.time()
-    records.write_json(attempt_dir / "requeue.json", {"job_id": job_id, "reason": reason, "job_state": None,
-                                                      "unix": now, "time": records.timestamp(now),
-                                                      "requeued": False, "why_not": reason})
+    outcome = {"job_id": job_id, "reason": reason, "job_state": None, "unix": now, "time": records.timestamp(now),
+               "requeued": False, "why_not": reason}
+    jobfolder.write_json(jobfolder.requeue_path(attempt_dir), outcome)
     print(f"ddpslurm batch: not requeuing job {job_id}: {reason}", file=sys.stderr, flush=True)
 
 
@@ -168,7 +169,7 @@ def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s
 
     job_id = environ.get("SLURM_JOB_ID", "")
     attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    attempt_dir = records.attempt_folder(records.job_folder(folder, job_id), attempt)
+    attempt_dir = jobfolder.attempt_folder(jobfolder.job_folder(folder, job_id), attempt)
     process = start(srun_argv)
     reader = AttemptReader(attempt_dir)
     acted = False
@@ -201,7 +202,8 @@ def _hang_monitor(attempt_dir: Path, job_id: str, hang_timeout_s: float) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddpslurm.launch.batch", description=__doc__.split("\n")[0])
-    parser.add_argument("--folder", required=True, help="the jobs root (the job folder is FOLDER/job_<id>)")
+    job_dir = jobfolder.job_folder_name("<id>")
+    parser.add_argument("--folder", required=True, help=f"the jobs root (the job folder is FOLDER/{job_dir})")
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--grace", type=float, required=True, help="seconds after the first signal")
     parser.add_argument("--max-requeues", type=int, required=True)

@@ -18,7 +18,6 @@ steps (`scancel --signal=KILL`).
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -26,13 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddpslurm import jobfolder
 from ddpslurm.launch import records
-from ddpslurm.launch.heartbeat import HANG_REQUEST, STACK_SIGNAL
+from ddpslurm.launch.heartbeat import STACK_SIGNAL
 
 STACK_WAIT_S = 3.0
 KILL_AFTER_S = 30.0
-_HEARTBEAT_NAME = re.compile(r"rank_(\d+)\.heartbeat\.json")
-_EXIT_NAME = re.compile(r"rank_(\d+)\.exit\.json")
+_HEARTBEAT_NAME = jobfolder.rank_file_pattern(jobfolder.HEARTBEAT_SUFFIX)
+_EXIT_NAME = jobfolder.rank_file_pattern(jobfolder.EXIT_SUFFIX)
 
 
 @dataclass
@@ -114,8 +114,8 @@ class HangMonitor:
         if self.signalled_at is None:
             self._watch(now)
         elif self.requested_at is None and now - self.signalled_at >= STACK_WAIT_S:
-            records.write_json(self.attempt_dir / HANG_REQUEST,
-                               hang_request(self.timeout_s, self.stalled, self.progress, now))
+            jobfolder.write_json(jobfolder.hang_path(self.attempt_dir),
+                                 hang_request(self.timeout_s, self.stalled, self.progress, now))
             self.requested_at = now
         elif self.requested_at is not None and not self.killed and now - self.requested_at >= KILL_AFTER_S:
             print(f"ddpslurm batch: ranks still running {KILL_AFTER_S:g}s after the hang request: killing the "

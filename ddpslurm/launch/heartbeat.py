@@ -35,13 +35,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from ddpslurm.jobfolder import fr_trace_path, hang_path, heartbeat_path, stacks_path
+
 #: Seconds between the thread's looks at the counters; set by `submit --hang-timeout` (absent: no heartbeat).
 HEARTBEAT_ENV = "DDPSLURM_HEARTBEAT_S"
 #: Default-ignored by every process that did not register it, and used by neither NCCL (USR1) nor the
 #: preemption path (USR2, SIGTERM): a stray one harms nothing.
 STACK_SIGNAL = signal.SIGWINCH
-#: The monitor's request to end the attempt (in the attempt folder).
-HANG_REQUEST = "hang.json"
 #: Exit status of a rank ended by the hang monitor (as timeout(1) uses it).
 HANG_EXIT_CODE = 124
 #: Seconds between a rank's `hang` record and its exit: more than the heartbeat interval, so every rank has
@@ -60,18 +60,6 @@ def heartbeat(step: int | None = None) -> None:
     """
     global _step
     _step = _step + 1 if step is None else int(step)
-
-
-def heartbeat_path(attempt_dir: Path, rank: int) -> Path:
-    return attempt_dir / f"rank_{rank}.heartbeat.json"
-
-
-def stacks_path(attempt_dir: Path, rank: int) -> Path:
-    return attempt_dir / f"rank_{rank}.stacks.txt"
-
-
-def fr_trace_path(attempt_dir: Path, rank: int) -> Path:
-    return attempt_dir / f"rank_{rank}.fr_trace.json"
 
 
 def flight_recorder_json() -> str | None:
@@ -134,7 +122,7 @@ class HeartbeatThread(threading.Thread):
         self.state, self.interval_s, self.stacks = state, interval_s, stacks
         attempt_dir = state.paths["exit"].parent
         self.path = heartbeat_path(attempt_dir, state.dist.rank)
-        self.request = attempt_dir / HANG_REQUEST
+        self.request = hang_path(attempt_dir)
         self.exit = os._exit  # tests replace it
 
     def run(self) -> None:

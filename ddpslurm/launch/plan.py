@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddpslurm import jobfolder
 from ddpslurm.launch.spec import JobSpec
 
 PREEMPT_SIGNAL_NAME = "USR2"
@@ -210,7 +211,7 @@ def rank_env(spec: JobSpec) -> tuple[tuple[str, str], ...]:
         ("MASTER_PORT", str(spec.master_port) if spec.master_port else "10000 + job_id % 20000 (+ 7919 x step id)"),
         ("NCCL_SOCKET_IFNAME", nccl_iface),
         ("GLOO_SOCKET_IFNAME", iface),
-        ("DDPSLURM_JOB_FOLDER", str(spec.folder / "job_<jobid>")),
+        ("DDPSLURM_JOB_FOLDER", str(jobfolder.job_folder(spec.folder, jobfolder.SHOWN_JOB_ID))),
         ("DDPSLURM_ATTEMPT", "SLURM_RESTART_COUNT (0 for the first attempt)"),
     )
     defaults = tuple((name, f"{value} (unless set)") for name, value, _ in ENV_DEFAULTS)
@@ -234,7 +235,7 @@ def plan(spec: JobSpec) -> LaunchPlan:
     )
     return LaunchPlan(
         executor="local" if spec.local else "slurm",
-        folder=str(spec.folder / "job_%j"),
+        folder=str(jobfolder.job_folder(spec.folder, jobfolder.SUBMITIT_JOB_ID)),
         executor_params=_local_params(spec) if spec.local else _slurm_params(spec),
         srun_args=() if spec.local else srun_args(spec),
         signal=f"{PREEMPT_SIGNAL_NAME}@{spec.signal_delay_s}",

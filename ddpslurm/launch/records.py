@@ -1,19 +1,12 @@
-"""Per-rank start and exit records, and the job folder layout they live in.
+"""Per-rank start and exit records: what they hold (their paths and `write_json` are in `ddpslurm.jobfolder`).
 
-Layout (a contract with `ddpslurm analyze`):
-`<folder>/job_<jobid>/attempt_<N>/rank_<R>.{log,start.json,exit.json,signal.json}`, `attempt_<N>/requeue.json`
-(the batch step's requeue), with --hang-timeout `rank_<R>.{heartbeat.json,stacks.txt}` and `hang.json`,
-`ddpslurm.json`, `checkpoints/`.
-The builders are pure; `write_json` writes atomically (temporary file + rename).
+The builders are pure.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 SCHEMA = 1
@@ -23,21 +16,6 @@ RECORDED_ENV_PREFIXES = ("NCCL_", "TORCH_", "GLOO_")
 #: Single variables copied too: which GPUs Slurm gave the rank and bound it to.
 RECORDED_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS",
                       "SLURM_GPUS_PER_TASK")
-
-
-def job_folder(root: str | os.PathLike[str], job_id: str) -> Path:
-    return Path(root) / f"job_{job_id}"
-
-
-def attempt_folder(job_dir: Path, attempt: int) -> Path:
-    return job_dir / f"attempt_{attempt}"
-
-
-def rank_paths(attempt_dir: Path, rank: int) -> dict[str, Path]:
-    """The log, start, exit and first-signal record paths of one rank in one attempt."""
-    base = attempt_dir / f"rank_{rank}"
-    return {"log": Path(f"{base}.log"), "start": Path(f"{base}.start.json"), "exit": Path(f"{base}.exit.json"),
-            "signal": Path(f"{base}.signal.json")}
 
 
 def timestamp(unix: float) -> str:
@@ -78,12 +56,3 @@ def exit_record(*, rank: int, host: str, pid: int, job_id: str, attempt: int, st
     record.update(extra)
     return record
 
-
-def write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    """Write `obj` as JSON atomically, so a reader never sees half a record."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(obj, handle, indent=1, sort_keys=False)
-        handle.write("\n")
-    os.replace(tmp, path)

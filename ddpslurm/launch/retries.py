@@ -12,18 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ddpslurm import jobfolder
 from ddpslurm.errors import DdpSlurmError, EnvDerivationError
 from ddpslurm.scheduler.hostlist import compress_hostlist, expand_hostlist
 
-#: The chain file in every job folder of a chain.
-CHAIN_FILE = "retries.json"
 #: Causes the job survives by requeueing itself (USR2, preemption; `--max-requeues`): a new job would only
 #: double that budget, so the chain leaves them to it.
 REQUEUED_IN_PLACE = frozenset({"slurm_time_limit", "preempted"})
@@ -86,14 +84,12 @@ def chain_record(attempts: Sequence[Attempt], retries: int, ok: bool) -> dict[st
 
 def write_chain(record: Mapping[str, Any]) -> None:
     """`retries.json` into the folder of every job of the chain (best effort: a folder may be gone)."""
-    from ddpslurm.launch.records import write_json
-
     chain = {"schema": 1, "kind": "retry_chain", **record}
     for attempt in record["attempts"]:
         folder = Path(attempt["folder"])
         if folder.is_dir():
             with contextlib.suppress(OSError):
-                write_json(folder / CHAIN_FILE, chain)
+                jobfolder.write_json(jobfolder.chain_path(folder), chain)
 
 
 def read_chain(folder: str | Path | None) -> dict[str, Any] | None:
@@ -101,7 +97,7 @@ def read_chain(folder: str | Path | None) -> dict[str, Any] | None:
     if not folder:
         return None
     try:
-        data = json.loads((Path(folder) / CHAIN_FILE).read_text(encoding="utf-8"))
+        data = json.loads(jobfolder.chain_path(folder).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("kind") != "retry_chain" or not isinstance(data.get("attempts"), list):
@@ -195,10 +191,6 @@ def analyze_job(job_id: str, folder: str) -> Mapping[str, Any] | None:
     return diagnosis.to_dict()
 
 
-#: submitit's batch script, `<jobs root>/.submission_file_<hex>.sh`: the job folder is `<jobs root>/job_<id>`.
-_SUBMISSION_FILE = re.compile(r"\.submission_file_[0-9a-f]+\.sh")
-
-
 def job_folder_from_submit_line(submit_line: str, job_id: str) -> str | None:
     """The ddpslurm job folder of a job from sacct's SubmitLine (`sbatch <root>/.submission_file_<hex>.sh`),
     or None for a job ddpslurm did not submit (pure)."""
@@ -208,8 +200,8 @@ def job_folder_from_submit_line(submit_line: str, job_id: str) -> str | None:
         words = submit_line.split()
     for word in words:
         path = Path(word)
-        if _SUBMISSION_FILE.fullmatch(path.name):
-            return str(path.parent / f"job_{job_id.split('_')[0]}")
+        if jobfolder.SUBMITIT_BATCH_FILE.fullmatch(path.name):  # in the jobs root, beside the job folders
+            return str(jobfolder.job_folder(path.parent, job_id.split("_")[0]))
     return None
 
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpslurm.errors import SubmitError, UsageError
-from ddpslurm.sbatch_values import check_sbatch_value
+from ddpslurm.jobfolder import DEFAULT_ROOT
+from ddpslurm.sbatch_values import check_sbatch_value, parse_sbatch_args, parse_time
 
 LAUNCHERS = ("srun", "torchrun")
-DEFAULT_FOLDER = "ddpslurm_jobs"
 DEFAULT_SIGNAL_DELAY_S = 90
 DEFAULT_MAX_REQUEUES = 3
 DEFAULT_TIME = "60"
@@ -25,27 +25,6 @@ SIGNAL_RESOLUTION_S = 60
 #: --hang-timeout below this is refused: progress is sampled once a second and the stacks take seconds.
 MIN_HANG_TIMEOUT_S = 10
 
-#: sbatch options ddpslurm sets itself: `--sbatch-arg` may not override them (flag to use instead).
-RESERVED_SBATCH_KEYS: dict[str, str] = {
-    "nodes": "--nodes", "ntasks-per-node": "--tasks-per-node", "ntasks": "--nodes/--tasks-per-node",
-    "gpus-per-node": "--gpus-per-node", "cpus-per-task": "--cpus-per-task", "mem": "--mem",
-    "partition": "--partition", "account": "--account", "qos": "--qos", "time": "--time",
-    "constraint": "--constraint", "exclude": "--exclude", "signal": "--signal-delay",
-    "output": "--folder", "error": "--folder", "open-mode": "--folder", "job-name": "--job-name",
-    "requeue": "--max-requeues", "no-requeue": "--max-requeues 0",
-}
-
-# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (ASCII digits, the whole value: see ddpslurm.sbatch_values)
-_TIME_FORMS = (
-    (re.compile(r"([0-9]+)"), ("m",)),
-    (re.compile(r"([0-9]+):([0-9]+)"), ("m", "s")),
-    (re.compile(r"([0-9]+):([0-9]+):([0-9]+)"), ("h", "m", "s")),
-    (re.compile(r"([0-9]+)-([0-9]+)"), ("d", "h")),
-    (re.compile(r"([0-9]+)-([0-9]+):([0-9]+)"), ("d", "h", "m")),
-    (re.compile(r"([0-9]+)-([0-9]+):([0-9]+):([0-9]+)"), ("d", "h", "m", "s")),
-)
-_UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_SBATCH_KEY = re.compile(r"[a-z][a-z0-9-]*")
 _IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 
 
@@ -57,39 +36,6 @@ def _signal_delay_fix(signal_delay_s: int, time_s: int) -> str:
     if largest_delay < 1:
         return raise_time.capitalize()
     return f"Use --signal-delay {largest_delay} or less, or {raise_time}"
-
-
-def parse_time(text: str) -> int:
-    """Slurm `--time` text -> seconds (`90` -> 5400, `1:30:00` -> 5400, `2-00:00` -> 172800)."""
-    value = text.strip(" ")  # spaces from quoting are harmless; a newline or a tab is not
-    for pattern, units in _TIME_FORMS:
-        match = pattern.fullmatch(value)
-        if match:
-            seconds = sum(int(num) * _UNIT_S[unit] for num, unit in zip(match.groups(), units, strict=False))
-            if seconds <= 0:
-                break
-            return seconds
-    raise UsageError(f"--time {text!r} is not a Slurm time limit",
-                     "Use minutes (`30`), `H:MM:SS` (`2:00:00`) or `D-HH:MM` (`1-12:00`)")
-
-
-def parse_sbatch_args(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
-    """`["mail-type=END", "exclusive="]` -> (("mail-type", "END"), ("exclusive", "")). Empty value = bare flag."""
-    out: list[tuple[str, str]] = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip().lstrip("-").replace("_", "-")
-        if not sep:
-            raise UsageError(f"--sbatch-arg {item!r} has no '='",
-                             "Write KEY=VALUE (`--sbatch-arg mail-type=END`), or KEY= for a bare flag")
-        if not _SBATCH_KEY.fullmatch(key):
-            raise UsageError(f"--sbatch-arg {item!r}: {key!r} is not an sbatch option name",
-                             "Write the long option without dashes, e.g. `--sbatch-arg reservation=myres`")
-        if key in RESERVED_SBATCH_KEYS:
-            raise UsageError(f"--sbatch-arg {item!r} sets an option ddpslurm controls",
-                             f"Use {RESERVED_SBATCH_KEYS[key]} instead")
-        out.append((key, check_sbatch_value(key, value, UsageError, f"--sbatch-arg {key}")))
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -111,7 +57,7 @@ class JobSpec:
     exclude: str | None = None
     sbatch_args: tuple[tuple[str, str], ...] = ()
     launcher: str = "srun"
-    folder: Path = field(default_factory=lambda: Path(DEFAULT_FOLDER).absolute())
+    folder: Path = field(default_factory=lambda: Path(DEFAULT_ROOT).absolute())
     max_requeues: int = DEFAULT_MAX_REQUEUES
     interface: str | None = None
     signal_delay_s: int = DEFAULT_SIGNAL_DELAY_S
@@ -163,6 +109,60 @@ def check_script(script: str | os.PathLike[str]) -> Path:
     return path
 
 
+def _check_numbers(*, nodes: int, tasks_per_node: int | None, gpus_per_node: int | None,
+                   cpus_per_task: int | None, max_requeues: int, signal_delay_s: int, master_port: int | None) -> None:
+    """The integer flags: counts at least 1 (0 allowed where it means none), a port in 1024..65535."""
+    _positive("--nodes", nodes)
+    _positive("--tasks-per-node", tasks_per_node)
+    _positive("--gpus-per-node", gpus_per_node, allow_zero=True)
+    _positive("--cpus-per-task", cpus_per_task)
+    _positive("--max-requeues", max_requeues, allow_zero=True)
+    _positive("--signal-delay", signal_delay_s)
+    if master_port is not None and not 1024 <= master_port <= 65535:
+        raise UsageError(f"--master-port {master_port} is not a port between 1024 and 65535",
+                         "Give a free port such as 29500, or leave it out to derive one from the job id")
+
+
+def _check_names(launcher: str, sbatch_options: Iterable[tuple[str, str | None]], interface: str | None) -> None:
+    """The text flags: a known launcher, values fit for an `#SBATCH` line, a network interface name."""
+    if launcher not in LAUNCHERS:
+        raise UsageError(f"--launcher {launcher!r} is unknown", f"Use one of: {', '.join(LAUNCHERS)}")
+    for option, value in sbatch_options:
+        if value is not None:
+            check_sbatch_value(option, value, UsageError)
+    if interface is not None and not _IFNAME.fullmatch(interface):
+        raise UsageError(f"--interface {interface!r} is not a network interface name",
+                         "Give a name such as `eth0` or `ib0` (see `ip -o link`)")
+
+
+def _time_limit_s(time: str, signal_delay_s: int) -> int:
+    """--time in seconds, refused when the preemption signal (--signal-delay before the end) would come too early."""
+    time_s = parse_time(time)
+    if signal_delay_s + SIGNAL_RESOLUTION_S >= time_s:
+        raise UsageError(
+            f"--signal-delay {signal_delay_s}s leaves no time in a --time {time} ({time_s}s) job: Slurm may send "
+            f"the signal up to {SIGNAL_RESOLUTION_S}s earlier than asked, i.e. before the script starts",
+            _signal_delay_fix(signal_delay_s, time_s))
+    return time_s
+
+
+def _check_modes(*, launcher: str, local: bool, preflight: bool, hang_timeout_s: int) -> None:
+    """Flag combinations: --local refuses --preflight, --launcher torchrun and --hang-timeout; the hang timeout."""
+    if preflight and local:
+        raise UsageError("--preflight checks Slurm nodes and cannot run with --local", "Drop --preflight or --local")
+    if local and launcher != "srun":
+        raise UsageError("--local runs ranks as local processes and cannot use --launcher torchrun",
+                         "Drop --launcher torchrun, or submit to Slurm without --local")
+    _check_hang_timeout(hang_timeout_s, local)
+
+
+def _jobs_root(folder: str | os.PathLike[str]) -> Path:
+    """--folder as an absolute path, refused when it cannot go on the `#SBATCH --output=` line it becomes."""
+    folder_path = Path(folder).expanduser().absolute()
+    check_sbatch_value("folder", str(folder_path), UsageError, "--folder")
+    return folder_path
+
+
 def make_spec(
     script: str | os.PathLike[str],
     script_args: Sequence[str] = (),
@@ -180,7 +180,7 @@ def make_spec(
     exclude: str | None = None,
     sbatch_args: Iterable[str] = (),
     launcher: str = "srun",
-    folder: str | os.PathLike[str] = DEFAULT_FOLDER,
+    folder: str | os.PathLike[str] = DEFAULT_ROOT,
     max_requeues: int = DEFAULT_MAX_REQUEUES,
     interface: str | None = None,
     signal_delay_s: int = DEFAULT_SIGNAL_DELAY_S,
@@ -191,40 +191,16 @@ def make_spec(
     preflight: bool = False,
 ) -> JobSpec:
     """Validate raw flag values into a `JobSpec`. `tasks_per_node` defaults to `gpus_per_node`, else 1."""
-    _positive("--nodes", nodes)
-    _positive("--tasks-per-node", tasks_per_node)
-    _positive("--gpus-per-node", gpus_per_node, allow_zero=True)
-    _positive("--cpus-per-task", cpus_per_task)
-    _positive("--max-requeues", max_requeues, allow_zero=True)
-    _positive("--signal-delay", signal_delay_s)
-    if master_port is not None and not 1024 <= master_port <= 65535:
-        raise UsageError(f"--master-port {master_port} is not a port between 1024 and 65535",
-                         "Give a free port such as 29500, or leave it out to derive one from the job id")
-    if launcher not in LAUNCHERS:
-        raise UsageError(f"--launcher {launcher!r} is unknown", f"Use one of: {', '.join(LAUNCHERS)}")
-    for option, value in (("mem", mem), ("partition", partition), ("account", account), ("qos", qos),
-                          ("constraint", constraint), ("exclude", exclude), ("job-name", job_name)):
-        if value is not None:
-            check_sbatch_value(option, value, UsageError)
-    if interface is not None and not _IFNAME.fullmatch(interface):
-        raise UsageError(f"--interface {interface!r} is not a network interface name",
-                         "Give a name such as `eth0` or `ib0` (see `ip -o link`)")
-    time_s = parse_time(time)
-    if signal_delay_s + SIGNAL_RESOLUTION_S >= time_s:
-        raise UsageError(
-            f"--signal-delay {signal_delay_s}s leaves no time in a --time {time} ({time_s}s) job: Slurm may send "
-            f"the signal up to {SIGNAL_RESOLUTION_S}s earlier than asked, i.e. before the script starts",
-            _signal_delay_fix(signal_delay_s, time_s))
-    if preflight and local:
-        raise UsageError("--preflight checks Slurm nodes and cannot run with --local", "Drop --preflight or --local")
-    if local and launcher != "srun":
-        raise UsageError("--local runs ranks as local processes and cannot use --launcher torchrun",
-                         "Drop --launcher torchrun, or submit to Slurm without --local")
-    _check_hang_timeout(hang_timeout_s, local)
+    _check_numbers(nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node,
+                   cpus_per_task=cpus_per_task, max_requeues=max_requeues, signal_delay_s=signal_delay_s,
+                   master_port=master_port)
+    _check_names(launcher, (("mem", mem), ("partition", partition), ("account", account), ("qos", qos),
+                            ("constraint", constraint), ("exclude", exclude), ("job-name", job_name)), interface)
+    time_s = _time_limit_s(time, signal_delay_s)
+    _check_modes(launcher=launcher, local=local, preflight=preflight, hang_timeout_s=hang_timeout_s)
     if tasks_per_node is None:
         tasks_per_node = gpus_per_node if gpus_per_node else 1
-    folder_path = Path(folder).expanduser().absolute()
-    check_sbatch_value("folder", str(folder_path), UsageError, "--folder")  # it becomes #SBATCH --output=...
+    folder_path = _jobs_root(folder)
     return JobSpec(
         script=check_script(script), script_args=tuple(script_args), nodes=nodes, tasks_per_node=tasks_per_node,
         gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mem=mem, partition=partition, account=account,

@@ -12,15 +12,13 @@ import contextlib
 import io
 import json
 import os
-import shlex
-import stat
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ddpslurm import __version__
+from ddpslurm import jobfolder
+from ddpslurm._version import __version__
 from ddpslurm.errors import SubmitError
 from ddpslurm.launch.plan import ENV_DEFAULTS, LaunchPlan
 from ddpslurm.launch.spec import JobSpec
@@ -86,8 +84,9 @@ def render_sbatch(plan: LaunchPlan) -> str:
 def dry_run_text(spec: JobSpec, plan: LaunchPlan) -> str:
     """What `--dry-run` prints: the plan, the complete sbatch script, and the environment of every rank."""
     launcher = "local" if spec.local else spec.launcher
+    shown_job = jobfolder.job_folder_name(jobfolder.SHOWN_JOB_ID)
     lines = [
-        f"# ddpslurm dry run: nothing is submitted. Job folder: {spec.folder}/job_<jobid>/",
+        f"# ddpslurm dry run: nothing is submitted. Job folder: {spec.folder}/{shown_job}/",
         f"# script: {spec.script}",
         f"# script args: {json.dumps(list(spec.script_args))}",
         f"# ranks: {spec.nodes} node(s) x {spec.tasks_per_node} = {spec.world_size}, launcher {launcher}",
@@ -105,39 +104,8 @@ def dry_run_text(spec: JobSpec, plan: LaunchPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_folder(folder: Path) -> None:
-    """Create the jobs folder private (0700) if needed, refuse one that others may write, prove it writable.
-
-    submitit unpickles what this folder holds on the compute node: whoever can write it before the job
-    starts runs code as the job. Raises a one-line SubmitError.
-    """
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        check_private(folder)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".ddpslurm-write-test-"):
-            pass
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise SubmitError(f"job folder {str(folder)!r} is not writable ({reason})",
-                          "Pass --folder with a writable directory that all nodes can see") from None
-
-
-def check_private(folder: Path) -> None:
-    """Raise a SubmitError when `folder` is not owned by this user or is writable by group or others."""
-    info = folder.stat()
-    shown = ascii(str(folder))
-    if info.st_uid != os.getuid():
-        raise SubmitError(f"job folder {shown} belongs to another user (uid {info.st_uid})",
-                          "Pass --folder with a folder of your own: submitit runs what the folder holds")
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise SubmitError(f"job folder {shown} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
-                          "whoever writes there before the job starts could run code as your job",
-                          f"Run `chmod go-w {shlex.quote(str(folder))}`, or pass --folder with a folder only you "
-                          "can write")
-
-
 def job_record(spec: JobSpec, plan: LaunchPlan, job_id: str, unix: float) -> dict[str, Any]:
-    """The job-level record `ddpslurm.json`."""
+    """The job-level record (`jobfolder.JOB_RECORD_FILE`)."""
     spec_fields = asdict(spec)
     spec_fields.update(script=str(spec.script), folder=str(spec.folder),
                        script_args=list(spec.script_args), sbatch_args=[list(p) for p in spec.sbatch_args])
@@ -153,10 +121,8 @@ def job_record(spec: JobSpec, plan: LaunchPlan, job_id: str, unix: float) -> dic
 
 
 def _write_job_record(spec: JobSpec, plan: LaunchPlan, job_id: str, unix: float) -> Path:
-    from ddpslurm.launch.records import job_folder, write_json
-
-    folder = job_folder(spec.folder, job_id)
-    write_json(folder / "ddpslurm.json", job_record(spec, plan, job_id, unix))
+    folder = jobfolder.job_folder(spec.folder, job_id)
+    jobfolder.write_json(jobfolder.job_record_path(folder), job_record(spec, plan, job_id, unix))
     return folder
 
 
@@ -164,7 +130,7 @@ def submit(spec: JobSpec, plan: LaunchPlan) -> Submitted:
     """Submit through submitit (Slurm, or the local executor with --local); returns the job id and folder."""
     from ddpslurm.launch.worker import Worker
 
-    check_folder(spec.folder)
+    jobfolder.check_folder(spec.folder)
     if spec.local:
         return _submit_local(spec, plan)
     from ddpslurm.scheduler.run import require_slurm
@@ -204,7 +170,7 @@ def wait_local(submitted: Submitted, poll_s: float = 0.5) -> int:
     while not job.done():
         time.sleep(poll_s)
     with contextlib.suppress(OSError):  # submitit's local controller creates the unformatted `job_%j` folder
-        (submitted.folder.parent / "job_%j").rmdir()
+        jobfolder.job_folder(submitted.folder.parent, jobfolder.SUBMITIT_JOB_ID).rmdir()
     return local_outcome(submitted.folder, job.num_tasks)
 
 
@@ -212,7 +178,7 @@ def local_outcome(job_dir: Path, world_size: int) -> int:
     """0 when every rank's exit record says ok, else the first non-zero exit code (1 when one is missing)."""
     codes = []
     for rank in range(world_size):
-        path = job_dir / "attempt_0" / f"rank_{rank}.exit.json"
+        path = jobfolder.rank_paths(jobfolder.attempt_folder(job_dir, 0), rank)["exit"]
         try:
             codes.append(int(json.loads(path.read_text(encoding="utf-8"))["exit_code"]))
         except (OSError, ValueError, KeyError):

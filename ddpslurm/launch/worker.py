@@ -33,7 +33,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ddpslurm import __version__, preemption
+from ddpslurm import jobfolder, preemption
+from ddpslurm._version import __version__
 from ddpslurm.launch import records
 from ddpslurm.launch.plan import (
     NCCL_TIMESTAMP_ENVS,
@@ -158,7 +159,7 @@ def apply_interface(cfg: WorkerConfig, dist: Any, environ: MutableMapping[str, s
         return
     if environ.get("GLOO_SOCKET_IFNAME"):
         return
-    from ddpslurm.launch.netif import choose_interface
+    from ddpslurm.netif import choose_interface
 
     chosen = choose_interface(dist.hostnames, dist.node_rank, dist.master_addr)
     if chosen:
@@ -282,7 +283,7 @@ class _RankState:
         record = records.exit_record(rank=self.dist.rank, host=socket.gethostname(), pid=os.getpid(),
                                      job_id=self.dist.job_id, attempt=self.attempt, status=status,
                                      exit_code=exit_code, unix=time.time(), **fields)
-        records.write_json(self.paths["exit"], record)
+        jobfolder.write_json(self.paths["exit"], record)
         self.final_code = exit_code
 
     def on_preemption(self, signum: int) -> None:
@@ -292,8 +293,8 @@ class _RankState:
         self.signal_unix = time.time()
         name = signal.Signals(signum).name
         with contextlib.suppress(OSError):  # the batch step reads it; the rank goes on without it
-            records.write_json(self.paths["signal"], {"rank": self.dist.rank, "signal": name,
-                                                      "unix": self.signal_unix})
+            jobfolder.write_json(self.paths["signal"], {"rank": self.dist.rank, "signal": name,
+                                                        "unix": self.signal_unix})
         print(f"ddpslurm: rank {self.dist.rank} got {name}: the script should checkpoint and return "
               f"(ddpslurm.preemption_requested()); stopping it in {self.cfg.grace_s}s unless it has read "
               "the flag by then", file=sys.stderr, flush=True)
@@ -347,10 +348,10 @@ def _attempt_start(environ: MutableMapping[str, str]) -> float:
 
 def _job_dirs(cfg: WorkerConfig, job_id: str, attempt: int,
               environ: MutableMapping[str, str]) -> tuple[Path, Path]:
-    job_dir = records.job_folder(cfg.folder, job_id)
-    attempt_dir = records.attempt_folder(job_dir, attempt)
+    job_dir = jobfolder.job_folder(cfg.folder, job_id)
+    attempt_dir = jobfolder.attempt_folder(job_dir, attempt)
     attempt_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "checkpoints").mkdir(exist_ok=True)
+    jobfolder.checkpoints_folder(job_dir).mkdir(exist_ok=True)
     environ["DDPSLURM_JOB_FOLDER"] = str(job_dir)
     environ["DDPSLURM_ATTEMPT"] = str(attempt)
     return job_dir, attempt_dir
@@ -391,7 +392,7 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
     apply_interface(cfg, dist, environ)
     attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
     _, attempt_dir = _job_dirs(cfg, dist.job_id, attempt, environ)
-    paths = records.rank_paths(attempt_dir, dist.rank)
+    paths = jobfolder.rank_paths(attempt_dir, dist.rank)
     tee = FdTee(paths["log"])
     tee.start()
     enable_faulthandler(environ)
@@ -408,7 +409,7 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
         versions = versions_and_nccl_defaults(environ)
         patch_pg_timeout(environ)
         now = time.time()
-        records.write_json(paths["start"], records.start_record(
+        jobfolder.write_json(paths["start"], records.start_record(
             rank=dist.rank, local_rank=dist.local_rank, node_rank=dist.node_rank, world_size=dist.world_size,
             local_world_size=dist.local_world_size, host=socket.gethostname(), pid=os.getpid(),
             job_id=dist.job_id, step_id=environ.get("SLURM_STEP_ID"), attempt=attempt, launcher=launcher,

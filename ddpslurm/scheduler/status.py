@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpslurm.errors import JobNotFoundError, SlurmCommandError, SlurmNotFoundError, UsageError
+from ddpslurm.jobfolder import DEFAULT_ROOT, JOB_FOLDER_NAME, SHOWN_JOB_ID, SUBMITIT_SUBMISSION_NAME, job_folder_name
 from ddpslurm.sanitize import terminal as _t
 from ddpslurm.scheduler.accounting import JobAccounting, accounting_from_records, array_tasks, sacct_records, step_dict
 from ddpslurm.scheduler.commands import check_job_id, scontrol_show_job_argv
@@ -24,8 +25,6 @@ from ddpslurm.scheduler.run import run
 from ddpslurm.scheduler.states import SUCCESS, JobState, normalize_state
 
 EXIT_JOB_FAILED = 3
-_FOLDER_NAME = re.compile(r"^job_(\d+(?:_\d+)?)$")
-_SUBMISSION = re.compile(r"^(\d+(?:_\d+)?)_submission\.sh$")
 
 
 @dataclass(frozen=True)
@@ -73,18 +72,18 @@ def resolve_job(ref: str) -> tuple[str, str | None]:
     if re.fullmatch(r"\d+(?:_\d+)?", text):
         return text, None
     path = Path(text)
-    match = _FOLDER_NAME.match(path.name)
+    match = JOB_FOLDER_NAME.match(path.name)
     if match:
         return match.group(1), str(path.resolve()) if path.is_dir() else None
     if path.is_dir():
-        ids = sorted({m.group(1) for p in path.iterdir() if (m := _SUBMISSION.match(p.name))})
+        ids = sorted({m.group(1) for p in path.iterdir() if (m := SUBMITIT_SUBMISSION_NAME.match(p.name))})
         if len(ids) == 1:
             return ids[0], str(path.resolve())
     if path.exists():
         raise JobNotFoundError(f"cannot tell the job id of {text!r}",
-                               "Give a job id, or a ddpslurm job folder named job_<jobid>")
+                               f"Give a job id, or a ddpslurm job folder named {job_folder_name(SHOWN_JOB_ID)}")
     raise JobNotFoundError(f"{text!r} is neither a Slurm job id nor an existing job folder",
-                           "Give a job id such as 1234, or a folder such as ddpslurm_jobs/job_1234/")
+                           f"Give a job id such as 1234, or a folder such as {DEFAULT_ROOT}/{job_folder_name('1234')}/")
 
 
 def status_from_accounting(acc: JobAccounting, folder: str | None = None) -> JobStatus:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
-from ddpslurm.analyze.parse.attribution import path_info, strip_prefixes
+from ddpslurm.analyze.parse.attribution import strip_prefixes
+from ddpslurm.analyze.read.file_names import path_info
 
 RECORD_SUFFIXES = (".start.json", ".exit.json")
 JOB_RECORD = "ddpslurm.json"

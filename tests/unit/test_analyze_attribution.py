@@ -15,10 +15,10 @@ from ddpslurm.analyze.parse.attribution import (
     RULES,
     clean,
     nccl_source,
-    path_info,
     prefix_spans,
     strip_prefixes,
 )
+from ddpslurm.analyze.read.file_names import path_info
 from tests.unit.test_analyze_digit_shape import corpus_lines
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from ddpslurm.analyze.api import analyze_paths
+from ddpslurm.analyze.parse.preflight_records import doctor_events
 from ddpslurm.doctor import command, judge, probe
-from ddpslurm.doctor.analysis import doctor_events
 from ddpslurm.errors import UsageError
 
 NAME_SETS = [["n01", "n02", "n03"], ["gpu-a17", "gpu-b03", "gpu-a02"], ["x", "y", "z", "w"]]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.errors import SubmitError
-from ddpslurm.launch.submit import check_folder
+from ddpslurm.jobfolder import check_folder
 from ddpslurm.sanitize import json_dumps
 from ddpslurm.scheduler.status import render_text, status_from_scontrol
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.errors import SubmitError, UsageError
-from ddpslurm.launch.spec import make_spec, parse_sbatch_args, parse_time
+from ddpslurm.launch.spec import make_spec
+from ddpslurm.sbatch_values import parse_sbatch_args, parse_time
 
 
 @pytest.fixture()

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from ddpslurm import jobfolder
 from ddpslurm.launch import records
-from ddpslurm.launch.netif import pick_interface, route_peer
 from ddpslurm.launch.plan import WorkerConfig, package_setup
 from ddpslurm.launch.requeue import CAP_REACHED_EXIT, PREEMPTION, TIME_LIMIT, decide, is_time_limit
 from ddpslurm.launch.worker import (
@@ -28,6 +28,7 @@ from ddpslurm.launch.worker import (
     torchrun_child_dist_env,
     versions_and_nccl_defaults,
 )
+from ddpslurm.netif import pick_interface, route_peer
 
 
 @pytest.mark.parametrize(("elapsed", "limit", "delay", "expected"), [
@@ -109,7 +110,7 @@ def test_interface_precedence(cfg_iface: str | None, environ: dict[str, str], ex
 def test_routed_interface_goes_to_gloo_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """NCCL picks its own interface unless --interface says otherwise: the routed one is often the
     management NIC."""
-    import ddpslurm.launch.netif as netif
+    import ddpslurm.netif as netif
 
     monkeypatch.setattr(netif, "choose_interface", lambda hosts, node_rank, master: "eth9")
     dist = SimpleNamespace(hostnames=("a", "b"), node_rank=1, master_addr="a")
@@ -215,8 +216,8 @@ def test_records_shape(tmp_path: Path) -> None:
     end = records.exit_record(rank=1, host="h", pid=9, job_id="5", attempt=0, status="preempted", exit_code=0,
                               unix=1.0, reason="time_limit")
     assert end["reason"] == "time_limit" and end["signal"] is None and end["exception"] is None
-    path = records.rank_paths(records.attempt_folder(records.job_folder(tmp_path, "5"), 0), 1)["exit"]
-    records.write_json(path, end)
+    path = jobfolder.rank_paths(jobfolder.attempt_folder(jobfolder.job_folder(tmp_path, "5"), 0), 1)["exit"]
+    jobfolder.write_json(path, end)
     assert path == tmp_path / "job_5" / "attempt_0" / "rank_1.exit.json"
     assert json.loads(path.read_text()) == end
     with pytest.raises(ValueError):

@@ -10,8 +10,8 @@ import pytest
 
 from ddpslurm.analyze.rules.signatures import load_signatures
 from ddpslurm.errors import SubmitError
+from ddpslurm.jobfolder import CHAIN_FILE
 from ddpslurm.launch.retries import (
-    CHAIN_FILE,
     ChainSteps,
     chain_lines,
     job_folder_from_submit_line,

@@ -1,4 +1,4 @@
-"""Who said a line: rank, local rank and host from line prefixes and from file names (pure functions).
+"""Who said a line: rank, local rank and host from its prefixes (pure functions; file names: read/file_names.py).
 
 Prefixes are peeled from the front of a line, several may be stacked (`node02: [rank3]: ...`,
 `[default0]:[rank3]:`, `3: ` from `srun --label`, `[1,3]<stdout>:` from Open MPI, `[pod] ` from cloud
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePath
 from typing import NamedTuple
+
+from ddpslurm.analyze.read.file_names import HOST as _HOST
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -41,7 +42,6 @@ class Prefix(NamedTuple):
     rank_from_label: bool = False
 
 
-_HOST = r"(?:[A-Za-z][A-Za-z0-9_-]*\d[A-Za-z0-9_.-]*|\d{1,3}(?:\.\d{1,3}){3})"
 # Each rule: (regex anchored at the start, what the groups mean). Order matters only for overlaps.
 RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # CI / collector timestamps in front: `2024-05-08T08:47:31.1234567Z `, `[2024-05-08 08:47:31] `,
@@ -176,81 +176,6 @@ def nccl_source(text: str) -> tuple[str, int] | None:
     return (m["host"], int(m["pid"])) if m else None
 
 
-@dataclass(frozen=True)
-class PathInfo:
-    """What a file's path tells about its writer."""
-
-    rank: int | None = None
-    local_rank: int | None = None
-    host: str | None = None
-    attempt: int | None = None
-    kind: str = "log"
-    task_file: bool = False  # submitit's %j_%t_log: the srun task id is the rank only with one task per rank
-
-
-_SUBMITIT = re.compile(r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_(?:log\.(?:out|err)|result\.pkl|submitted\.pkl)$")
-#: ddpslurm's `rank_R.log` and its records; a person's `rank3.log`, `rank-3.txt` name the global rank too
-_DDP_RANK = re.compile(r"^rank[_-]?(?P<rank>\d+)(?P<rec>\.start\.json|\.exit\.json|\.log|\.out|\.err|\.txt)?$")
-_ATTEMPT = re.compile(r"^attempt_(?P<n>\d+)$")
-_HOSTDIR = re.compile(rf"^(?:node[-_]?rank[-_]?\d+[-_])?(?P<host>{_HOST})$")
-_ELASTIC_RUN = re.compile(r"^[\w.-]+_[a-z0-9]{8}$")  # torchrun --log-dir: <run_id>_<random>
-#: the folder torchrun's agent makes right above `attempt_N` (`tempfile.mkdtemp(prefix=f"{run_id}_")`): its random
-#: part is 8 of tempfile's characters, `_` among them (one such folder in five has one: `none_i9e0dj_h`)
-_ELASTIC_RUN_ABOVE_ATTEMPT = re.compile(r"^[\w.-]+_[a-z0-9_]{8}$")
-_RANKDIR = re.compile(r"^(?:rank[_-]?)?(?P<n>\d{1,5})$")
-
-
-def path_info(relative: PurePath | tuple[str, ...]) -> PathInfo:
-    """Rank/host/attempt from a path relative to the folder given to analyze.
-
-    `%j_%t_log.out` -> task id = global rank; `attempt_N/rank_R.log` (ddpslurm); torchrun's
-    `[host/]attempt_N/<local_rank>/{stdout,stderr}.log|error.json` -> local rank (host from a parent folder).
-    """
-    parts = relative if isinstance(relative, tuple) else relative.parts  # a tuple: the parts themselves
-    name = parts[-1] if parts else ""
-    attempt = None
-    for i, part in enumerate(parts[:-1]):
-        m = _ATTEMPT.match(part)
-        if m:
-            attempt = int(m["n"])
-            above = i - 1 if i and _ELASTIC_RUN_ABOVE_ATTEMPT.match(parts[i - 1]) else i  # the agent's, not a host
-            host = _host_from(parts[:above])
-            rest = parts[i + 1:-1]
-            if rest and _RANKDIR.match(rest[0]):
-                kind = "elastic_error" if name == "error.json" else "log"
-                return PathInfo(local_rank=int(_RANKDIR.match(rest[0])["n"]), host=host, attempt=attempt, kind=kind)
-            break
-    m = _SUBMITIT.match(name)
-    if m:
-        return PathInfo(rank=int(m["task"]), attempt=attempt, host=_host_from(parts[:-1]), task_file=True)
-    m = _DDP_RANK.match(name)
-    if m:
-        rec = m["rec"] or ""
-        kind = {".start.json": "start_record", ".exit.json": "exit_record"}.get(rec, "log")
-        return PathInfo(rank=int(m["rank"]), attempt=attempt, kind=kind)
-    if name == "ddpslurm.json":
-        return PathInfo(kind="job_record")
-    if parts[-2:-1] == ("doctor",) and name.startswith("node_") and name.endswith(".json"):
-        return PathInfo(kind="doctor_record", host=name[5:-5])  # ddpslurm doctor's per-node record
-    if name == "error.json":
-        return PathInfo(attempt=attempt, kind="elastic_error", host=_host_from(parts[:-1]))
-    return PathInfo(attempt=attempt, host=_host_from(parts[:-1]))
-
-
-def _host_from(parents: tuple[str, ...]) -> str | None:
-    """The nearest parent folder that looks like a host name (`node02`, `gpu-a100-3`)."""
-    for part in reversed(parents):
-        if _ATTEMPT.match(part) or _RANKDIR.match(part) or part.startswith(("job_", "torchelastic_")) \
-                or _ELASTIC_RUN.match(part):
-            continue
-        m = _HOSTDIR.match(part)
-        if m and not re.fullmatch(r"(?:logs?|out|outputs?|run\d*)", part):
-            return m["host"]
-    return None
-
-
-#: a rank tag torch puts inside a glog/C++ message body: `[Rank 3]`, `[PG 0 Rank 3]`, `[PG 0 (default_pg) Rank 3]`,
-#: `[PG ID 0 PG GUID 0(default_pg) Rank 3]` (ProcessGroupNCCL, torch 1.8 to 2.x); NCCL 2.2x+ `[Rank 3] ... Init START`
 BODY_RANK = re.compile(r"\[(?:PG (?:ID )?\S+ (?:PG GUID [^\]]*? |\([^)]*\) )?)?Rank (?P<rank>\d{1,7})\]")
 
 

@@ -21,11 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddpslurm.analyze.model import Event, SourceFile
+from ddpslurm.jobfolder import FR_TRACE_SUFFIX, rank_file_pattern
 from ddpslurm.sanitize import escape_undecodable
 
 #: A dump beyond this is not read (torch's default ring of 2000 entries is about 1 MB).
 MAX_BYTES = 64 * 1024 * 1024
-_FILE_NAME = re.compile(r"rank_(?P<rank>\d{1,7})\.fr_trace\.json$")
+_FILE_NAME = rank_file_pattern(FR_TRACE_SUFFIX, 7)
 _BACKEND = re.compile(r"^(?:gloo|nccl|ucc|mpi|xccl|fake|custom):")
 
 
@@ -64,7 +65,7 @@ def last_collectives(data: Any) -> dict[str, Mapping[str, Any]]:
 
 def fr_events(source: SourceFile) -> list[Event]:
     """One `fr_last` event per process group of the rank's dump; none for a file that is not such a dump."""
-    match = _FILE_NAME.search(source.path)
+    match = _FILE_NAME.fullmatch(os.path.basename(source.path))
     rank = int(match["rank"]) if match else source.rank
     if rank is None:
         return []

@@ -164,8 +164,8 @@ def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], 
     A record that is not a JSON object is skipped; a field that fails its rule is left out; both add a
     line to `facts["notes"]`. Nothing in a record aborts the analysis.
     """
-    if source.kind == "doctor_record":  # judged with its sibling records: ddpslurm/doctor/analysis.py
-        from ddpslurm.doctor.analysis import doctor_events
+    if source.kind == "doctor_record":  # judged with its sibling records: parse/preflight_records.py
+        from ddpslurm.analyze.parse.preflight_records import doctor_events
 
         return doctor_events(source.path, source.display), {}
     if source.kind == "stack_dump":  # the hang monitor's stack dumps (ddpslurm/analyze/stacks.py)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 
 from ddpslurm.analyze.model import Event, SourceFile
+from ddpslurm.jobfolder import STACKS_SUFFIX, rank_file_pattern
 from ddpslurm.sanitize import escape_undecodable
 
 MAX_LINES = 20_000
@@ -25,7 +26,7 @@ _THREAD = re.compile(r"^(?P<current>Current thread|Thread) (?P<id>0x[0-9a-fA-F]+
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]{1,1000})", line (?P<line>\d{1,9}) in (?P<func>[\w<>.$-]{1,200})')
 _HEADER = re.compile(r"^# ddpslurm stack dump file: rank (?P<rank>\d{1,7}) host (?P<host>[\w.:-]{1,255}) "
                      r"pid (?P<pid>\d{1,8})")
-_FILE_NAME = re.compile(r"rank_(?P<rank>\d{1,7})\.stacks\.txt$")
+_FILE_NAME = rank_file_pattern(STACKS_SUFFIX, 7)
 
 #: (path fragment, what a rank with such a frame waits in): torch's communication entry points, and autograd's
 #: backward, where DDP's reducer waits for its gradient all-reduce. Rules as data, by library file.
@@ -102,7 +103,7 @@ def stack_events(source: SourceFile) -> list[Event]:
     lines, header = _read(source.path)
     rank = int(header["rank"]) if header else source.rank
     if rank is None:
-        match = _FILE_NAME.search(source.path)
+        match = _FILE_NAME.fullmatch(PurePath(source.path).name)
         rank = int(match["rank"]) if match else None
     thread = main_thread(parse_dump(lines))
     if rank is None or thread is None:

@@ -25,8 +25,9 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from ddpslurm.analyze.model import FileSummary, SourceFile
-from ddpslurm.analyze.parse.attribution import path_info
+from ddpslurm.analyze.read.file_names import path_info
 from ddpslurm.errors import AnalyzeInputError, UsageError
+from ddpslurm.jobfolder import FR_TRACE_SUFFIX, HANG_FILE, HEARTBEAT_SUFFIX, STACKS_SUFFIX, rank_file_pattern
 
 #: a metadata request (a stat, an open) slower than this is a network file system's round trip to its metadata server
 #: (NFS, Lustre, GPFS: 0.1-1 ms; a local disk's takes 2-5 us): then METADATA_THREADS threads ask side by side
@@ -57,9 +58,10 @@ _RECORD_KINDS = ("start_record", "exit_record", "job_record", "elastic_error", "
                  "hang_record", "fr_trace")
 #: the hang monitor's files (ddpslurm.launch.heartbeat): stack dumps parsed by analyze/stacks.py, flight recorder
 #: dumps by analyze/flight_recorder.py; its bookkeeping
-_HANG_FILES = ((re.compile(r"rank_\d{1,7}\.stacks\.txt"), "stack_dump"),
-               (re.compile(r"rank_\d{1,7}\.fr_trace\.json"), "fr_trace"),
-               (re.compile(r"rank_\d{1,7}\.heartbeat\.json|hang\.json"), "hang_record"))
+_HANG_FILES = ((rank_file_pattern(STACKS_SUFFIX, 7), "stack_dump"),
+               (rank_file_pattern(FR_TRACE_SUFFIX, 7), "fr_trace"),
+               (rank_file_pattern(HEARTBEAT_SUFFIX, 7), "hang_record"),
+               (re.compile(re.escape(HANG_FILE)), "hang_record"))
 
 if TYPE_CHECKING:
     from ddpslurm.analyze.model import Diagnosis

@@ -16,7 +16,6 @@ from ddpslurm.doctor.judge import cause_of, judge
 
 #: A failed pre-flight is a node's own failure: the strongest kind of evidence (own_weight 100).
 PREFLIGHT_PRIORITY = 100
-RECORD_GLOB = "node_*.json"
 
 
 def _finished(record: dict) -> float | None:

@@ -1,0 +1,219 @@
+"""The job folder's contract: every name ddpslurm writes into a job folder or reads from one.
+
+Writers (`submit`, the worker, the batch step, the hang monitor, `doctor`) and readers (`analyze`, `status`,
+`triage`, `--retries`) take the names from here, never spell them themselves::
+
+    <root>/                          the jobs root (--folder; DEFAULT_ROOT), private (check_folder)
+      .submission_file_<hex>.sh      submitit's batch script (sacct's SubmitLine names it)
+      job_<jobid>/
+        ddpslurm.json                the job record (submit)
+        retries.json                 the retry chain (submit --retries)
+        checkpoints/                 for the script (DDPSLURM_JOB_FOLDER/checkpoints)
+        %j_submission.sh             submitit: %j_submitted.pkl, %j_%t_log.out, %j_%t_log.err, %j_%t_result.pkl
+        doctor/node_<host>.json      one pre-flight record per node (doctor, submit --preflight)
+        attempt_<N>/                 N = SLURM_RESTART_COUNT
+          rank_<R>.log               the rank's stdout and stderr
+          rank_<R>.start.json        rank_<R>.exit.json, rank_<R>.signal.json (first preemption signal)
+          rank_<R>.heartbeat.json    with --hang-timeout: rank_<R>.stacks.txt, rank_<R>.fr_trace.json
+          hang.json                  the hang monitor's request to end the attempt
+          requeue.json               the batch step's requeue outcome
+
+Names and patterns are pure; `write_json` and `check_folder` are the two writers' helpers (they touch disk).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ddpslurm.errors import SubmitError
+
+#: the jobs root when --folder is not given
+DEFAULT_ROOT = "ddpslurm_jobs"
+JOB_PREFIX = "job_"
+ATTEMPT_PREFIX = "attempt_"
+RANK_PREFIX = "rank_"
+#: what stands for the job id: submitit's placeholder (the folder it is given), and the one shown to a person
+SUBMITIT_JOB_ID = "%j"
+SHOWN_JOB_ID = "<jobid>"
+
+# --- job folder -------------------------------------------------------------------------------------------
+JOB_RECORD_FILE = "ddpslurm.json"
+CHAIN_FILE = "retries.json"
+CHECKPOINTS_DIR = "checkpoints"
+DOCTOR_DIR = "doctor"
+DOCTOR_RECORD_PREFIX = "node_"
+DOCTOR_RECORD_SUFFIX = ".json"
+DOCTOR_RECORD_GLOB = f"{DOCTOR_RECORD_PREFIX}*{DOCTOR_RECORD_SUFFIX}"
+
+# --- attempt folder ---------------------------------------------------------------------------------------
+LOG_SUFFIX = ".log"
+START_SUFFIX = ".start.json"
+EXIT_SUFFIX = ".exit.json"
+SIGNAL_SUFFIX = ".signal.json"
+HEARTBEAT_SUFFIX = ".heartbeat.json"
+STACKS_SUFFIX = ".stacks.txt"
+FR_TRACE_SUFFIX = ".fr_trace.json"
+#: the hang monitor's request to end the attempt
+HANG_FILE = "hang.json"
+REQUEUE_FILE = "requeue.json"
+
+# --- submitit's files -------------------------------------------------------------------------------------
+SUBMITIT_STDOUT = "%j_%t_log.out"
+SUBMITIT_STDERR = "%j_%t_log.err"
+SUBMITIT_RESULT = "%j_%t_result.pkl"
+SUBMITIT_SUBMITTED = "%j_submitted.pkl"
+SUBMITIT_SUBMISSION = "%j_submission.sh"
+
+# --- readers: patterns over names (fullmatch a name; `\d` as the readers always took it) ---------------------
+#: `job_<jobid>` (an array task's id too: `job_123_4`); group 1 is the job id
+JOB_FOLDER_NAME = re.compile(rf"^{JOB_PREFIX}(\d+(?:_\d+)?)$")
+#: `attempt_<N>`; group `n`
+ATTEMPT_NAME = re.compile(rf"^{ATTEMPT_PREFIX}(?P<n>\d+)$")
+#: submitit's per-task files in the job folder; groups `job`, `task`
+SUBMITIT_TASK_FILE = re.compile(
+    r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_(?:log\.(?:out|err)|result\.pkl|submitted\.pkl)$")
+#: submitit's `%j_submission.sh` in the job folder; group 1 is the job id
+SUBMITIT_SUBMISSION_NAME = re.compile(r"^(\d+(?:_\d+)?)_submission\.sh$")
+#: submitit's batch script in the jobs root (`sbatch <root>/.submission_file_<hex>.sh`)
+SUBMITIT_BATCH_FILE = re.compile(r"\.submission_file_[0-9a-f]+\.sh")
+
+
+def job_folder_name(job_id: str) -> str:
+    """`job_<jobid>`."""
+    return f"{JOB_PREFIX}{job_id}"
+
+
+def job_folder(root: str | os.PathLike[str], job_id: str) -> Path:
+    """`<root>/job_<jobid>`."""
+    return Path(root) / job_folder_name(job_id)
+
+
+def attempt_folder(job_dir: Path, attempt: int) -> Path:
+    """`<job>/attempt_<N>`."""
+    return job_dir / f"{ATTEMPT_PREFIX}{attempt}"
+
+
+def rank_file(attempt_dir: Path, rank: int, suffix: str) -> Path:
+    """`<attempt>/rank_<R><suffix>`, e.g. `rank_3.exit.json` for EXIT_SUFFIX."""
+    return attempt_dir / f"{RANK_PREFIX}{rank}{suffix}"
+
+
+def rank_paths(attempt_dir: Path, rank: int) -> dict[str, Path]:
+    """The log, start, exit and first-signal record paths of one rank in one attempt."""
+    return {"log": rank_file(attempt_dir, rank, LOG_SUFFIX), "start": rank_file(attempt_dir, rank, START_SUFFIX),
+            "exit": rank_file(attempt_dir, rank, EXIT_SUFFIX), "signal": rank_file(attempt_dir, rank, SIGNAL_SUFFIX)}
+
+
+def heartbeat_path(attempt_dir: Path, rank: int) -> Path:
+    return rank_file(attempt_dir, rank, HEARTBEAT_SUFFIX)
+
+
+def stacks_path(attempt_dir: Path, rank: int) -> Path:
+    return rank_file(attempt_dir, rank, STACKS_SUFFIX)
+
+
+def fr_trace_path(attempt_dir: Path, rank: int) -> Path:
+    return rank_file(attempt_dir, rank, FR_TRACE_SUFFIX)
+
+
+def hang_path(attempt_dir: Path) -> Path:
+    return attempt_dir / HANG_FILE
+
+
+def requeue_path(attempt_dir: Path) -> Path:
+    return attempt_dir / REQUEUE_FILE
+
+
+def job_record_path(job_dir: Path) -> Path:
+    return job_dir / JOB_RECORD_FILE
+
+
+def chain_path(job_dir: str | os.PathLike[str]) -> Path:
+    return Path(job_dir) / CHAIN_FILE
+
+
+def checkpoints_folder(job_dir: Path) -> Path:
+    return job_dir / CHECKPOINTS_DIR
+
+
+def doctor_folder(job_dir: Path) -> Path:
+    return job_dir / DOCTOR_DIR
+
+
+def doctor_record_path(job_dir: Path, node: str) -> Path:
+    """`<job>/doctor/node_<host>.json`."""
+    return doctor_folder(job_dir) / f"{DOCTOR_RECORD_PREFIX}{node}{DOCTOR_RECORD_SUFFIX}"
+
+
+def doctor_record_node(name: str) -> str | None:
+    """The host of a `node_<host>.json` file name, or None for another name."""
+    if name.startswith(DOCTOR_RECORD_PREFIX) and name.endswith(DOCTOR_RECORD_SUFFIX):
+        return name[len(DOCTOR_RECORD_PREFIX):-len(DOCTOR_RECORD_SUFFIX)]
+    return None
+
+
+def rank_glob(suffix: str) -> str:
+    """The glob of one kind of rank file in an attempt folder: `rank_*.exit.json` for EXIT_SUFFIX."""
+    return f"{RANK_PREFIX}*{suffix}"
+
+
+def rank_file_pattern(suffix: str, max_digits: int | None = None) -> re.Pattern[str]:
+    """The pattern of one kind of rank file name (fullmatch it); group `rank` (also group 1) is the rank.
+
+    `max_digits` bounds the rank's digits (`\\d{1,7}`); None: any number of them (`\\d+`).
+    """
+    digits = r"\d+" if max_digits is None else rf"\d{{1,{max_digits}}}"
+    return re.compile(rf"{RANK_PREFIX}(?P<rank>{digits}){re.escape(suffix)}")
+
+
+# --- the writers' helpers (I/O) ---------------------------------------------------------------------------
+
+
+def write_json(path: Path, obj: Mapping[str, Any]) -> None:
+    """Write `obj` as JSON atomically, so a reader never sees half a record."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(obj, handle, indent=1, sort_keys=False)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def check_folder(folder: Path) -> None:
+    """Create the jobs folder private (0700) if needed, refuse one that others may write, prove it writable.
+
+    submitit unpickles what this folder holds on the compute node: whoever can write it before the job
+    starts runs code as the job. Raises a one-line SubmitError.
+    """
+    import tempfile  # here: `import ddpslurm` (a training script's) stays cheap
+
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        check_private(folder)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".ddpslurm-write-test-"):
+            pass
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise SubmitError(f"job folder {str(folder)!r} is not writable ({reason})",
+                          "Pass --folder with a writable directory that all nodes can see") from None
+
+
+def check_private(folder: Path) -> None:
+    """Raise a SubmitError when `folder` is not owned by this user or is writable by group or others."""
+    info = folder.stat()
+    shown = ascii(str(folder))
+    if info.st_uid != os.getuid():
+        raise SubmitError(f"job folder {shown} belongs to another user (uid {info.st_uid})",
+                          "Pass --folder with a folder of your own: submitit runs what the folder holds")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise SubmitError(f"job folder {shown} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o}); "
+                          "whoever writes there before the job starts could run code as your job",
+                          f"Run `chmod go-w {shlex.quote(str(folder))}`, or pass --folder with a folder only you "
+                          "can write")
