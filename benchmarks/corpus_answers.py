@@ -6,8 +6,8 @@
 `dump` runs `analyze_paths` on each case of analyzer/cases/ and on each perturbed copy that tests/corpus/perturb.py
 makes of it (the pairs test_perturbation.py runs), and keeps the whole `--json` answer with the copy's temporary
 folder written as `<root>`. `diff` prints, pair by pair, every key whose value differs, then the count of pairs
-compared and of those that differ; it exits 1 when any differs. A change that should not change an answer (a move,
-a speed-up) is held to `0 differences` over the whole corpus.
+compared and of those that differ (and of pairs only one dump holds); it exits 1 when any differs. A change that
+should not change an answer (a move, a speed-up) is held to `0 differences` over the whole corpus.
 """
 
 from __future__ import annotations
@@ -71,12 +71,9 @@ def dump(out: Path, jobs: int) -> None:
 
 
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """One line a differing key of a pair, and one a pair present on one side only."""
+    """One line a differing key of a pair that both dumps hold."""
     lines = []
-    for pair in sorted(old.keys() | new.keys()):
-        if pair not in old or pair not in new:
-            lines.append(f"{pair}: only in {'the new' if pair in new else 'the old'} answers")
-            continue
+    for pair in sorted(old.keys() & new.keys()):
         a, b = old[pair], new[pair]
         for key in sorted(a.keys() | b.keys()):
             if a.get(key) != b.get(key):
@@ -87,9 +84,14 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def diff(old_path: Path, new_path: Path) -> int:
     old, new = json.loads(old_path.read_text()), json.loads(new_path.read_text())
     lines = differences(old, new)
-    print("\n".join(lines) if lines else "", end="\n" if lines else "")
+    if lines:
+        print("\n".join(lines))
     changed = len({line.split(": ", 1)[0] for line in lines})
-    print(f"{len(old.keys() | new.keys())} (case, perturbation) pairs compared: {changed} differences")
+    one_side = len(old.keys() ^ new.keys())
+    if one_side:
+        print(f"{len(old.keys() - new.keys())} pairs only in the old answers, {len(new.keys() - old.keys())} only in "
+              "the new (perturbations or cases added or removed)")
+    print(f"{len(old.keys() & new.keys())} (case, perturbation) pairs compared: {changed} differences")
     return 1 if changed else 0
 
 

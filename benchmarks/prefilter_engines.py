@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ddpslurm.analyze.parse.scan import iter_blocks
+from ddpslurm.analyze.read.blocks import iter_blocks
 from ddpslurm.analyze.read.prefilter import AnchorFinder, AutomatonFinder
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.rules.loading import load_signatures
 
 
 def load_blocks(folder: Path, limit: int) -> list[bytes]:

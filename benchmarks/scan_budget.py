@@ -7,7 +7,7 @@ candidate lines and building their events each cost, in one process.
 Scans --files of the folder's files (after --skip, scanned first to warm the signature set's memos as a worker's
 are) serially, --rounds times, and prints per file kind (its suffix) the minimum CPU microseconds a file of:
 opening and reading it in blocks; that plus the prefilter; `scan_file` with every candidate line passed over
-(`_FileState.handle` a no-op: the floor a file costs before any line is read); `scan_file` as it is; and `scan_file`
+(`FileState.handle` a no-op: the floor a file costs before any line is read); `scan_file` as it is; and `scan_file`
 with its events built as bare 5-slot objects and no told-once pass (what building events costs). The last three
 switch the scanner's own functions for the run: a measuring tool, not a product path.
 """
@@ -21,9 +21,13 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from ddpslurm.analyze.parse import scan
+from ddpslurm.analyze.parse import continued_lines, file_scan, line_events, scan
+from ddpslurm.analyze.parse.file_state import FileState
+from ddpslurm.analyze.read.blocks import iter_blocks
 from ddpslurm.analyze.read.discover import discover_all
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.read.files import READ_DEADLINE, Reader, prefilter_sample
+from ddpslurm.analyze.read.prefilter import candidate_starts, tune
+from ddpslurm.analyze.rules.loading import load_signatures
 
 #: the figures, in the order `measure` gives them
 COLUMNS = ("read", "+prefilter", "floor (no line read)", "scan_file", "scan_file, bare events")
@@ -56,10 +60,10 @@ def cpu_us(run: Callable[[], None], count: int, rounds: int) -> float:
 
 def read_only(sources, sigs, prefilter: bool) -> None:
     for source in sources:
-        with scan._Reader(source.path, scan.READ_DEADLINE) as handle:
-            for block, size, _truncated in scan.iter_blocks(handle):
+        with Reader(source.path, READ_DEADLINE) as handle:
+            for block, size, _truncated in iter_blocks(handle):
                 if prefilter:
-                    scan.candidate_starts(block, sigs.anchors, size)
+                    candidate_starts(block, sigs.anchors, size)
 
 
 def measure(sources, sigs, rounds: int) -> dict[str, float]:
@@ -71,16 +75,18 @@ def measure(sources, sigs, rounds: int) -> dict[str, float]:
     n = len(sources)
     out = [cpu_us(lambda: read_only(sources, sigs, False), n, rounds),
            cpu_us(lambda: read_only(sources, sigs, True), n, rounds)]
-    handle, emit, told_once, replace = scan._FileState.handle, scan._FileState._emit, scan.told_once, scan.replace
+    handle, emit, told_once, replace = FileState.handle, FileState._emit, file_scan.told_once, line_events.replace
     try:
-        scan._FileState.handle = lambda state, raw, lineno: None
+        FileState.handle = lambda state, raw, lineno: None
         out.append(cpu_us(scan_all, n, rounds))
-        scan._FileState.handle = handle
+        FileState.handle = handle
         out.append(cpu_us(scan_all, n, rounds))
-        scan._FileState._emit, scan.told_once, scan.replace = bare_emit, lambda events: events, lambda e, **_: e
+        FileState._emit, file_scan.told_once = bare_emit, lambda events: events
+        line_events.replace = continued_lines.replace = lambda e, **_: e
         out.append(cpu_us(scan_all, n, rounds))
     finally:
-        scan._FileState.handle, scan._FileState._emit, scan.told_once, scan.replace = handle, emit, told_once, replace
+        FileState.handle, FileState._emit, file_scan.told_once = handle, emit, told_once
+        line_events.replace = continued_lines.replace = replace
     return dict(zip(COLUMNS, out, strict=True))
 
 
@@ -95,7 +101,7 @@ def main() -> None:
         parser.error(f"{args.folder} is not a folder: make one with benchmarks/make_big_job.py or analyze_scale.py")
     sigs = load_signatures()
     sources = discover_all([str(args.folder)]).sources
-    scan.tune(sigs.anchors, scan.prefilter_sample(sources))
+    tune(sigs.anchors, prefilter_sample(sources))
     gc.disable()
     for source in sources[:args.skip]:
         scan.scan_file(source, sigs, 2026)

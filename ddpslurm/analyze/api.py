@@ -25,7 +25,8 @@ from ddpslurm.analyze.read.discover import (
     select_attempt,
 )
 from ddpslurm.analyze.report.render import fill, render
-from ddpslurm.analyze.rules.signatures import SignatureSet, load_signatures
+from ddpslurm.analyze.rules.loading import load_signatures
+from ddpslurm.analyze.rules.signatures import SignatureSet
 from ddpslurm.errors import AnalyzeInputError, JobNotFoundError
 from ddpslurm.jobfolder import DEFAULT_ROOT, job_folder
 

@@ -23,6 +23,9 @@ ROLES = ("culprit", "victim", "either")
 #: timeline no failure
 FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce", "connect_retry")
 RETRY = ("requeue", "stop", "unknown")
+#: the most ranks one `2-7`-style list may expand to, and a file's set of ranks seen may hold (a real job has at most
+#: a few hundred thousand)
+MAX_RANK_LIST = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpslurm.analyze.model import SourceFile
-from ddpslurm.analyze.parse import attribution, scan
+from ddpslurm.analyze.parse import attribution, file_scan, file_state, line_streams, scan
 from ddpslurm.analyze.read import line_count
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.rules.loading import load_signatures
 
 SIGS = load_signatures()
 
@@ -187,12 +187,12 @@ def test_channel_lines_skipped_on_the_block_give_what_handle_gives(tmp_path_fact
     key = lambda result: ([(e.line, e.kind, e.signature, e.pid, e.fields) for e in result[0]],  # noqa: E731
                           result[1].lines)
     fast = scan.scan_file(source, SIGS)
-    real = scan._told_channel_line
+    real = file_scan.told_channel_line
     try:
-        scan._told_channel_line = lambda *args: False  # every candidate line reaches `handle`
+        file_scan.told_channel_line = lambda *args: False  # every candidate line reaches `handle`
         slow = scan.scan_file(source, SIGS)
     finally:
-        scan._told_channel_line = real
+        file_scan.told_channel_line = real
     assert key(fast) == key(slow)
 
 
@@ -201,8 +201,8 @@ def test_a_repeated_channel_line_is_skipped_on_the_block(tmp_path: Path, monkeyp
     path = tmp_path / "job.log"
     path.write_text("\n".join(lines) + "\n")
     handled: list[int] = []
-    real = scan._FileState.handle
-    monkeypatch.setattr(scan._FileState, "handle", lambda self, raw, n: handled.append(n) or real(self, raw, n))
+    real = file_state.FileState.handle
+    monkeypatch.setattr(file_state.FileState, "handle", lambda self, raw, n: handled.append(n) or real(self, raw, n))
     events, summary = scan.scan_file(SourceFile(path=str(path), display="job.log", size=path.stat().st_size), SIGS)
     assert handled == [1] and summary.lines == 10
     assert [(e.line, e.get("nccl_rank")) for e in events] == [(1, "5")]
@@ -227,17 +227,17 @@ def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path
     probe = (
         "import sys\n"
         "from ddpslurm.analyze.read import line_count\n"
-        "from ddpslurm.analyze.parse import scan\n"
-        "from ddpslurm.analyze.model import SourceFile\n"
-        "from ddpslurm.analyze.rules.signatures import load_signatures\n"
+        "from ddpslurm.analyze.parse import scan, scan_tasks\n"
+        "from ddpslurm.analyze.model import FileSummary, SourceFile\n"
+        "from ddpslurm.analyze.rules.loading import load_signatures\n"
         f"scan.PARALLEL_MIN_BYTES = line_count.NUMPY_AFTER_BYTES = 0; line_count.NUMPY_IMPORT_S = {import_s!r}\n"
         f"s = SourceFile(path={source.path!r}, display='a', rank=0, size={source.size})\n"
         "results = scan.scan_files([s, s, s], load_signatures(), workers=2)\n"
         "print([summary.lines for _, summary in results], 'numpy' in sys.modules)\n"
-        "real = scan.scan_file\n"
-        "scan.scan_file = lambda *a, **k: ([], scan.FileSummary(file='a', last_line=str('numpy' in sys.modules)))\n"
+        "real = scan_tasks.scan_file\n"
+        "scan_tasks.scan_file = lambda *a, **k: ([], FileSummary(file='a', last_line=str('numpy' in sys.modules)))\n"
         "print(*{summary.last_line for _, summary in scan.scan_files([s, s], load_signatures(), workers=2)})\n"
-        "scan.scan_file = real\n"
+        "scan_tasks.scan_file = real\n"
         "results = scan.scan_files([s], load_signatures(), workers=1)\n"
         "print('numpy' in sys.modules)\n"
     )
@@ -252,4 +252,4 @@ def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path
 
 @given(st.text(alphabet="torchdistribuelag ./", max_size=40))
 def test_the_torchrun_words_looked_for_first_change_no_answer(body: str) -> None:
-    assert scan.mentions_torchrun(body) == (scan._TORCHRUN.search(body) is not None)
+    assert line_streams.mentions_torchrun(body) == (line_streams.TORCHRUN.search(body) is not None)

@@ -374,7 +374,7 @@ def test_an_address_several_nodes_use_names_no_node(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("named", "host"), [("[login02.hpc.example.edu]:29500", "login02.hpc.example.edu"),
                                              ("[node7]", "node7"), ("node7", "node7"), ("[::1]:29500", "::1")])
 def test_a_peer_c10d_writes_in_brackets_with_its_port_is_the_bare_host(named: str, host: str) -> None:
-    from ddpslurm.analyze.diagnose.producers import _bare_host
+    from ddpslurm.analyze.diagnose.peers import _bare_host
 
     assert _bare_host(named) == host
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from ddpslurm.analyze.parse.attribution import strip_prefixes
 from ddpslurm.analyze.rules.digit_shape import digit_blind, python_syntax, shape
-from ddpslurm.analyze.rules.signatures import SignatureSet, load_signatures
+from ddpslurm.analyze.rules.loading import load_signatures
+from ddpslurm.analyze.rules.signatures import SignatureSet
 
 CASES = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
 
@@ -85,7 +86,7 @@ def test_planned_matches_equal_full_matches_on_the_corpus_lines_renumbered() -> 
     for text in lines:
         for variant in (text, _renumbered(text, rng), _renumbered(text, rng)):
             assert _answer(planned, variant) == _unplanned(full, variant), variant
-    assert planned._plans, "lines of one shape must have taken the remembered plan"
+    assert planned.caches.plans, "lines of one shape must have taken the remembered plan"
 
 
 DIGIT_SENSITIVE_LINES = [
@@ -126,7 +127,7 @@ def test_a_full_plan_memo_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
     lines = [f"NCCL WARN {'x' * n} lost peer" for n in range(1, 8)]
     for line in lines:
         sigs.match(line)
-        assert shape(line) in sigs._plans and len(sigs._plans) <= 3
+        assert shape(line) in sigs.caches.plans and len(sigs.caches.plans) <= 3
     memo: dict = {}
     signatures.remember(memo, "a", 1, 0)
     assert memo == {}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpslurm.analyze.diagnose import producers
+from ddpslurm.analyze.diagnose import barriers, collectives, job_setup, own_reports, peers, producers
 from ddpslurm.analyze.diagnose.combiner import combine
 from ddpslurm.analyze.diagnose.resolve import expand_ranks, is_host_name, resolve
 from ddpslurm.analyze.diagnose.timeline import JobTimeline, build_timeline, stopped_early
@@ -156,7 +156,7 @@ def test_the_scan_tells_which_logs_end_mid_line(tmp_path: Path) -> None:
     from ddpslurm.analyze.diagnose.engine import cut_last_lines
     from ddpslurm.analyze.model import SourceFile
     from ddpslurm.analyze.parse.scan import scan_file
-    from ddpslurm.analyze.rules.signatures import load_signatures
+    from ddpslurm.analyze.rules.loading import load_signatures
 
     cut, whole = tmp_path / "r1.log", tmp_path / "r2.log"
     cut.write_text("step 1\ntorch.distributed.DistBackendError: [Rank 1] Watch")
@@ -171,7 +171,7 @@ def test_the_scan_tells_which_logs_end_mid_line(tmp_path: Path) -> None:
     assert cut_last_lines(events, sources, summaries) == {("r1.log", 2)}
     # a big log read in ranges by several workers: its last range tells
     from ddpslurm.analyze.model import FileSummary
-    from ddpslurm.analyze.parse.scan import merge_parts
+    from ddpslurm.analyze.parse.file_ranges import merge_parts
 
     parts = [([], FileSummary(file="big.log", lines=5)), ([], FileSummary(file="big.log", lines=3,
                                                                             ends_with_newline=False))]
@@ -204,36 +204,36 @@ def test_only_node_names_are_hosts(name: str, ok: bool) -> None:
 
 # ---------------------------------------------------------------------------------------------- producers
 def test_own_failure_votes_for_the_reporter_with_its_time() -> None:
-    votes = producers.own_failures(timeline([oom(3, time=T0), watchdog(0)]))
+    votes = own_reports.own_failures(timeline([oom(3, time=T0), watchdog(0)]))
     assert [(v.rank, v.cause, v.own, v.time) for v in votes] == [(3, "cuda_oom", True, T0)]
 
 
 def test_srun_first_death_weighs_most_and_a_victims_exit_little() -> None:
     tl = timeline([srun("1", "Killed", line=1), srun("0", "Exited with exit code 1", line=2),
                    ev("peer_lost", "victim", 0, peer_ip="10.0.0.2", cause="unknown")])
-    weights = ranks_of(producers.srun_task_deaths(tl))
+    weights = ranks_of(own_reports.srun_task_deaths(tl))
     assert weights[1] == 40.0 and weights[0] < 5.0
 
 
 def test_a_rank_that_started_and_vanished_is_suspect_only_while_the_others_left_records() -> None:
     start = [ev("start", None, r, host="n1") for r in range(4)]
     exits = [ev("exit", None, r, host="n1", status="exception") for r in (0, 2, 3)]
-    assert ranks_of(producers.vanished_ranks(timeline(start + exits))) == {1: 25.0}
-    assert producers.vanished_ranks(timeline(start)) == []
+    assert ranks_of(own_reports.vanished_ranks(timeline(start + exits))) == {1: 25.0}
+    assert own_reports.vanished_ranks(timeline(start)) == []
 
 
 def test_a_peer_named_by_an_address_no_record_maps_names_nobody() -> None:
     lost = [ev("peer_lost", "victim", r, host="n1", peer_ip="10.1.2.3") for r in range(3)]
-    assert producers.named_peers(timeline(lost)) == []
+    assert peers.named_peers(timeline(lost)) == []
     named = [ev("peer_lost", "victim", r, host="n1", peer_host="n2") for r in range(3)]
-    assert [(v.host, v.rank) for v in producers.named_peers(timeline(named))] == [("n2", None)]
+    assert [(v.host, v.rank) for v in peers.named_peers(timeline(named))] == [("n2", None)]
 
 
 def test_timeouts_point_at_the_absent_and_the_lagging_rank() -> None:
     tl = timeline([watchdog(r) for r in (0, 1, 3)], world=4)
-    assert ranks_of(producers.timeout_reporters(tl)) == {2: 30.0}
+    assert ranks_of(collectives.timeout_reporters(tl)) == {2: 30.0}
     lag = timeline([watchdog(0), watchdog(1), watchdog(2, done=87), watchdog(3)], world=4)
-    assert ranks_of(producers.timeout_reporters(lag)) == {2: 30.0}
+    assert ranks_of(collectives.timeout_reporters(lag)) == {2: 30.0}
 
 
 def enqueued(rank: int, last: int, *, seq: int | None = None, pg: str = "0") -> Event:
@@ -247,7 +247,7 @@ def enqueued(rank: int, last: int, *, seq: int | None = None, pg: str = "0") -> 
 
 
 def never_issued(tl: JobTimeline) -> dict[int | None, float]:
-    return ranks_of([v for v in producers.timeout_reporters(tl) if v.producer == "never issued"])
+    return ranks_of([v for v in collectives.timeout_reporters(tl) if v.producer == "never issued"])
 
 
 @pytest.mark.parametrize(("behind", "pg"), [({5}, "0"), ({2, 9}, "0"), ({0}, "3")])
@@ -285,22 +285,23 @@ def test_unnamed_groups_are_not_compared_when_a_rank_times_out_in_several_works(
     """Before torch 2.2 the line names no process group; a rank that timed out in works 96117 and 96125 is in
     two groups, so another rank's work 64088 is another group's number, not a rank 32,000 collectives behind."""
     several = [old_watchdog(0, 96117), old_watchdog(0, 96125), old_watchdog(7, 64088)]
-    assert ranks_of(producers.timeout_reporters(timeline(several))) == {}
+    assert ranks_of(collectives.timeout_reporters(timeline(several))) == {}
     one_each = [old_watchdog(r, 90) for r in (0, 1, 2)] + [old_watchdog(3, 87)]
-    assert ranks_of(producers.timeout_reporters(timeline(one_each))) == {3: 30.0}
+    assert ranks_of(collectives.timeout_reporters(timeline(one_each))) == {3: 30.0}
 
 
 def test_lowest_completed_is_compared_within_each_named_group() -> None:
     """Work numbers of different process groups say nothing of each other: group 3's low numbers are its own."""
     events = [enqueued(r, 500, seq=500, pg="0") for r in range(4)] + [enqueued(r, 20, seq=20, pg="3") for r in (4, 5)]
-    assert ranks_of(producers.timeout_reporters(timeline(events, world=6))) == {}
+    assert ranks_of(collectives.timeout_reporters(timeline(events, world=6))) == {}
     events.append(enqueued(6, 18, seq=18, pg="3"))
-    assert ranks_of([v for v in producers.timeout_reporters(timeline(events, world=7))
+    assert ranks_of([v for v in collectives.timeout_reporters(timeline(events, world=7))
                      if v.producer == "lowest completed"]) == {6: 30.0}
 
 
 def mismatch(tl: JobTimeline) -> list[tuple[str, int | None, str | None]]:
-    return [(v.producer, v.rank, v.cause) for v in producers.timeout_reporters(tl) if v.cause == "collective_mismatch"]
+    return [(v.producer, v.rank, v.cause) for v in collectives.timeout_reporters(tl)
+            if v.cause == "collective_mismatch"]
 
 
 @pytest.mark.parametrize("renumber", [0, 8])
@@ -345,9 +346,9 @@ def test_a_line_that_accuses_its_host_names_no_rank_whichever_printed_it(rank: i
     """NCCL's duplicate-GPU check names a pair on a node: the rank an srun label gave the line is not the culprit."""
     dup = ev("nccl_warn", "culprit", rank, host="g7", cause="duplicate_gpu", priority=80, accuses="host",
              other_rank="0")
-    votes = producers.detectors_and_hosts(timeline([dup]))
+    votes = own_reports.detectors_and_hosts(timeline([dup]))
     assert [(v.producer, v.rank, v.host, v.cause) for v in votes] == [("host report", None, "g7", "duplicate_gpu")]
-    assert producers.own_failures(timeline([dup])) == []
+    assert own_reports.own_failures(timeline([dup])) == []
     verdict = combine(timeline([dup, ev("nccl_init", None, rank + 1, host="g7", nccl_rank=str(rank + 1))]),
                       frozenset({"duplicate_gpu"}))
     assert (verdict.cause, verdict.rank, verdict.host) == ("duplicate_gpu", None, "g7")
@@ -396,7 +397,7 @@ def announce(rank: int, world: int, label: int) -> Event:
 def test_ranks_announced_twice_while_others_never_are_is_a_rank_layout_mismatch(base: int) -> None:
     """Two nodes each counting from `base`: ranks base..base+3 twice, the rest of the 8 never."""
     events = [announce(base + r, 8, node) for node in (0, 1) for r in range(4)]
-    votes = producers.duplicate_ranks(timeline(events))
+    votes = job_setup.duplicate_ranks(timeline(events))
     assert [(v.producer, v.rank, v.cause) for v in votes] == [("duplicate ranks", None, "rank_config_mismatch")]
     assert combine(timeline(events)).cause == "rank_config_mismatch"
 
@@ -408,7 +409,7 @@ def test_ranks_announced_twice_while_others_never_are_is_a_rank_layout_mismatch(
     [announce(1, 8, 0), announce(1, 4, 1)],  # worlds disagree: not one launch's numbers
 ])
 def test_no_duplicate_ranks_are_made_of(events: list[Event]) -> None:
-    assert producers.duplicate_ranks(timeline(events)) == []
+    assert job_setup.duplicate_ranks(timeline(events)) == []
 
 
 @pytest.mark.parametrize(("fields", "attempt_mark", "cause", "rank"), [
@@ -420,14 +421,14 @@ def test_store_barrier_arithmetic(fields: dict[str, str], attempt_mark: bool, ca
     events = [ev("store_barrier", "victim", r, cause="rendezvous_timeout", priority=15, **fields) for r in range(3)]
     if attempt_mark:
         events.append(ev("slurm_job", "culprit", None, cause="preempted", priority=100, accuses="job"))
-    votes = producers.barrier_counts(timeline(events))
+    votes = barriers.barrier_counts(timeline(events))
     assert [(v.cause, v.rank) for v in votes] == [(cause, rank)]
 
 
 def test_a_rank_the_world_cannot_have_is_the_misconfigured_one() -> None:
     events = [ev("store_barrier", "victim", r, cause="rendezvous_timeout", world_size="2", worker_count="3",
                  extra={"rank": str(r)}) for r in (0, 2)]
-    votes = producers.barrier_counts(timeline(events))
+    votes = barriers.barrier_counts(timeline(events))
     assert [(v.cause, v.rank) for v in votes] == [("rank_config_mismatch", 2)]
 
 
@@ -436,7 +437,7 @@ def test_the_pid_the_agent_did_not_sigterm_had_died_first() -> None:
     inits = [replace(e, pid=100 + r) for r, e in enumerate(inits)]
     terms = [replace(ev("agent_sigterm", "victim", None, host="n1"), pid=100 + r)
              for r in (0, 1, 3)]
-    assert ranks_of(producers.agent_teardown(timeline(inits + terms))) == {2: 35.0}
+    assert ranks_of(own_reports.agent_teardown(timeline(inits + terms))) == {2: 35.0}
 
 
 @pytest.mark.parametrize(("unsignalled", "expected"), [(None, {}), (1, {1: 35.0})])
@@ -449,24 +450,24 @@ def test_agent_lines_of_no_known_host_speak_for_the_hosts_no_other_line_speaks_f
              for r, pid in enumerate(pids)]
     terms = [replace(ev("agent_sigterm", "victim", None, host=None), pid=pid)
              for r, pid in enumerate(pids) if r != unsignalled]
-    assert ranks_of(producers.agent_teardown(timeline(inits + terms))) == expected
+    assert ranks_of(own_reports.agent_teardown(timeline(inits + terms))) == expected
 
 
 def test_the_minority_version_names_its_host() -> None:
     events = [ev("nccl_warn", "culprit", r, host=f"n{r // 2}", cause="nccl_version_mismatch",
                  version="21805" if r < 4 else "21903", peer_rank="0" if r >= 4 else "4",
                  peer_version="21805" if r >= 4 else "21903") for r in range(6)]
-    votes = producers.odd_versions(timeline(events))
+    votes = job_setup.odd_versions(timeline(events))
     assert [(v.host, v.cause) for v in votes] == [("n2", "nccl_version_mismatch")]
 
 
 def test_a_loopback_pick_across_hosts_is_a_wrong_interface() -> None:
     picks = [ev("interface", "either", r, host=f"n{r}", cause="unknown", ifname="lo" if r == 1 else "eth0",
                 ip="127.0.0.1" if r == 1 else f"10.0.0.{r}") for r in range(3)]
-    votes = producers.interface_picks(timeline([*picks, watchdog(0, host="n0")]))
+    votes = job_setup.interface_picks(timeline([*picks, watchdog(0, host="n0")]))
     assert [(v.rank, v.cause) for v in votes] == [(1, "wrong_interface")]
     single_host = [ev("interface", "either", r, host="n0", cause="unknown", ifname="lo") for r in range(2)]
-    assert producers.interface_picks(timeline([*single_host, watchdog(0, host="n0")])) == []
+    assert job_setup.interface_picks(timeline([*single_host, watchdog(0, host="n0")])) == []
 
 
 def test_nccl_rejecting_every_task_from_k_up_is_a_world_size_smaller_than_the_launch() -> None:
@@ -474,10 +475,10 @@ def test_nccl_rejecting_every_task_from_k_up_is_a_world_size_smaller_than_the_la
                  text="RuntimeError: NCCL error in: NCCLUtils.hpp:82, invalid argument, NCCL version 2.4.8")
     tasks = [srun("2-7", "Exited with exit code 1", host="c0", line=2), srun("8-15", "Exited with exit code 1",
                                                                             host="c1", line=3)]
-    votes = producers.ranks_beyond_world(timeline([invalid, *tasks]))
+    votes = job_setup.ranks_beyond_world(timeline([invalid, *tasks]))
     assert [(v.rank, v.cause) for v in votes] == [(None, "rank_config_mismatch")]
     assert combine(timeline([invalid, *tasks])).rank is None
-    assert producers.ranks_beyond_world(timeline([invalid, srun("8-15", "Exited with exit code 1", line=2),
+    assert job_setup.ranks_beyond_world(timeline([invalid, srun("8-15", "Exited with exit code 1", line=2),
                                                   srun("0-3", "Exited with exit code 1", line=3)])) == []
 
 

@@ -1,4 +1,4 @@
-"""Lines remembered as saying nothing (SignatureSet.inert_lines, scan.py `note_inert`): skipping the next lines of
+"""Lines remembered as saying nothing (MatchCaches.inert_lines, scan.py `note_inert`): skipping the next lines of
 their shape never changes what a file's scan finds, whatever those lines' digits."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.model import SourceFile
-from ddpslurm.analyze.parse import scan
-from ddpslurm.analyze.rules.signatures import build_set, load_signatures
+from ddpslurm.analyze.parse import file_state, line_recipes, scan
+from ddpslurm.analyze.rules.loading import load_signatures
+from ddpslurm.analyze.rules.signatures import build_set
 
 CASES = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
 #: a sample of the corpus's logs (all of them take 40 s)
@@ -45,11 +46,11 @@ def test_skipping_remembered_shapes_changes_no_scan_of_the_corpus(tmp_path: Path
     warmed = load_signatures()
     for twin in twins:  # the memo learns from the twins' lines, then meets the originals' own digits
         _scan(twin, warmed)
-    assert len(warmed.inert_lines) > 100
-    assert any(sensitive for _offset, sensitive in warmed.inert_lines.values())
+    assert len(warmed.caches.inert_lines) > 100
+    assert any(sensitive for _offset, sensitive in warmed.caches.inert_lines.values())
 
     skipped = 0
-    still_inert = scan._FileState.still_inert
+    still_inert = file_state.FileState.still_inert
 
     def counting(self, raw: bytes, offset: int, sensitive: tuple[int, ...]) -> bool:
         nonlocal skipped
@@ -57,9 +58,9 @@ def test_skipping_remembered_shapes_changes_no_scan_of_the_corpus(tmp_path: Path
         skipped += answer
         return answer
 
-    monkeypatch.setattr(scan._FileState, "still_inert", counting)
+    monkeypatch.setattr(file_state.FileState, "still_inert", counting)
     with_memo = [_scan(path, warmed) for path in LOGS]
-    monkeypatch.setattr(scan, "MAX_INERT", 0)
+    monkeypatch.setattr(line_recipes, "MAX_INERT", 0)
     without = [_scan(path, load_signatures()) for path in LOGS]
     assert skipped > 300
     for path, got, want in zip(LOGS, with_memo, without, strict=True):

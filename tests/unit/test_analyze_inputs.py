@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.parse import scan
+from ddpslurm.analyze.parse import file_scan
 from ddpslurm.analyze.read import discover as discover_mod
+from ddpslurm.analyze.read import files
 from ddpslurm.analyze.read.discover import discover_all
-from ddpslurm.analyze.rules import signatures
+from ddpslurm.analyze.rules import loading, signatures
 from ddpslurm.errors import AnalyzeInputError
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79 GiB\n"
@@ -77,7 +78,7 @@ def test_fifo_inside_a_folder_is_named_and_never_opened(tmp_path: Path) -> None:
 def test_reader_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(OSError, match="not a regular file"):
-        scan._Reader(str(tmp_path / "pipe"), 5.0)
+        files.Reader(str(tmp_path / "pipe"), 5.0)
 
 
 def test_folder_deeper_than_the_limit_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,13 +125,13 @@ def test_catastrophic_site_signature_skips_the_line_not_the_file(tmp_path: Path,
 def _failing_read(path_part: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every read of the files whose path holds `path_part` fails with EIO (a disk or network filesystem error)."""
     for name in ("head", "readinto"):
-        real = getattr(scan._Reader, name)
+        real = getattr(files.Reader, name)
 
         def failing(self, *args, _real=real):
             if path_part in os.readlink(f"/proc/self/fd/{self.fd}"):
                 raise OSError(errno.EIO, "Input/output error")
             return _real(self, *args)
-        monkeypatch.setattr(scan._Reader, name, failing)
+        monkeypatch.setattr(files.Reader, name, failing)
 
 
 def test_an_unreadable_file_named_on_the_command_line_is_an_input_error(tmp_path: Path,
@@ -159,7 +160,7 @@ def test_an_unreadable_file_in_a_folder_is_named_and_lowers_confidence(tmp_path:
 
 
 def test_read_deadline_stops_a_file_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan, "READ_DEADLINE", -1.0)
+    monkeypatch.setattr(file_scan, "READ_DEADLINE", -1.0)
     folder = job(tmp_path, culprit=0)
     with pytest.raises(AnalyzeInputError, match="still reading after"):
         analyze_paths([folder])
@@ -168,7 +169,7 @@ def test_read_deadline_stops_a_file_and_says_so(tmp_path: Path, monkeypatch: pyt
 def test_shipped_signatures_are_fast_on_adversarial_short_lines() -> None:
     """Shipped patterns run untimed on lines up to UNTIMED_CHARS: each must stay fast on lines made of its own
     literals repeated (the shape that made two of them quadratic)."""
-    sigs = signatures.load_signatures()
+    sigs = loading.load_signatures()
     slow = []
     for sig in sigs.signatures:
         for lit in (*sig.prefilter, "NCCL error", "error", " "):

@@ -1,4 +1,4 @@
-"""Lines read by recipe (SignatureSet.line_recipes, scan.py `note_recipe` / `replay`): a line of a shape whose reading
+"""Lines read by recipe (MatchCaches.line_recipes, scan.py `note_recipe` / `replay`): a line of a shape whose reading
 was remembered is read from spans, and that never changes what a file's scan finds, whatever the line's digits."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.model import SourceFile
-from ddpslurm.analyze.parse import scan
+from ddpslurm.analyze.parse import file_state, line_recipes, scan
 from ddpslurm.analyze.parse.attribution import prefix_spans, strip_prefixes
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.rules.loading import load_signatures
 from tests.unit.test_analyze_inert_lines import write_twins
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,13 +37,13 @@ class _Replays:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        replay = scan._FileState.replay
+        replay = file_state.FileState.replay
 
         def counting(state, recipe, text: str, lineno: int) -> bool:
             done = replay(state, recipe, text, lineno)
             self.count += done
             return done
-        monkeypatch.setattr(scan._FileState, "replay", counting)
+        monkeypatch.setattr(file_state.FileState, "replay", counting)
 
 
 def test_replaying_remembered_shapes_changes_no_scan_of_the_corpus(tmp_path: Path,
@@ -52,13 +52,13 @@ def test_replaying_remembered_shapes_changes_no_scan_of_the_corpus(tmp_path: Pat
     warmed = load_signatures()
     for twin in twins:  # the recipes are learned from the twins' lines, then meet the originals' own digits
         _scan(twin, warmed)
-    assert len(warmed.line_recipes) > 200
-    assert any(r.signature is not None for r in warmed.line_recipes.values())
-    assert any(r.checks for r in warmed.line_recipes.values())
+    assert len(warmed.caches.line_recipes) > 200
+    assert any(r.signature is not None for r in warmed.caches.line_recipes.values())
+    assert any(r.checks for r in warmed.caches.line_recipes.values())
 
     replays = _Replays(monkeypatch)
     with_recipes = [_scan(path, warmed) for path in LOGS]
-    monkeypatch.setattr(scan, "MAX_RECIPES", 0)
+    monkeypatch.setattr(line_recipes, "MAX_RECIPES", 0)
     without = [_scan(path, load_signatures()) for path in LOGS]
     assert replays.count > 500
     for path, got, want in zip(LOGS, with_recipes, without, strict=True):
@@ -89,7 +89,7 @@ def test_a_large_job_scans_the_same_with_and_without_recipes(tmp_path: Path, mon
     warmed = load_signatures()
     with_recipes = [_scan(path, warmed) for path in logs]
     assert replays.count > 2 * len(logs)
-    monkeypatch.setattr(scan, "MAX_RECIPES", 0)
+    monkeypatch.setattr(line_recipes, "MAX_RECIPES", 0)
     fresh = load_signatures()
     for path, got in zip(logs, with_recipes, strict=True):
         assert got == _scan(path, fresh), path
@@ -153,7 +153,7 @@ def test_replay_reads_ranks_times_and_fields_from_the_line_itself(tmp_path: Path
     assert watchdog.time is not None and watchdog.time % 60 == pytest.approx(7.007, abs=1e-6)
     assert (interface.host, interface.pid, interface.get("ip"), interface.get("srun_task")) == \
         ("gpu-0005", 12345, "10.0.0.5", "5")
-    monkeypatch.setattr(scan, "MAX_RECIPES", 0)
+    monkeypatch.setattr(line_recipes, "MAX_RECIPES", 0)
     assert _scan(second, load_signatures(), rank=5)[0] == events
 
 
@@ -171,13 +171,13 @@ def test_prefix_spans_say_what_strip_prefixes_says() -> None:
 
 def test_the_patterns_a_recipe_stands_in_for_are_digit_blind(monkeypatch: pytest.MonkeyPatch) -> None:
     """If one of them ever reads a digit, no recipe is made (and this test says which change did it)."""
-    assert scan.recipe_patterns_blind()
-    scan.recipe_patterns_blind.cache_clear()
-    monkeypatch.setattr(scan, "_TORCHRUN", re.compile(r"torchrun2|elastic/agent"))
+    assert line_recipes.recipe_patterns_blind()
+    line_recipes.recipe_patterns_blind.cache_clear()
+    monkeypatch.setattr(line_recipes, "TORCHRUN", re.compile(r"torchrun2|elastic/agent"))
     try:
-        assert not scan.recipe_patterns_blind()
+        assert not line_recipes.recipe_patterns_blind()
     finally:
-        scan.recipe_patterns_blind.cache_clear()
+        line_recipes.recipe_patterns_blind.cache_clear()
 
 
 def test_long_shapes_are_remembered_under_a_digest() -> None:

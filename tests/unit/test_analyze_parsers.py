@@ -12,9 +12,12 @@ from hypothesis import strategies as st
 
 from ddpslurm.analyze.api import analyze_paths
 from ddpslurm.analyze.model import SourceFile
-from ddpslurm.analyze.parse.scan import candidate_starts, is_binary, iter_blocks, scan_file
+from ddpslurm.analyze.parse.scan import scan_file
 from ddpslurm.analyze.parse.tracebacks import TracebackAssembler
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.read.blocks import iter_blocks
+from ddpslurm.analyze.read.files import is_binary
+from ddpslurm.analyze.read.prefilter import candidate_starts
+from ddpslurm.analyze.rules.loading import load_signatures
 
 
 @pytest.fixture(scope="module")
@@ -226,6 +229,7 @@ def test_is_binary(head: bytes, binary: bool) -> None:
 
 def test_one_big_file_split_across_workers_gives_the_same_events(tmp_path: Path, sigs, monkeypatch) -> None:
     import ddpslurm.analyze.parse.scan as scan
+    from ddpslurm.analyze.parse.file_ranges import split_points
 
     monkeypatch.setattr(scan, "SPLIT_MIN_BYTES", 4096)
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
@@ -237,10 +241,10 @@ def test_one_big_file_split_across_workers_gives_the_same_events(tmp_path: Path,
     whole = scan_file(source, sigs)
     parts = scan.scan_files([source], sigs, workers=2)[0]
     key = lambda events: sorted((e.line, e.kind, e.rank, e.text) for e in events)  # noqa: E731
-    assert len(scan.split_points(str(path), source.size, 4)) == 5
+    assert len(split_points(str(path), source.size, 4)) == 5
     assert key(parts[0]) == key(whole[0])
     # 12 x (2 exceptions, ChildFailedError, the block's culprit entry); the block's victim entry names the same
-    # rank each time: a repeated fact, kept once (scan.without_repeats)
+    # rank each time: a repeated fact, kept once (repeated_facts.without_repeats)
     assert len(whole[0]) == 12 * 4 + 1
     assert parts[1].lines == whole[1].lines == text.count("\n")
 
@@ -251,17 +255,18 @@ def test_an_overlong_line_inside_a_block_is_counted_when_it_is_read(tmp_path: Pa
     brings in is not read at all, so nothing of it is lost."""
     from ddpslurm.analyze.model import SourceFile
     from ddpslurm.analyze.parse import scan
-    from ddpslurm.analyze.rules.signatures import load_signatures
+    from ddpslurm.analyze.read.blocks import MAX_LINE
+    from ddpslurm.analyze.rules.loading import load_signatures
 
     log = tmp_path / "1_0_log.err"
-    log.write_text("first\n" + "x" * (scan.MAX_LINE + 4000) + tail + "\nlast\n")
+    log.write_text("first\n" + "x" * (MAX_LINE + 4000) + tail + "\nlast\n")
     _events, summary = scan.scan_file(SourceFile(path=str(log), display=log.name, size=log.stat().st_size),
                                       load_signatures())
     assert (summary.truncated_lines, summary.lines) == (cut, 3)
 
 
 def test_the_prefilter_sample_is_the_head_of_the_largest_readable_text_files(tmp_path: Path) -> None:
-    import ddpslurm.analyze.parse.scan as scan
+    from ddpslurm.analyze.read.files import prefilter_sample
 
     def source(name: str, data: bytes) -> SourceFile:
         (tmp_path / name).write_bytes(data)
@@ -271,7 +276,7 @@ def test_the_prefilter_sample_is_the_head_of_the_largest_readable_text_files(tmp
     big = source("big.log", b"b" * 5000)
     binary = source("model.pt", b"\x00\x01" * 8000)
     gone = SourceFile(path=str(tmp_path / "gone.log"), display="gone.log", size=9000)
-    sample = scan.prefilter_sample([small, gone, big, binary], size=4096)
+    sample = prefilter_sample([small, gone, big, binary], size=4096)
     assert sample == b"b" * 1024 + b"s" * 100  # a quarter at most from one file; largest first; the rest skipped
 
 
@@ -325,7 +330,7 @@ def test_a_file_cut_anywhere_into_ranges_reads_as_the_whole_file(tmp_path_factor
                                                                   cuts: list[float]) -> None:
     """Ranges cut at any line start, inside a traceback or a torchelastic block too: merged, their events are the
     whole file's (a range that starts inside a block leaves those lines to the range that read the block)."""
-    import ddpslurm.analyze.parse.scan as scan
+    from ddpslurm.analyze.parse.file_ranges import merge_parts
 
     pieces = {"filler": "".join(f"node1:1:2 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[0] via P2P/IPC\n"
                                 for i in range(5)),
@@ -339,7 +344,7 @@ def test_a_file_cut_anywhere_into_ranges_reads_as_the_whole_file(tmp_path_factor
     bounds = [0, *starts, len(data)]
     source = SourceFile(path=str(path), display="big.log", size=len(data))
     whole = scan_file(source, sigs)
-    parts = scan.merge_parts([scan_file(source, sigs, start=a, end=b) for a, b in itertools.pairwise(bounds)])
+    parts = merge_parts([scan_file(source, sigs, start=a, end=b) for a, b in itertools.pairwise(bounds)])
     key = lambda events: [(e.line, e.kind, e.rank, e.text, e.fields) for e in events]  # noqa: E731
     assert key(parts[0]) == key(whole[0])
     assert parts[1].lines == whole[1].lines == text.count("\n")

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from ddpslurm.analyze.read import prefilter
 from ddpslurm.analyze.read.prefilter import AnchorFinder, AutomatonFinder, anchor_finder
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.rules.literals import LiteralsIn
+from ddpslurm.analyze.rules.loading import load_signatures
 
 FINDERS = [AnchorFinder]
 if prefilter._ahocorasick is not None:
@@ -83,15 +84,15 @@ text_words = st.text(alphabet=TEXT_ALPHABET, min_size=1, max_size=4)
 @given(line=st.text(alphabet=TEXT_ALPHABET, max_size=60), literals=st.lists(text_words, min_size=1, max_size=6))
 def test_literals_in_finds_the_literals_a_line_holds_nested_ones_too(line: str, literals: list[str]) -> None:
     want = {lit for lit in literals if lit in line}
-    assert prefilter.LiteralsIn(literals, pure=True)(line) == want
+    assert LiteralsIn(literals, pure=True)(line) == want
     if prefilter._ahocorasick is not None:
-        assert prefilter.LiteralsIn(literals)(line) == want
+        assert LiteralsIn(literals)(line) == want
 
 
 def test_literals_in_survives_pickling_for_a_spawned_worker() -> None:
     import pickle
 
-    found = pickle.loads(pickle.dumps(prefilter.LiteralsIn(["rror", "Error", "imeout"])))
+    found = pickle.loads(pickle.dumps(LiteralsIn(["rror", "Error", "imeout"])))
     assert found("RuntimeError: Timeout") == {"rror", "Error", "imeout"}
     assert found("no match here") == set()
     sigs = load_signatures()

@@ -16,8 +16,17 @@ from hypothesis import strategies as st
 
 from ddpslurm.analyze.diagnose.resolve import resolve
 from ddpslurm.analyze.model import Event, SourceFile
-from ddpslurm.analyze.parse import scan
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.parse import (
+    file_scan,
+    file_summary,
+    line_streams,
+    scan,
+    scan_tasks,
+    shared_values,
+)
+from ddpslurm.analyze.parse.repeated_facts import without_repeats, without_told_facts
+from ddpslurm.analyze.read import blocks, files, read_ahead
+from ddpslurm.analyze.rules.loading import load_signatures
 from ddpslurm.errors import AnalyzeInputError
 
 WATCHDOG = ("[rank{r}]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID 0(default_pg) Rank {r}] failure "
@@ -25,17 +34,17 @@ WATCHDOG = ("[rank{r}]:[E612 10:24:03.2 ProcessGroupNCCL.cpp:1] [PG ID 0 PG GUID
 
 
 def test_small_files_are_batched_and_a_big_range_is_alone(monkeypatch) -> None:
-    monkeypatch.setattr(scan, "BATCH_BYTES", 100)
-    monkeypatch.setattr(scan, "BATCH_FILES", 3)
+    monkeypatch.setattr(scan_tasks, "BATCH_BYTES", 100)
+    monkeypatch.setattr(scan_tasks, "BATCH_FILES", 3)
     jobs = [(i, (SourceFile(path=f"f{i}", display=f"f{i}", size=size), None, 0, None, False))
             for i, size in enumerate([500, 30, 30, 30, 30, 90, 5])]
-    got = [[i for i, _ in task] for task in scan.batches(jobs)]
+    got = [[i for i, _ in task] for task in scan_tasks.batches(jobs)]
     assert got == [[0], [1, 2, 3], [4], [5, 6]]
 
 
 def test_parallel_batches_give_the_events_of_a_sequential_scan(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(scan, "BATCH_FILES", 7)
+    monkeypatch.setattr(scan_tasks, "BATCH_FILES", 7)
     sigs = load_signatures()
     sources = []
     for r in range(40):
@@ -59,7 +68,7 @@ def test_read_ahead_asks_for_each_range_from_its_start_up_to_its_cap(tmp_path: P
 
     asked: list[tuple[int, int, int]] = []
     monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: asked.append((offset, length, advice)))
-    monkeypatch.setattr(scan, "READ_AHEAD_BYTES", 1000)
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_BYTES", 1000)
     path = tmp_path / "a.log"
     path.write_bytes(b"x\n" * 1500)
     whole = SourceFile(path=str(path), display="a.log", size=3000)
@@ -68,9 +77,9 @@ def test_read_ahead_asks_for_each_range_from_its_start_up_to_its_cap(tmp_path: P
             (SourceFile(path=str(path), display="a.log", size=0), None, 0, None, False)]
     if threads:
         with ThreadPoolExecutor(threads) as pool:
-            fds = scan.read_ahead(jobs, pool)
+            fds = read_ahead.read_ahead(jobs, pool)
     else:
-        fds = scan.read_ahead(jobs)
+        fds = read_ahead.read_ahead(jobs)
     opened = [o for o in fds if o is not None]
     for o in opened:
         os.close(o.fd)
@@ -94,7 +103,7 @@ def test_read_ahead_of_a_fifo_neither_blocks_nor_raises(tmp_path: Path) -> None:
     signal.alarm(5)
     try:
         job = (SourceFile(path=str(fifo), display="f", size=10), None, 0, None, False)
-        events, summary = scan.scan_task(
+        events, summary = scan_tasks.scan_task(
             [job], lambda args, opened: scan.scan_file(args[0], load_signatures(), opened=opened))[0]
     finally:
         signal.alarm(0)
@@ -113,12 +122,12 @@ def _watchdog_logs(folder: Path, ranks: int) -> list[SourceFile]:
 
 
 def test_a_sequential_scan_asks_for_each_task_before_reading_its_files(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(scan, "BATCH_FILES", 3)
+    monkeypatch.setattr(scan_tasks, "BATCH_FILES", 3)
     order: list[tuple[str, tuple[str, ...]]] = []
-    monkeypatch.setattr(scan, "read_ahead", lambda batch, pool=None: order.append(
+    monkeypatch.setattr(scan_tasks, "read_ahead", lambda batch, pool=None: order.append(
         ("ahead", tuple(j[0].display for j in batch))) or [None] * len(batch))
-    real = scan.scan_file
-    monkeypatch.setattr(scan, "scan_file", lambda source, *a, **k: order.append(("scan", (source.display,))) or
+    real = scan_tasks.scan_file
+    monkeypatch.setattr(scan_tasks, "scan_file", lambda source, *a, **k: order.append(("scan", (source.display,))) or
                         real(source, *a, **k))
     results = scan.scan_files(_watchdog_logs(tmp_path, 7), load_signatures(), workers=1)
     assert [[e.rank for e in evs] for evs, _ in results] == [[r] for r in range(7)]
@@ -130,14 +139,14 @@ def test_a_sequential_scan_asks_for_each_task_before_reading_its_files(tmp_path:
 
 def test_a_worker_task_asks_for_its_files_before_reading_them(tmp_path: Path, monkeypatch) -> None:
     order: list[str] = []
-    monkeypatch.setattr(scan, "_WORKER_SIGS", load_signatures())
-    monkeypatch.setattr(scan, "read_ahead", lambda batch, pool=None: order.append(f"ahead {len(batch)}") or
+    monkeypatch.setattr(scan_tasks, "_WORKER_SIGS", load_signatures())
+    monkeypatch.setattr(scan_tasks, "read_ahead", lambda batch, pool=None: order.append(f"ahead {len(batch)}") or
                         [None] * len(batch))
-    real = scan.scan_file
-    monkeypatch.setattr(scan, "scan_file", lambda source, *a, **k: order.append(source.display) or
+    real = scan_tasks.scan_file
+    monkeypatch.setattr(scan_tasks, "scan_file", lambda source, *a, **k: order.append(source.display) or
                         real(source, *a, **k))
     batch = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 3)]
-    results = scan._scan_batch(batch)
+    results = scan_tasks._scan_batch(batch)
     assert order == ["ahead 3", "r0", "r1", "r2"]
     assert [[e.rank for e in evs] for evs, _ in results] == [[0], [1], [2]]
 
@@ -149,11 +158,13 @@ def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypat
     """The scan reads through the file `read_ahead` opened (an open is a metadata round trip on Lustre or NFS),
     and every file is closed after, a file a failed scan never reached included; the same where opening was timed
     slow and threads open the files side by side."""
-    monkeypatch.setattr(scan, "_OPENS", [scan.READ_AHEAD_FILES, 1.0 if slow else 0.0])
-    monkeypatch.setattr(scan, "READ_AHEAD_FILES", 2)  # (after the reading above: two runs of two, and a third)
+    monkeypatch.setattr(read_ahead, "_OPENS", [read_ahead.READ_AHEAD_FILES, 1.0 if slow else 0.0])
+    monkeypatch.setattr(scan_tasks, "READ_AHEAD_FILES", 2)  # (after the reading above: two runs of two, and a third)
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_FILES", 2)
     pools: list[object] = []
-    real_ahead = scan.read_ahead
-    monkeypatch.setattr(scan, "read_ahead", lambda batch, pool=None: pools.append(pool) or real_ahead(batch, pool))
+    real_ahead = read_ahead.read_ahead
+    monkeypatch.setattr(scan_tasks, "read_ahead",
+                        lambda batch, pool=None: pools.append(pool) or real_ahead(batch, pool))
     opened: list[str] = []
     real_open = os.open
     monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(os.fspath(path)) or real_open(path, *a, **k))
@@ -162,7 +173,8 @@ def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypat
     monkeypatch.setattr(os, "fstat", lambda fd: stat_by.append(threading.current_thread().name) or real_fstat(fd))
     batch = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 5)]
     before = len(os.listdir("/proc/self/fd"))
-    results = scan.scan_task(batch, lambda args, opened: scan.scan_file(args[0], load_signatures(), opened=opened))
+    results = scan_tasks.scan_task(batch,
+                                   lambda args, opened: scan.scan_file(args[0], load_signatures(), opened=opened))
     assert [[e.rank for e in evs] for evs, _ in results] == [[0], [1], [2], [3], [4]]
     assert sorted(opened) == sorted(str(job[0].path) for job in batch)
     # each file's attributes read once: by the thread that opened it where opening is slow, else by the scan
@@ -176,7 +188,7 @@ def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypat
         return scan.scan_file(args[0], load_signatures(), opened=opened)
 
     with pytest.raises(RuntimeError):
-        scan.scan_task(batch, fails_on_the_second)
+        scan_tasks.scan_task(batch, fails_on_the_second)
     assert len(os.listdir("/proc/self/fd")) <= before + 1  # at most the one handed to the failed scan
 
 
@@ -185,34 +197,35 @@ def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypat
 def test_opening_is_slow_where_the_first_files_took_a_round_trip_each(monkeypatch, count: int, seconds: float,
                                                                      slow: bool) -> None:
     """A network file system's open (0.1-1 ms) against a local disk's (microseconds), judged once 64 were timed."""
-    monkeypatch.setattr(scan, "_OPENS", [count, seconds])
-    assert scan.opens_slow() is slow
+    monkeypatch.setattr(read_ahead, "_OPENS", [count, seconds])
+    assert read_ahead.opens_slow() is slow
 
 
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
 def test_the_first_files_opened_one_by_one_are_timed_and_a_scan_starts_the_count_again(tmp_path: Path,
                                                                                       monkeypatch) -> None:
-    monkeypatch.setattr(scan, "_OPENS", [0, 0.0])
-    monkeypatch.setattr(scan, "READ_AHEAD_FILES", 3)
+    monkeypatch.setattr(read_ahead, "_OPENS", [0, 0.0])
+    monkeypatch.setattr(scan_tasks, "READ_AHEAD_FILES", 3)
+    monkeypatch.setattr(read_ahead, "READ_AHEAD_FILES", 3)
     jobs = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 4)]
-    for fds in (scan.read_ahead(jobs[:2]), scan.read_ahead(jobs[2:3]), scan.read_ahead(jobs[3:])):
+    for fds in (read_ahead.read_ahead(jobs[:2]), read_ahead.read_ahead(jobs[2:3]), read_ahead.read_ahead(jobs[3:])):
         for opened in fds:
             os.close(opened.fd)
-    assert scan._OPENS[0] == 3 and scan._OPENS[1] > 0  # the fourth came after the reading was made
-    scan._OPENS[1] = 99.0  # as if those had been a slow file system's
+    assert read_ahead._OPENS[0] == 3 and read_ahead._OPENS[1] > 0  # the fourth came after the reading was made
+    read_ahead._OPENS[1] = 99.0  # as if those had been a slow file system's
     scan.scan_files([job[0] for job in jobs], load_signatures(), workers=1)
-    assert scan._OPENS[0] == 3 and scan._OPENS[1] < 99.0  # timed afresh: this scan's own first files
+    assert read_ahead._OPENS[0] == 3 and read_ahead._OPENS[1] < 99.0  # timed afresh: this scan's own first files
 
 
 def test_a_long_task_asks_for_its_files_a_window_ahead(monkeypatch) -> None:
     """No more than two windows of files are open at once (a task holds up to 256), and each window is asked for
     while the one before it is scanned."""
-    monkeypatch.setattr(scan, "READ_AHEAD_FILES", 2)
+    monkeypatch.setattr(scan_tasks, "READ_AHEAD_FILES", 2)
     order: list[str] = []
-    monkeypatch.setattr(scan, "read_ahead", lambda batch, pool=None: order.append(
+    monkeypatch.setattr(scan_tasks, "read_ahead", lambda batch, pool=None: order.append(
         "ahead " + " ".join(j[0].display for j in batch)) or [None] * len(batch))
     batch = [(SourceFile(path=f"r{r}", display=f"r{r}", size=10), None, 0, None, False) for r in range(5)]
-    done = scan.scan_task(batch, lambda args, fd: order.append(args[0].display) or ([], args[0].display))
+    done = scan_tasks.scan_task(batch, lambda args, fd: order.append(args[0].display) or ([], args[0].display))
     assert [name for _, name in done] == ["r0", "r1", "r2", "r3", "r4"]
     assert order == ["ahead r0 r1", "ahead r2 r3", "r0", "r1", "ahead r4", "r2", "r3", "r4"]
 
@@ -222,7 +235,7 @@ def test_only_repeated_victim_facts_are_dropped() -> None:
         return Event(file="f", line=line, kind="k", text="t", rank=rank, role=role, signature=sig, fields=fields)
     events = [ev(1, "victim", "a"), ev(2, "victim", "a"), ev(3, "victim", "a", rank=2),
               ev(4, "victim", "a", fields=(("seq", "9"),)), ev(5, "culprit", "c"), ev(6, "culprit", "c")]
-    assert [e.line for e in scan.without_repeats(events)] == [1, 3, 4, 5, 6]
+    assert [e.line for e in without_repeats(events)] == [1, 3, 4, 5, 6]
 
 
 def _victim(line: int, sig: str = "v1", time: float | None = None, who: int = 4, **fields: str) -> Event:
@@ -238,7 +251,7 @@ def test_a_victim_line_that_says_no_more_than_an_earlier_one_of_its_rank_is_drop
     progress = _victim(3, "v2", time=5.0, seq="9", last_completed="8")
     later = _victim(9, "generic", time=7.0)
     other_rank = _victim(6, "generic", time=5.0, who=5)
-    assert scan.without_repeats([first, progress, generic, later, other_rank]) == [first, progress, later,
+    assert without_repeats([first, progress, generic, later, other_rank]) == [first, progress, later,
                                                                                    other_rank]
 
 
@@ -248,7 +261,7 @@ def test_a_victim_read_by_its_file_task_id_is_news_unless_its_text_names_the_ran
     torchrun: it repeats a prefixed line of that rank only when its own text names the rank."""
     first = _victim(2, time=5.0, seq="9", rank="4")
     untimed = _victim(8, **fields, srun_task="4")
-    assert scan.without_repeats([first, untimed]) == ([first] if dropped else [first, untimed])
+    assert without_repeats([first, untimed]) == ([first] if dropped else [first, untimed])
 
 
 def _fact(line: int, kind: str = "nccl_init", pid: int = 7, time: float | None = None, **fields: str) -> Event:
@@ -259,10 +272,10 @@ def _fact(line: int, kind: str = "nccl_init", pid: int = 7, time: float | None =
 def test_an_nccl_fact_that_repeats_an_earlier_one_of_its_process_is_dropped() -> None:
     start, complete = _fact(2, nccl_rank="5", nranks="8", comm="0xa"), _fact(9, nccl_rank="5", nranks="8", comm="0xa")
     comm, tree = _fact(3, "nccl_rank_map", nccl_rank="5", nranks="8"), _fact(4, "nccl_rank_map", nccl_rank="5")
-    assert scan.without_told_facts([start, comm, tree, complete]) == [start]  # an Init line tells a rank map
-    assert scan.without_told_facts([comm, tree]) == [comm]
+    assert without_told_facts([start, comm, tree, complete]) == [start]  # an Init line tells a rank map
+    assert without_told_facts([comm, tree]) == [comm]
     init_after = _fact(9, nccl_rank="5", nranks="8")
-    assert scan.without_told_facts([comm, init_after]) == [comm, init_after]  # a rank map does not tell an Init
+    assert without_told_facts([comm, init_after]) == [comm, init_after]  # a rank map does not tell an Init
 
 
 def test_an_interface_pick_that_repeats_an_earlier_one_of_its_process_is_dropped() -> None:
@@ -271,8 +284,8 @@ def test_an_interface_pick_that_repeats_an_earlier_one_of_its_process_is_dropped
     boot = _fact(3, "interface", ifname="ib0", ip="10.0.0.5", via="Bootstrap", ifnames="ib0")
     oob = _fact(6, "interface", ifname="ib0", ip="10.0.0.5", via="NET/IB", ifnames="ib0,mlx5_0")
     other = _fact(7, "interface", ifname="lo", ip="127.0.0.1", via="NET/Socket")
-    assert scan.without_told_facts([boot, oob, other]) == [boot, other]
-    assert scan.without_told_facts([boot, _fact(8, "interface", pid=8, ifname="ib0", ip="10.0.0.5")])[1].pid == 8
+    assert without_told_facts([boot, oob, other]) == [boot, other]
+    assert without_told_facts([boot, _fact(8, "interface", pid=8, ifname="ib0", ip="10.0.0.5")])[1].pid == 8
 
 
 @pytest.mark.parametrize("later", [
@@ -284,15 +297,15 @@ def test_an_interface_pick_that_repeats_an_earlier_one_of_its_process_is_dropped
 ])
 def test_an_nccl_fact_that_tells_something_else_is_kept(later: Event) -> None:
     start = _fact(2, nccl_rank="5", nranks="8", comm="0xa")
-    assert scan.without_told_facts([start, later]) == [start, later]
+    assert without_told_facts([start, later]) == [start, later]
 
 
 def test_an_nccl_fact_after_a_failure_is_kept_as_a_sign_of_life() -> None:
     start, complete = _fact(2, nccl_rank="5", nranks="8", comm="0xa"), _fact(9, nccl_rank="5", nranks="8", comm="0xa")
     failure = Event(file="f", line=5, kind="socket", text="t", role="either", cause="network_unreachable")
-    assert scan.without_told_facts([start, complete, failure]) == [start, complete, failure]  # emitted late
+    assert without_told_facts([start, complete, failure]) == [start, complete, failure]  # emitted late
     timed = _fact(1, time=1.0e9, nccl_rank="5", nranks="8", comm="0xa")
-    assert scan.without_told_facts([timed, complete]) == [timed, complete]  # an untimed line compares by place
+    assert without_told_facts([timed, complete]) == [timed, complete]  # an untimed line compares by place
 
 
 NCCL_INIT = ("{host}:{pid}:{pid} [0] NCCL INFO ncclCommInitRank comm 0x55{comm} rank {rank} nranks {n} cudaDev 0 "
@@ -454,12 +467,12 @@ def test_moved_is_the_event_replaced_at_another_line() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(alphabet="ab\r \t", max_size=30), max_size=12), st.integers(0, 8), st.booleans())
 def test_last_lines_are_the_blocks_last_lines(lines: list[str], count: int, long_head: bool) -> None:
-    block = ("x" * (5 * scan.MAX_LINE) + "\n" if long_head else "") + "".join(f"{ln}\n" for ln in lines)
-    window = block.encode()[-4 * scan.MAX_LINE:]
+    block = ("x" * (5 * blocks.MAX_LINE) + "\n" if long_head else "") + "".join(f"{ln}\n" for ln in lines)
+    window = block.encode()[-4 * blocks.MAX_LINE:]
     expected = window.split(b"\n")[:-1][-count:] if count else []
-    assert scan.last_lines(block.encode(), count) == expected
+    assert file_summary.last_lines(block.encode(), count) == expected
     reused = bytearray(block.encode() + b"a stale line\nof the buffer's last read")  # a reader's reused buffer
-    assert scan.last_lines(reused, count, len(block.encode())) == expected
+    assert file_summary.last_lines(reused, count, len(block.encode())) == expected
 
 
 _TAIL_LINE = st.one_of(st.sampled_from(["submitit INFO (2025-03-14 06:00:00,005) - Exiting after successful completion",
@@ -481,7 +494,7 @@ def test_a_file_without_a_kept_tail_has_the_same_last_line_shape(tmp_path_factor
     _, bare = scan.scan_file(source, sigs, keep_tail=False)
     assert bare.last_line == kept.last_line
     assert bare.tail == ()
-    assert kept.last_line == scan.last_line_shape(list(kept.tail))
+    assert kept.last_line == file_summary.last_line_shape(list(kept.tail))
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -531,8 +544,8 @@ def test_a_merged_log_keeps_every_process_rank_map_fact_past_ten_thousand(tmp_pa
 def test_the_ranks_a_file_names_are_kept_up_to_the_bound_resolve_keeps(tmp_path: Path, monkeypatch) -> None:
     from ddpslurm.analyze.diagnose import resolve as resolve_module
 
-    assert scan.MAX_RANK_LIST == resolve_module.MAX_RANK_LIST  # a file's rank set and the job's share one bound
-    monkeypatch.setattr(scan, "MAX_RANK_LIST", 50)
+    assert line_streams.MAX_RANK_LIST == resolve_module.MAX_RANK_LIST  # a file's rank set and the job's share one bound
+    monkeypatch.setattr(line_streams, "MAX_RANK_LIST", 50)
     path = tmp_path / "slurm-1.out"
     path.write_text("".join(WATCHDOG.format(r=r) for r in range(60)))
     _, summary = scan.scan_file(SourceFile(path=str(path), display=path.name, size=path.stat().st_size),
@@ -551,7 +564,7 @@ def test_head_starts_finds_the_lines_an_automaton_of_the_head_anchors_finds(line
     block = "".join(f"{line}\n" for line in lines).encode()
     end = min(limit, len(block))
     end = block.rfind(b"\n", 0, end) + 1  # blocks are whole lines
-    assert scan.head_starts(block, end) == candidate_starts(block, scan.HEAD_ANCHOR_BYTES, end)
+    assert file_scan.head_starts(block, end) == candidate_starts(block, file_scan.HEAD_ANCHOR_BYTES, end)
 
 
 @pytest.mark.parametrize("text", ["a\nb\n", "a\nb", "", "\n", "x" * 70_000 + "\n", "x" * 70_000],
@@ -559,9 +572,9 @@ def test_head_starts_finds_the_lines_an_automaton_of_the_head_anchors_finds(line
 def test_the_last_byte_a_read_covered_tells_whether_the_file_ends_a_line(tmp_path: Path, text: str) -> None:
     path = tmp_path / "r.log"
     path.write_text(text)
-    with scan._Reader(str(path), 10.0) as reader:
+    with files.Reader(str(path), 10.0) as reader:
         asked_first = reader.ends_with_newline()  # nothing read yet: the file is asked
-        for _block in scan.iter_blocks(reader):
+        for _block in blocks.iter_blocks(reader):
             pass
         covered = reader.last_byte is not None
         assert reader.ends_with_newline() is asked_first is (text == "" or text.endswith("\n"))
@@ -571,30 +584,30 @@ def test_the_last_byte_a_read_covered_tells_whether_the_file_ends_a_line(tmp_pat
 def test_a_file_grown_after_it_was_opened_is_judged_on_its_size_then(tmp_path: Path) -> None:
     path = tmp_path / "r.log"
     path.write_text("cut here")
-    with scan._Reader(str(path), 10.0) as reader:
+    with files.Reader(str(path), 10.0) as reader:
         with path.open("a") as grow:
             grow.write("\nmore\n")
-        for _block in scan.iter_blocks(reader):
+        for _block in blocks.iter_blocks(reader):
             pass
         assert reader.ends_with_newline() is False
 
 
 def test_canonical_fields_share_equal_pairs_and_keep_their_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan, "_CANONICAL", {})
-    a = scan.canonical_fields((("rank", "7"), ("op", "ALLREDUCE")))
-    b = scan.canonical_fields(tuple((k, "".join(v)) for k, v in (("seq", "9"), ("op", "ALLREDUCE"))))
+    monkeypatch.setattr(shared_values, "_CANONICAL", {})
+    a = shared_values.canonical_fields((("rank", "7"), ("op", "ALLREDUCE")))
+    b = shared_values.canonical_fields(tuple((k, "".join(v)) for k, v in (("seq", "9"), ("op", "ALLREDUCE"))))
     assert a == (("rank", "7"), ("op", "ALLREDUCE")) and b == (("seq", "9"), ("op", "ALLREDUCE"))
     assert a[1] is b[1]
-    assert scan.canonical_fields((("rank", "7"), ("op", "ALLREDUCE"))) is a
+    assert shared_values.canonical_fields((("rank", "7"), ("op", "ALLREDUCE"))) is a
 
 
 def test_canonical_fields_forget_everything_at_the_limit_rather_than_grow(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(scan, "_CANONICAL", {})
-    monkeypatch.setattr(scan, "MAX_CANONICAL", 10)
+    monkeypatch.setattr(shared_values, "_CANONICAL", {})
+    monkeypatch.setattr(shared_values, "MAX_CANONICAL", 10)
     for rank in range(50):
-        fields = scan.canonical_fields((("rank", str(rank)), ("op", "ALLREDUCE")))
+        fields = shared_values.canonical_fields((("rank", str(rank)), ("op", "ALLREDUCE")))
         assert fields == (("rank", str(rank)), ("op", "ALLREDUCE"))
-        assert len(scan._CANONICAL) <= 10
+        assert len(shared_values._CANONICAL) <= 10
 
 
 def test_spawned_workers_scan_the_jobs_they_are_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -606,13 +619,13 @@ def test_spawned_workers_scan_the_jobs_they_are_sent(tmp_path: Path, monkeypatch
         path.write_text("step 1\n" * rank + WATCHDOG.format(r=rank))
         sources.append(SourceFile(path=str(path), display=path.name, rank=rank, size=path.stat().st_size))
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(scan, "BATCH_FILES", 2)  # three tasks
+    monkeypatch.setattr(scan_tasks, "BATCH_FILES", 2)  # three tasks
     forked = scan.scan_files(sources, load_signatures(), workers=2)
     assert [[e.rank for e in events] for events, _ in forked] == [[0], [1], [2], [3], [4]]
     assert [summary.lines for _, summary in forked] == [1, 2, 3, 4, 5]
     monkeypatch.delattr(os, "fork")
     assert scan.scan_files(sources, load_signatures(), workers=2) == forked
-    assert scan._WORKER_JOBS == []  # the parent's is never set
+    assert scan_tasks._WORKER_JOBS == []  # the parent's is never set
 
 
 def test_a_scan_worker_killed_leaves_its_files_to_the_main_process(tmp_path: Path,
@@ -626,15 +639,15 @@ def test_a_scan_worker_killed_leaves_its_files_to_the_main_process(tmp_path: Pat
     for rank in range(6):
         (tmp_path / f"job_{rank}_log.err").write_text("step 1\n" * rank + WATCHDOG.format(r=rank))
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(scan, "BATCH_FILES", 2)
+    monkeypatch.setattr(scan_tasks, "BATCH_FILES", 2)
     whole = analyze_paths([tmp_path], workers=2)
-    parent, real = os.getpid(), scan.scan_file
+    parent, real = os.getpid(), scan_tasks.scan_file
 
     def killed_in_a_worker(source: SourceFile, *args, **kwargs):
         if source.display.endswith("_3_log.err") and os.getpid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
         return real(source, *args, **kwargs)
-    monkeypatch.setattr(scan, "scan_file", killed_in_a_worker)
+    monkeypatch.setattr(scan_tasks, "scan_file", killed_in_a_worker)
     after = analyze_paths([tmp_path], workers=2)
     assert after.to_dict()["ranks"] == whole.to_dict()["ranks"]
     assert (after.cause, after.first_failing_rank) == (whole.cause, whole.first_failing_rank)

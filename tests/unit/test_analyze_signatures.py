@@ -11,14 +11,9 @@ from hypothesis import strategies as st
 
 from ddpslurm.analyze.model import CAUSES
 from ddpslurm.analyze.read.prefilter import minimal
-from ddpslurm.analyze.rules.signatures import (
-    ANCHORS,
-    SignatureSet,
-    derive_any_literal,
-    derive_literal,
-    load_signature_file,
-    load_signatures,
-)
+from ddpslurm.analyze.rules.literals import derive_any_literal, derive_literal
+from ddpslurm.analyze.rules.loading import load_signature_file, load_signatures
+from ddpslurm.analyze.rules.signatures import ANCHORS, SignatureSet
 from ddpslurm.errors import AnalyzeInputError
 
 CASES = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
@@ -157,13 +152,13 @@ def test_every_text_a_signature_matches_holds_one_of_its_derived_literals(sig_id
 def test_every_real_line_a_signature_matches_holds_one_of_its_derived_literals(shipped) -> None:
     """The lines of the corpus's real logs: where a gated signature's regex matches, its literals are there."""
     shipped.match("")  # builds the literal index
-    assert len(shipped._required) > 60
+    assert len(shipped.caches.required) > 60
     checked = 0
     for path in sorted(CASES.glob("real-*/*")):
         if path.suffix in (".json", ".md") or not path.is_file():
             continue
         for line in path.read_text(errors="replace").splitlines():
-            for i, literals in shipped._required.items():
+            for i, literals in shipped.caches.required.items():
                 if shipped.signatures[i].pattern.search(line[:4000], timeout=1.0):
                     checked += 1
                     assert any(lit in line[:4000] for lit in literals), (shipped.signatures[i].id, line[:200])

@@ -10,8 +10,9 @@ from ddpslurm.analyze.api import analyze_paths
 from ddpslurm.analyze.diagnose.timeline import RankTimeline, _mark_log_ends
 from ddpslurm.analyze.model import FileSummary, SourceFile
 from ddpslurm.analyze.parse import stream_ends
-from ddpslurm.analyze.parse.scan import last_line_shape, scan_file
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.parse.file_summary import last_line_shape
+from ddpslurm.analyze.parse.scan import scan_file
+from ddpslurm.analyze.rules.loading import load_signatures
 
 STORE_TIMEOUT = ("torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. "
                  "{n}/{w} clients joined.")

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from ddpslurm.analyze.report.render import fill
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.rules.loading import load_signatures
 
 SIGS = load_signatures()
 FIELD = re.compile(r"\{(\w+)\}")

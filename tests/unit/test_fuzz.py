@@ -29,7 +29,7 @@ from ddpslurm.analyze.parse.attribution import strip_prefixes
 from ddpslurm.analyze.parse.records import EPOCH_RANGE, FIELD_RULES, MAX_MESSAGE_CHARS, MAX_WORLD_SIZE, record_events
 from ddpslurm.analyze.parse.timestamps import parse_time
 from ddpslurm.analyze.report.text import render_text, to_json, to_markdown
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.rules.loading import load_signatures
 from ddpslurm.errors import EnvDerivationError
 from ddpslurm.sbatch_values import SYNTAX, sbatch_value_problem
 from ddpslurm.scheduler.hostlist import MAX_HOSTS, compress_hostlist, expand_hostlist, expand_tasks_per_node

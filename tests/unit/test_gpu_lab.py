@@ -17,8 +17,8 @@ import ddp_fault  # noqa: E402
 import gpu_check  # noqa: E402
 
 from ddpslurm.analyze.api import analyze_paths  # noqa: E402
+from ddpslurm.analyze.model import CAUSES  # noqa: E402
 from ddpslurm.analyze.parse.timestamps import parse_time  # noqa: E402
-from ddpslurm.analyze.rules.signatures import CAUSES  # noqa: E402
 
 HEALTHY_JOB = REPO / "tests" / "data" / "gpu-healthy-nccl"
 

@@ -12,7 +12,7 @@ import pytest
 from ddpslurm.analyze.api import analyze_paths
 from ddpslurm.analyze.model import SourceFile
 from ddpslurm.analyze.parse.records import MAX_MATCH_CHARS, MAX_WORLD_SIZE, record_events, validate_record
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.rules.loading import load_signatures
 
 SIGS = load_signatures()
 EXIT = {"rank": 3, "host": "n1", "pid": 120, "unix": 1_763_000_000.25, "status": "error",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ddpslurm.analyze.rules.signatures import load_signatures
+from ddpslurm.analyze.rules.loading import load_signatures
 from ddpslurm.errors import SubmitError
 from ddpslurm.jobfolder import CHAIN_FILE
 from ddpslurm.launch.retries import (

@@ -18,7 +18,10 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ddpslurm.analyze.diagnose.producers import HOST_REPORT_SCALE, REQUEUE_MARKS, Vote, all_votes, peer_host
+from ddpslurm.analyze.diagnose.barriers import REQUEUE_MARKS
+from ddpslurm.analyze.diagnose.own_reports import HOST_REPORT_SCALE
+from ddpslurm.analyze.diagnose.peers import peer_host
+from ddpslurm.analyze.diagnose.producers import Vote, all_votes
 from ddpslurm.analyze.diagnose.resolve import is_host_name
 from ddpslurm.analyze.diagnose.timeline import JobTimeline
 from ddpslurm.analyze.model import Event

@@ -17,7 +17,8 @@ from ddpslurm.analyze.diagnose.timeline import JobTimeline, build_timeline
 from ddpslurm.analyze.model import Event, FileSummary, SourceFile
 from ddpslurm.analyze.parse.records import SIGNAL_CAUSES, SIGNAL_NAMES
 from ddpslurm.analyze.parse.tracebacks import CUT_TRACEBACK
-from ddpslurm.analyze.rules.signatures import SignatureSet, default_accuses
+from ddpslurm.analyze.rules.loading import default_accuses
+from ddpslurm.analyze.rules.signatures import SignatureSet
 
 
 def judge(events: list[Event], sources: Sequence[SourceFile], summaries: Sequence[FileSummary],

@@ -19,10 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpslurm.analyze.model import Event, FileSummary, SourceFile, new_event
+from ddpslurm.analyze.model import MAX_RANK_LIST, Event, FileSummary, SourceFile, new_event
 
-#: the most ranks one `2-7`-style list may expand to (a real job has at most a few hundred thousand)
-MAX_RANK_LIST = 1 << 20
 #: kinds whose rank field is a Slurm task id or a job, not the rank that logged the line
 JOB_KINDS = ("slurm_task", "slurm_job")
 AGENT_KINDS = ("agent_sigterm", "agent_failed", "elastic_failure")

@@ -188,7 +188,7 @@ def body_rank(body: str) -> int | None:
 
 
 #: NCCL's interface listing `[0]eth0:10.0.0.1<0> [1]ib0:fe80::1%ib0<0>` (an alias `eth0:1` keeps its colon). A name
-#: starts where a run of name characters does: tried inside every word, the pattern costs 14 us on a `Using` line
+#: starts where a run of name characters does: tried inside every word, the pattern is costly on a `Using` line
 #: (and finds nothing more: whatever matches from inside a run matches from its start)
 _IF_ENTRY = re.compile(r"(?:\[\d+\])?(?<![\w.@-])(?P<ifname>[\w.@-]+(?::\d+)?)"
                        r":(?P<ip>[0-9a-fA-F.:]+(?:%[\w.-]+)?)<\d+>")
@@ -200,7 +200,7 @@ _BRIDGE_NAMES = ("docker", "br-", "virbr", "veth", "cni", "flannel", "cali", "vx
 def interface_list(body: str) -> list[tuple[str, str]]:
     """Every `(ifname, ip)` an NCCL `Using` line lists (after `; OOB` for NET/IB, else after `Using `), in order.
     The list is looked for only there: tried on NCCL's `host:pid:tid` head too, the pattern backtracks through
-    it (16 us a Bootstrap line against 4)."""
+    it (a Bootstrap line then costs several times as much)."""
     if "; OOB" in body:
         tail = body.split("; OOB", 1)[1]
     else:

@@ -17,7 +17,7 @@ from ddpslurm.analyze.parse.attribution import clean
 _LABEL = rb" *(\d{1,6}): "
 #: a line srun --label wrote: its task id and its text
 LABELLED = re.compile(rb"(?m)^" + _LABEL + rb"([^\n]+)")
-#: merged logs are tallied up to this size (about 0.5 us a line, 230 MB/s: 32 MB, ~0.15 s of a worker)
+#: merged logs are tallied up to this size (every line is read for it: a bigger one would hold a worker up)
 MAX_BYTES = 32 << 20
 #: a file is tallied when one of its first lines is labelled (an sbatch script may echo a few lines first)
 HEAD_LINES = 8

@@ -223,9 +223,6 @@ _SIG = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
 #: (its error file's py_callstack) with each newline followed by two spaces (`_format_failure`), so the frames sit at
 #: 4 and 6 and the exception line at 2; a message without that indentation (a plain string) starts at 0
 EXCEPTION_INDENTS = (0, 2)
-#: the header of the entry torchelastic names as the first failure: a block is read from it even where the lines
-#: above it (the ChildFailedError, `Failures:`) are not in the input (a paste that starts there)
-ROOT_CAUSE_HEADER = "Root Cause (first observed failure)"
 
 
 #: the signature of a traceback cut before its exception line (`Exc.cut`): the scanner's event, the engine's filter

@@ -30,7 +30,8 @@ from ddpslurm.errors import AnalyzeInputError, UsageError
 from ddpslurm.jobfolder import FR_TRACE_SUFFIX, HANG_FILE, HEARTBEAT_SUFFIX, STACKS_SUFFIX, rank_file_pattern
 
 #: a metadata request (a stat, an open) slower than this is a network file system's round trip to its metadata server
-#: (NFS, Lustre, GPFS: 0.1-1 ms; a local disk's takes 2-5 us): then METADATA_THREADS threads ask side by side
+#: (NFS, Lustre, GPFS; a local disk's answers from the kernel, far sooner): then METADATA_THREADS threads ask side by
+#: side
 SLOW_METADATA_SECONDS = 50e-6
 METADATA_THREADS = 16
 

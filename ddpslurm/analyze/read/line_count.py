@@ -1,12 +1,11 @@
 """Counting the line ends of a block: the scan counts every byte's newlines, for line numbers and each file's
 line count.
 
-`bytes.count` of one byte is a byte-at-a-time loop (0.55-0.6 ns a byte here). `bytes.replace` of one byte by
-nothing finds them with memchr and copies what is left: counted as the length it lost, a span in pieces of
-REPLACE_PIECE (the piece's copies stay in the core's cache) costs 0.30-0.33 ns a byte, the copies included, and
-wins from about 4 KB on. numpy compares a block in vector instructions (0.15-0.18 ns a byte) but costs 0.14-0.17 s
-and 10 MB to import in each process: it repays that only past about 1.3 GB of long spans in one process
-(benchmarks/README.md).
+`bytes.count` of one byte is a byte-at-a-time loop. `bytes.replace` of one byte by nothing finds them with memchr
+and copies what is left: counted as the length it lost, a span in pieces of REPLACE_PIECE (the piece's copies stay
+in the core's cache) costs less, the copies included, and wins from about 4 KB on. numpy compares a block in vector
+instructions, cheaper still, but costs a fixed time and 10 MB to import in each process: it repays that only past
+about 1.3 GB of long spans in one process (the figures: benchmarks/README.md).
 
 Who imports numpy: a pool's parent knows every file's size before it forks, so it decides for its workers
 (`worth_importing`): each imports numpy as it starts when its share of the long spans repays the import, else
@@ -22,9 +21,9 @@ from types import ModuleType
 
 #: spans shorter than this are counted by bytes.count (a copy's fixed cost is more than the loop saves)
 REPLACE_MIN_BYTES = 4 << 10
-#: a long span is counted in pieces of this many bytes (a 4 MB piece's copies leave the cache: 0.43 ns a byte)
+#: a long span is counted in pieces of this many bytes (a 4 MB piece's copies leave the cache and cost more a byte)
 REPLACE_PIECE = 256 << 10
-#: spans shorter than this never go to numpy (its fixed cost per call is a few microseconds)
+#: spans shorter than this never go to numpy (its fixed cost per call is more than it saves on them)
 NUMPY_MIN_BYTES = 16 << 10
 #: what a long span costs to count, ns a byte, without numpy (`_memchr_count`) and with it; what importing numpy
 #: costs a process, s (measured on the 2-core VM, 2026-11-28: benchmarks/README.md)

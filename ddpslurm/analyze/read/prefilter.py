@@ -1,10 +1,10 @@
 """The scanner's prefilter: the lines of a block that hold at least one anchor, in one pass over the bytes.
 
 The engine is a multi-pattern automaton (`ahocorasick_rs`, Rust aho-corasick with a SIMD prefilter), one per 64
-anchors at most (past that the SIMD prefilter is off): 0.14-0.48 CPU s per GB for 48 anchors on 2026-11-26, 0.8-1.0
-for the 72 of today in two automata, depending on their order, which `tune` picks on a sample of a large input
-(benchmarks/README.md). Where its wheel is missing (a platform or Python it has no build for), `AnchorFinder`, pure
-Python through each anchor's rarest byte, finds exactly the same lines, 10-20x slower.
+anchors at most (past that the SIMD prefilter is off); its cost depends on the anchors' order, which `tune` picks on
+a sample of a large input (the figures: benchmarks/README.md). Where its wheel is missing (a platform or Python it
+has no build for), `AnchorFinder`, pure Python through each anchor's rarest byte, finds exactly the same lines, much
+more slowly.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def minimal(anchors: Sequence[bytes]) -> tuple[bytes, ...]:
 
 
 #: the most anchors one automaton takes with its SIMD prefilter (the aho-corasick crate's packed Teddy searcher):
-#: past it the automaton walks every byte, 2.6 against 0.8 ns a byte for the 72 shipped anchors on the 1 GB job's
-#: text (benchmarks/README.md), so more anchors are split among automata of at most this many, one pass each
+#: past it the automaton walks every byte, several times slower for the 72 shipped anchors on the 1 GB job's text
+#: (benchmarks/README.md), so more anchors are split among automata of at most this many, one pass each
 TEDDY_PATTERNS = 64
 
 
@@ -116,8 +116,8 @@ class _ByteCounts(dict):
 class AnchorFinder:
     """Finds the lines of a block that hold at least one anchor, mostly through fast passes over rare bytes.
 
-    `bytes.find` costs about the same for every anchor (~0.5 s per GB each, most of the scan's time), while a
-    single-byte `find` is a memchr (~0.05 s per GB). So each anchor is looked for through its byte rarest in the
+    `bytes.find` costs about the same for every anchor (most of the scan's time, each of them), while a
+    single-byte `find` is a memchr, far cheaper. So each anchor is looked for through its byte rarest in the
     first block scanned (its pivot): every occurrence of the pivot is checked with `startswith` for the anchors
     it pivots. When a pivot turns out common (more than one per PIVOT_SPACING bytes scanned so far), its anchors
     move to their next rarest byte in the block at hand, or to `find` when none is rare. Anchors that contain
@@ -227,8 +227,8 @@ def tune(anchors: Sequence[bytes], sample: bytes,
 
     The automaton's SIMD prefilter (Teddy) puts anchors into buckets by their order, and every position whose
     bytes pass a bucket's masks is checked against the anchors in it: an order whose buckets mix anchors that
-    log text often nearly matches costs up to three times another over the same bytes (0.14 to 0.48 ns a byte
-    over the 1 GB benchmark job, benchmarks/README.md). Which order is cheap depends on the text, so a few are
+    log text often nearly matches costs several times another over the same bytes (over the 1 GB benchmark job,
+    benchmarks/README.md). Which order is cheap depends on the text, so a few are
     timed on a sample of it. Every order finds the same lines; the pure-Python finder has no order to tune."""
     key = (tuple(anchors), False)
     if _ahocorasick is None or not sample or any(b"\n" in a for a in key[0]):
@@ -254,22 +254,3 @@ def _scan_seconds(finder: AutomatonFinder, sample: bytes) -> float:
 def candidate_starts(block: Buffer, anchors: Sequence[bytes], end: int | None = None) -> list[int]:
     """Sorted offsets of the lines of `block[:end]` that contain at least one anchor."""
     return anchor_finder(anchors).starts(block, end)
-
-
-class LiteralsIn:
-    """Which of some literals a line holds: one automaton pass (overlapping matches, so a literal inside another
-    is found too), or a substring test per literal where the wheel is missing. Same answer either way."""
-
-    def __init__(self, literals: Sequence[str], pure: bool = False) -> None:
-        self.literals = tuple(dict.fromkeys(lit for lit in literals if lit))
-        self.pure = pure
-        self.automaton = None if pure or _ahocorasick is None or not self.literals else \
-            _ahocorasick.AhoCorasick(list(self.literals), matchkind=_ahocorasick.MATCHKIND_STANDARD)
-
-    def __reduce__(self) -> tuple:  # the automaton cannot be pickled (a spawned worker): it is rebuilt there
-        return (LiteralsIn, (self.literals, self.pure))
-
-    def __call__(self, text: str) -> set[str]:
-        if self.automaton is None:
-            return {lit for lit in self.literals if lit in text}
-        return {self.literals[k] for k, _, _ in self.automaton.find_matches_as_indexes(text, overlapping=True)}

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddpslurm.analyze.diagnose.combiner import Verdict, one_rank_job
-from ddpslurm.analyze.diagnose.producers import named_peer
+from ddpslurm.analyze.diagnose.peers import named_peer
 from ddpslurm.analyze.diagnose.resolve import is_host_name, plausible_world
 from ddpslurm.analyze.diagnose.timeline import JobTimeline
 from ddpslurm.analyze.model import Diagnosis, Event, Evidence, FileSummary, RankRow, TimelineRow

@@ -100,13 +100,22 @@ def _shape(text: str | None) -> str:
 
 
 def render_text(diagnosis: Diagnosis, console=None) -> None:
-    """Print the report with rich (to stdout by default)."""
+    """Print the report with rich (to stdout by default): the verdict, its evidence, the ranks, what to do."""
     from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
 
     console = console or Console(highlight=False, soft_wrap=False)
-    d = diagnosis
+    _print_verdict(console, diagnosis)
+    if diagnosis.evidence:
+        _print_evidence(console, diagnosis)
+    if diagnosis.ranks:
+        _print_ranks(console, diagnosis)
+    _print_advice(console, diagnosis)
+
+
+def _print_verdict(console, d: Diagnosis) -> None:
+    """The cause and its confidence, the first failing rank and host, the summary."""
+    from rich.text import Text
+
     colour = {"high": "green", "medium": "yellow", "low": "red"}.get(d.confidence, "white")
     head = Text()
     head.append("Cause: ", style="bold")
@@ -120,38 +129,55 @@ def render_text(diagnosis: Diagnosis, console=None) -> None:
     who.append(safe(d.first_failing_host) or "unknown")
     console.print(who)
     console.print(Text(safe(d.summary)))
-    if d.evidence:
-        root = evidence_root([ev.file for ev in d.evidence])
-        console.print(Text("\nEvidence", style="bold underline"))
-        if root:
-            console.print(Text(f"  in {safe(root)}{os.sep}", style="dim"), soft_wrap=True)
-        for ev in d.evidence:
-            where = Text("  ")
-            where.append(f"{safe(os.path.relpath(ev.file, root) if root else ev.file)}:{ev.line}", style="cyan")
-            if ev.rank is not None:
-                where.append(f"  rank {ev.rank}", style="magenta")
-            if ev.time:
-                where.append(f"  {safe(ev.time)}", style="dim")
-            console.print(where, no_wrap=True, overflow="ellipsis")
-            console.print(Text("    " + one_line(ev.text)), no_wrap=True, overflow="ellipsis")
-    if d.ranks:
-        console.print(Text("\nRanks", style="bold underline"))
-        groups = collapse_rows(d.ranks)
-        rows = [(label, _hosts(d.ranks, label, row), _role(row, count), row) for label, row, count in groups[:MAX_ROWS]]
-        table = Table(show_lines=False)
-        names = ("rank", "host", "role")
-        widths = [max([len(name)] + [len(r[index]) for r in rows]) for index, name in enumerate(names)]
-        for name, width in zip(names, widths, strict=True):
-            table.add_column(name, no_wrap=True, width=width)
-        room = max(24, console.width - sum(widths) - 13)  # 4 columns: borders and padding take 13 cells
-        table.add_column("first error", no_wrap=True, width=room)
-        for label, hosts, role, row in rows:
-            style = {"culprit": "bold red", "victim": "yellow", "ok": "green"}.get(row.role, "")
-            table.add_row(Text(label), Text(hosts), Text(role, style=style),
-                          Text(_crop(one_line(row.first_error) or "-", room)))
-        if len(groups) > MAX_ROWS:
-            table.add_row(Text("..."), Text(""), Text(f"{len(groups) - MAX_ROWS} more groups"), Text(""))
-        console.print(table)
+
+
+def _print_evidence(console, d: Diagnosis) -> None:
+    """Each evidence line: where it is (under the files' common folder), its rank and time, its text."""
+    from rich.text import Text
+
+    root = evidence_root([ev.file for ev in d.evidence])
+    console.print(Text("\nEvidence", style="bold underline"))
+    if root:
+        console.print(Text(f"  in {safe(root)}{os.sep}", style="dim"), soft_wrap=True)
+    for ev in d.evidence:
+        where = Text("  ")
+        where.append(f"{safe(os.path.relpath(ev.file, root) if root else ev.file)}:{ev.line}", style="cyan")
+        if ev.rank is not None:
+            where.append(f"  rank {ev.rank}", style="magenta")
+        if ev.time:
+            where.append(f"  {safe(ev.time)}", style="dim")
+        console.print(where, no_wrap=True, overflow="ellipsis")
+        console.print(Text("    " + one_line(ev.text)), no_wrap=True, overflow="ellipsis")
+
+
+def _print_ranks(console, d: Diagnosis) -> None:
+    """The ranks' table, runs of alike ranks collapsed (at most MAX_ROWS rows), the first error cut to fit."""
+    from rich.table import Table
+    from rich.text import Text
+
+    console.print(Text("\nRanks", style="bold underline"))
+    groups = collapse_rows(d.ranks)
+    rows = [(label, _hosts(d.ranks, label, row), _role(row, count), row) for label, row, count in groups[:MAX_ROWS]]
+    table = Table(show_lines=False)
+    names = ("rank", "host", "role")
+    widths = [max([len(name)] + [len(r[index]) for r in rows]) for index, name in enumerate(names)]
+    for name, width in zip(names, widths, strict=True):
+        table.add_column(name, no_wrap=True, width=width)
+    room = max(24, console.width - sum(widths) - 13)  # 4 columns: borders and padding take 13 cells
+    table.add_column("first error", no_wrap=True, width=room)
+    for label, hosts, role, row in rows:
+        style = {"culprit": "bold red", "victim": "yellow", "ok": "green"}.get(row.role, "")
+        table.add_row(Text(label), Text(hosts), Text(role, style=style),
+                      Text(_crop(one_line(row.first_error) or "-", room)))
+    if len(groups) > MAX_ROWS:
+        table.add_row(Text("..."), Text(""), Text(f"{len(groups) - MAX_ROWS} more groups"), Text(""))
+    console.print(table)
+
+
+def _print_advice(console, d: Diagnosis) -> None:
+    """What to do, whether to retry, the nodes to exclude, and the analysis's notes."""
+    from rich.text import Text
+
     if d.advice:
         console.print(Text("\nWhat to do", style="bold underline"))
         for item in d.advice:

@@ -1,0 +1,82 @@
+"""One file's reading, line by line: a candidate line's raw bytes and number in, the file's events (and summary) out.
+`FileState` is the per-file state of a scan, built in layers, each a class of its own module that the next one
+extends: who a line speaks for (`LineStreams`), how a line becomes an event (`LineEvents`), the tracebacks and
+torchelastic failure blocks open (`FailureBlocks`), the lines read with another line (`ContinuedLines`: wrapped
+heads, torch's `Last error:`), and the line shapes remembered (`RememberedShapes`: inert lines, line recipes).
+`handle` takes each line through them in order: skipped or replayed by its shape where that is known, else decoded,
+its prefixes read, then the first reading that takes it (a block, a start-up line, a line waited for, a signature).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ddpslurm.analyze.parse.attribution import clean, prefix_spans
+from ddpslurm.analyze.parse.channel_lines import repeated_channel_line
+from ddpslurm.analyze.parse.continued_lines import LAST_ERROR
+from ddpslurm.analyze.parse.line_recipes import DIGITS_TO_ZERO, RememberedShapes
+from ddpslurm.analyze.parse.line_streams import body_is_slurm, mentions_torchrun
+from ddpslurm.analyze.read.blocks import MAX_LINE
+from ddpslurm.analyze.rules.signatures import PLANNED_CHARS, ROOT_CAUSE_HEADER, memo_key
+
+
+@dataclass
+class FileState(RememberedShapes):
+    """A file's reading state: every layer's, and the channel lines read (`channel_lines`)."""
+
+    #: (bytes before NCCL's "NCCL INFO Channel", the printer's NCCL rank) of the channel lines read so far
+    channel_lines: set[tuple[bytes, bytes]] = field(default_factory=set)
+
+    def handle(self, raw: bytes, lineno: int) -> None:
+        """Read one candidate line, `raw` (without its line end), line `lineno` of the file (or of its range)."""
+        key = None
+        if not self.line_mode:
+            if len(raw) <= PLANNED_CHARS:
+                key = memo_key(raw.translate(DIGITS_TO_ZERO))
+                known = self.sigs.caches.inert_lines.get(key)
+                if known is not None and self.still_inert(raw, *known):
+                    return
+            if b"INFO Channel " in raw and repeated_channel_line(raw, self.channel_lines):
+                return
+        if key is not None:
+            recipe = self.sigs.caches.line_recipes.get(key)
+            if recipe is not None and self.replay(recipe, raw.decode("ascii"), lineno):
+                return
+        text = clean(raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\n"))
+        if not text:
+            return
+        spans = prefix_spans(text)
+        p = spans.prefix(text)
+        slurm = body_is_slurm(p.text)
+        rank, local, host, stream = self._take_prefix(p, slurm, lineno)
+        body = p.text
+        torchrun = mentions_torchrun(body)
+        if torchrun and self.summary is not None:
+            self.summary.torchrun = True
+        if (self.elastic or ROOT_CAUSE_HEADER in body) and self._elastic_line(body, lineno, stream, host):
+            return
+        consumed, finished = self.tracebacks.feed(stream, body, lineno)
+        for ended, exc in finished:
+            self._exception(exc, ended)  # a stream's own rank: another stream's traceback may end on this line
+        if consumed:
+            return
+        if ("RESTART_COUNT" in body and self._attempt_start(body, lineno, host)) or \
+                ("JobEnvironment(" in body and self._rank_info(body, lineno)) or \
+                ("Init " in body and self._nccl_init_line(body, lineno, rank, host, local, p.time_text)):
+            return
+        if body.startswith("frame #"):
+            return  # C++ stack frames of a c10 exception: the message came before them
+        if self.waiting and self._reason_of(stream, body, lineno):
+            return
+        pending, self.pending = self.pending, None
+        if pending is not None and self._follow(pending, body, stream, lineno):
+            return
+        if body.rstrip() == LAST_ERROR:
+            self._await_reason(stream, lineno, body)
+            return
+        hit = self._match_line(body, lineno, p.time_text, rank, local, host, stream)
+        if key is None:
+            return
+        if hit is None:
+            self.note_inert(key, raw, text, p, body)
+        self.note_recipe(key, raw, text, spans, hit, slurm, torchrun)

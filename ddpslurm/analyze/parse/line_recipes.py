@@ -1,0 +1,152 @@
+"""Lines known by their shape: a raw line (its digits written as 0) in, its reading replayed or skipped out.
+The fifth layer of `FileState`. Most of a big job's candidate lines differ from one another only in their digits
+(16k ranks' watchdog, rank-map and NCCL INFO lines). When every step a line went through decided by its shape alone,
+the shape is remembered in the signature set's caches: as saying nothing (an inert line: its next ones are skipped
+after only the few digit-sensitive signatures that could match them), or with a `LineRecipe` (its next ones are
+read from the spans the first one left: its prefixes' values, its signature's groups, NCCL's `host:pid` head).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import regex
+
+from ddpslurm.analyze.parse.attribution import BODY_RANK, NCCL_SOURCE, PrefixSpans, Span, number, piece
+from ddpslurm.analyze.parse.continued_lines import LAST_ERROR, WRAPPED_HEAD, ContinuedLines
+from ddpslurm.analyze.parse.line_events import NCCL_INIT_ANY_DIGIT
+from ddpslurm.analyze.parse.line_streams import SLURM_HEAD, TORCHRUN, body_is_slurm, mentions_torchrun
+from ddpslurm.analyze.parse.timestamps import EVERY_FORM, TimePlan, time_plan
+from ddpslurm.analyze.rules.digit_shape import shape
+from ddpslurm.analyze.rules.signatures import Signature, SignatureSet, remember
+
+#: raw lines of at most this many bytes may be remembered as saying nothing (MatchCaches.inert_lines), and so many
+MAX_INERT = 50_000
+#: a raw line's digits written as 0: its shape
+DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+#: raw line shapes a process remembers how to replay (MatchCaches.line_recipes)
+MAX_RECIPES = 50_000
+#: words of lines that are never replayed: start-up lines the scanner reads with patterns of its own, the head of a
+#: torchelastic failure block, C++ frames, torch's `Last error:` (NCCL's `Init` lines: `NCCL_INIT_ANY_DIGIT`)
+NOT_REPLAYED = ("JobEnvironment(", "RESTART_COUNT", "ChildFailedError", "frame #", LAST_ERROR)
+
+
+@functools.cache
+def recipe_patterns_blind() -> bool:
+    """Whether every pattern a line recipe stands in for is digit-blind (digit_shape): else none is made."""
+    from ddpslurm.analyze.parse.attribution import EMBEDDED_RANK, RULES
+    from ddpslurm.analyze.rules.digit_shape import digit_blind
+
+    patterns = (*(rule for rule, meaning in RULES if meaning != "time"), EMBEDDED_RANK, NCCL_SOURCE, BODY_RANK,
+                SLURM_HEAD, TORCHRUN, WRAPPED_HEAD)
+    return all(digit_blind(p.pattern) for p in patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class LineRecipe:
+    """How every line of one shape is read: where its prefixes' values and its text start, whether srun wrote it or
+    it mentions torchrun, the signature that matches it (None: none) and where that match's groups, NCCL's
+    `host:pid` head and a `[Rank N]` tag sit in its text (spans relative to the text after the prefixes)."""
+
+    prefix: PrefixSpans
+    slurm: bool
+    torchrun: bool
+    checks: tuple[int, ...] = ()  #: digit-sensitive signatures that, matching a line, make it read in full
+    signature: int | None = None
+    groups: tuple[tuple[str, int, int], ...] = ()
+    source: tuple[Span, Span] | None = None
+    body_rank: Span | None = None
+    #: where its text holds a time, if anywhere (`time_plan`): its lines are searched for that form from there only
+    time: TimePlan = EVERY_FORM
+
+    @classmethod
+    def of(cls, body: str, spans: PrefixSpans, slurm: bool, torchrun: bool, checks: tuple[int, ...],
+           hit: tuple[Signature, regex.Match] | None, sigs: SignatureSet) -> LineRecipe:
+        """The recipe of a line whose text after the prefixes is `body`, which `hit` matched (or nothing)."""
+        if hit is None:
+            return cls(spans, slurm, torchrun, checks)
+        sig, m = hit
+        groups = tuple((name, *m.span(name)) for name, value in sorted(m.groupdict().items()) if value is not None)
+        head = NCCL_SOURCE.match(body)
+        tag = BODY_RANK.search(body, 0, 400) if "Rank " in body else None
+        return cls(spans, slurm, torchrun, checks, sigs.index_of(sig), groups,
+                   (head.span("host"), head.span("pid")) if head else None, tag.span("rank") if tag else None,
+                   time_plan(shape(body)))
+
+
+@dataclass
+class RememberedShapes(ContinuedLines):
+    """The line shapes a file's reading remembers (in its signature set, for every file this process reads) and
+    reads lines by: the fifth layer of `FileState`."""
+
+    def note_recipe(self, key: object, raw: bytes, text: str, spans: PrefixSpans,
+                    hit: tuple[Signature, regex.Match] | None, slurm: bool, torchrun: bool) -> None:
+        """Remember how a line of shape `key` was read when every line of that shape is read the same way, whatever
+        its digits: its next ones are then replayed from spans (`replay`) instead of read again (16k ranks'
+        watchdog and rank-map lines).
+
+        That holds when each step the line went through decides by its shape alone: the prefix rules (digit-blind
+        but the timestamp's `19|20`: no `0000-00-00` in the shape), the other patterns a recipe stands in for
+        (`recipe_patterns_blind`), no start-up line the scanner reads with patterns of its own (`NOT_REPLAYED`;
+        an NCCL `Init` line, whose `0x` is a digit), and the signatures: the digit-blind one that matched, or
+        none, decides unless one of a few digit-sensitive ones matches (`SignatureSet.replay_checks`, run again
+        on each line replayed); and when it left no state a later line depends on (nothing pending, no block
+        opened). Only printable ASCII lines."""
+        if (self.line_mode or b"0000-00-00" in raw.translate(DIGITS_TO_ZERO)
+                or not raw.isascii() or text != raw.decode("ascii") or not recipe_patterns_blind()):
+            return
+        body = text[spans.start:]
+        if any(word in body for word in NOT_REPLAYED) or ("Init " in body and NCCL_INIT_ANY_DIGIT.search(body)):
+            return
+        if hit is not None and self.sigs.is_sensitive(hit[0]):
+            return
+        checks = self.sigs.replay_checks(body)
+        if checks is None:
+            return
+        remember(self.sigs.caches.line_recipes, key,
+                 LineRecipe.of(body, spans, slurm, torchrun, checks, hit, self.sigs), MAX_RECIPES)
+
+    def replay(self, recipe: LineRecipe, text: str, lineno: int) -> bool:
+        """Read a line the way `recipe` says every line of its shape is read (see `note_recipe`), unless one of the
+        digit-sensitive signatures it lists matches this line: then False, and nothing was done."""
+        if recipe.checks and self.sigs.first_match(text[recipe.prefix.start:], recipe.checks) is not None:
+            return False
+        p = recipe.prefix.prefix(text)
+        rank, local, host, _stream = self._take_prefix(p, recipe.slurm, lineno)
+        if recipe.torchrun and self.summary is not None:
+            self.summary.torchrun = True
+        if recipe.signature is None:
+            return True
+        body = p.text
+        groups = {name: body[start:end] for name, start, end in recipe.groups}
+        ns = None if recipe.source is None else (piece(body, recipe.source[0]), number(body, recipe.source[1]))
+        named = number(body, recipe.body_rank)
+        self._signature_event(self.sigs.signatures[recipe.signature], groups, body, lineno, p.time_text, rank, local,
+                              host, ns, named, recipe.time)
+        return True
+
+    def note_inert(self, key: object, raw: bytes, text: str, p, body: str) -> None:
+        """Remember the shape `key` of a line that said nothing when every line of that shape says nothing,
+        whatever its digits, unless one of a few digit-sensitive signatures matches it: its next ones are then
+        skipped after only those (16k ranks' NCCL INFO lines).
+
+        That holds when each step the line went through decides by its shape alone: the prefix rules (all
+        digit-blind but the timestamp's `19|20`: no `0000-00-00` in it), the start-up patterns (digit-blind; `Init `
+        excluded, its `0x` is a digit), and the signatures (`SignatureSet.only_sensitive`); and when it left
+        nothing behind: no rank prefix (`ranks_seen`), no srun line, no torchrun mention, nothing pending, no block
+        opened. Only printable ASCII lines, whose text after the prefixes starts at the same byte in every one.
+        """
+        if (p.rank is not None or self.line_mode or "Init " in body or not raw.isascii()
+                or b"0000-00-00" in raw.translate(DIGITS_TO_ZERO)
+                or text != raw.decode("ascii") or body_is_slurm(body) or mentions_torchrun(body)):
+            return
+        sensitive = self.sigs.only_sensitive(body)
+        if sensitive is not None:
+            remember(self.sigs.caches.inert_lines, key, (len(text) - len(body), sensitive), MAX_INERT)
+
+    def still_inert(self, raw: bytes, offset: int, sensitive: tuple[int, ...]) -> bool:
+        """Whether a line of a shape `note_inert` remembered says nothing: none of its digit-sensitive signatures
+        matches its text after the prefixes."""
+        return not sensitive or self.sigs.first_match(raw[offset:].decode("ascii"), sensitive) is None
