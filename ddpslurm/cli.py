@@ -35,6 +35,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
       ddpslurm submit train.py --nodes 2 --gpus-per-node 8 -- --lr 0.1
       ddpslurm status 1234
       ddpslurm analyze ddpslurm_jobs/job_1234/
+      ddpslurm lint train.py
       ddpslurm template --list
     """
     ctx.ensure_object(dict)
@@ -83,12 +84,15 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--wait", is_flag=True, help="Wait for the end; exit non-zero if the job failed.")
 @click.option("--local", is_flag=True, help="No Slurm: run nodes x tasks-per-node ranks on this machine.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option("--lint", "lint_mode", type=click.Choice(["error", "warn", "off"]), default="warn", show_default=True,
+              help="Run `ddpslurm lint` on SCRIPT first: warn prints its findings on stderr, error also refuses a "
+                   "script with error-level findings, off skips it.")
 def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node: int | None,
            gpus_per_node: int | None, cpus_per_task: int | None, mem: str | None, partition: str | None,
            account: str | None, qos: str | None, time_limit: str, constraint: str | None, exclude: str | None,
            sbatch_args: tuple[str, ...], launcher: str, folder: str, max_requeues: int, signal_delay: int,
            interface: str | None, job_name: str, master_port: int | None, hang_timeout: int, preflight: bool,
-           retries: int, dry_run: bool, wait: bool, local: bool, as_json: bool) -> None:
+           retries: int, dry_run: bool, wait: bool, local: bool, as_json: bool, lint_mode: str) -> None:
     """Submit a plain PyTorch DDP SCRIPT as a multi-node Slurm job (script arguments after `--`).
 
     \b
@@ -106,7 +110,7 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
              sbatch_args=sbatch_args, launcher=launcher, folder=folder, max_requeues=max_requeues,
              signal_delay_s=signal_delay, interface=interface, local=local, job_name=job_name,
              master_port=master_port, hang_timeout_s=hang_timeout, preflight=preflight),
-        dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo, retries=retries)
+        dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo, retries=retries, lint=lint_mode)
     if code:
         sys.exit(code)  # click.exceptions.Exit would be swallowed by standalone_mode=False
 
@@ -260,6 +264,39 @@ def analyze(inputs: tuple[str, ...], as_json: bool, fmt: str, signature_dirs: tu
 
     code = run_analyze(inputs, output="json" if as_json else fmt, signature_dirs=signature_dirs, attempt=attempt,
                        jobs=jobs, folders=folders, echo=click.echo, html_file=html_file)
+    if code:
+        sys.exit(code)
+
+
+@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("scripts", nargs=-1, metavar="SCRIPT...")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif"]), default="text", show_default=True,
+              help="text for people, json for scripts, sarif (2.1.0) for code-scanning tools.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option("--ignore", multiple=True, metavar="ID[,ID]", help="Skip these rules (repeatable).")
+@click.option("--path", "roots", multiple=True, metavar="DIR",
+              help="Also look for imported modules in DIR, as PYTHONPATH would (repeatable).")
+@click.option("--list-rules", is_flag=True, help="Print every rule (id, level, name, message) and exit.")
+def lint(scripts: tuple[str, ...], fmt: str, as_json: bool, ignore: tuple[str, ...], roots: tuple[str, ...],
+         list_rules: bool) -> None:
+    """Check DDP training scripts for the mistakes that fail on a cluster, before the job waits in the queue.
+
+    \b
+      ddpslurm lint train.py
+      ddpslurm lint train.py --format sarif > lint.sarif
+      ddpslurm lint --list-rules
+
+    Reads SCRIPT and the modules it imports from its folder. Silence a finding with `# ddpslurm: ignore[DDP001]`
+    on its line (`# ddpslurm: ignore` for all), a whole file with `# ddpslurm: ignore-file[DDP001]`. Exit 0: no
+    error-level finding; 1: at least one; 2: usage error (missing file, not Python).
+    """
+    from ddpslurm.lint.command import run_lint
+    from ddpslurm.lint.render import rules_table
+
+    if list_rules:
+        click.echo(rules_table(), nl=False)
+        return
+    code = run_lint(scripts, output="json" if as_json else fmt, ignore=ignore, roots=roots, echo=click.echo)
     if code:
         sys.exit(code)
 

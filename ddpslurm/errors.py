@@ -55,6 +55,10 @@ class SubmitError(DdpSlurmError):
     """A job could not be planned or submitted (missing script, unwritable folder, ...)."""
 
 
+class LintRefusedError(SubmitError):
+    """`submit --lint error`: the script has error-level findings of `ddpslurm lint`, so nothing was submitted."""
+
+
 class JobNotFoundError(DdpSlurmError):
     """A job id or job folder that ddpslurm cannot find."""
 

@@ -5,26 +5,67 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from ddpslurm.errors import UsageError
+from ddpslurm.errors import DdpSlurmError, LintRefusedError, UsageError
 from ddpslurm.launch.plan import plan as make_plan
 from ddpslurm.launch.spec import JobSpec, make_spec
+from ddpslurm.sanitize import terminal
 
 #: Exit status of `submit --wait` when the job ended in failure (the same as `ddpslurm status --wait`).
 EXIT_JOB_FAILED = 3
+#: `submit --lint`: refuse error-level findings, print findings, or skip the linter
+LINT_MODES = ("error", "warn", "off")
+
+
+def lint_gate(script: Path, mode: str, echo: Callable[..., None]) -> None:
+    """`submit --lint`: the script's warning and error findings on stderr; with `error`, a LintRefusedError when
+    one is an error. A script the linter cannot read, or a fault of the linter, is noted and not held back."""
+    if mode not in LINT_MODES:
+        raise UsageError(f"--lint {mode!r} is unknown", f"Use one of: {', '.join(LINT_MODES)}")
+    if mode == "off":
+        return
+    from ddpslurm.lint import render
+    from ddpslurm.lint.engine import lint_script
+    from ddpslurm.lint.model import ERROR, INFO
+
+    try:
+        report = lint_script(script)
+    except DdpSlurmError as failed:
+        echo(f"ddpslurm: lint: skipped: {terminal(failed.one_line())}", err=True)
+        return
+    except Exception as failed:  # a fault of the linter must not stop a submission
+        echo(f"ddpslurm: lint: skipped after an internal error ({type(failed).__name__}: {terminal(failed)}); "
+             "please report it", err=True)
+        return
+    shown = [f for f in report.findings if f.level != INFO]
+    for finding in shown:
+        echo(f"ddpslurm: lint: {render.one_line(finding)}", err=True)
+    errors = sorted({f.rule for f in shown if f.level == ERROR})
+    command = f"ddpslurm lint {shlex.quote(render.shown_path(script))}"
+    if mode == "error" and errors:
+        count = sum(f.level == ERROR for f in shown)
+        raise LintRefusedError(f"not submitted: the script has {count} error-level lint finding"
+                               f"{'s' if count != 1 else ''} ({', '.join(errors)})",
+                               f"Fix {'it' if count == 1 else 'them'} (`{terminal(command)}` says why and how), "
+                               "mark a deliberate one `# ddpslurm: ignore[ID]`, or submit with --lint warn")
+    if shown:
+        echo(f"ddpslurm: lint: {render.counts_text(shown)}; `{terminal(command)}` says why and how to fix "
+             "(--lint error refuses such a script, --lint off skips this)", err=True)
 
 
 def run_submit(options: dict[str, Any], *, dry_run: bool, wait: bool, as_json: bool,
-               echo: Callable[..., None], retries: int = 0) -> int:
-    """Validate, plan, and print (--dry-run) or submit; returns the exit status for the CLI
-    (0, or EXIT_JOB_FAILED when a waited-for job failed). `retries` > 0: the retry chain (it waits)."""
+               echo: Callable[..., None], retries: int = 0, lint: str = "warn") -> int:
+    """Validate, lint (`lint`: error|warn|off), plan, and print (--dry-run) or submit; returns the exit status
+    for the CLI (0, or EXIT_JOB_FAILED when a waited-for job failed). `retries` > 0: the retry chain (it waits)."""
     spec = make_spec(**options)
     if retries < 0:
         raise UsageError(f"--retries {retries} is negative", "Give 0 (no retries) or more")
     if retries and spec.local:
         raise UsageError("--retries resubmits to Slurm away from bad nodes and cannot run with --local",
                          "Drop --retries or --local")
+    lint_gate(spec.script, lint, echo)
     if retries and not dry_run:
         return run_retries(spec, options, retries, as_json=as_json, echo=echo)
     plan = make_plan(spec)
@@ -80,7 +121,6 @@ def run_retries(spec: JobSpec, options: dict[str, Any], retries: int, *, as_json
     nodes, at most N more times (ddpslurm.launch.retries). Prints the chain; 0 when its last job completed."""
     from ddpslurm.launch import submit as submitting
     from ddpslurm.launch.retries import ChainSteps, analyze_job, chain_lines, run_chain
-    from ddpslurm.sanitize import terminal
 
     def submit_once(exclude: str | None) -> tuple[str, str]:
         this = make_spec(**{**options, "exclude": exclude})

@@ -102,15 +102,15 @@ def fill_env_from_slurm(environ: dict[str, str]) -> None:
 def inject_before_init(args: argparse.Namespace, faulty: bool) -> None:
     """Pre-init faults: a wrong setting in this rank's environment, or a late start."""
     if args.fault == "world-size":
-        os.environ["WORLD_SIZE"] = args.fault_arg
+        os.environ["WORLD_SIZE"] = args.fault_arg  # ddpslurm: ignore[DDP004] the injected fault
     if not faulty:
         return
     if args.fault == "bad-master-addr":
-        os.environ["MASTER_ADDR"] = args.fault_arg
+        os.environ["MASTER_ADDR"] = args.fault_arg  # ddpslurm: ignore[DDP004] the injected fault
     elif args.fault == "bad-ifname":
         os.environ["GLOO_SOCKET_IFNAME"] = args.fault_arg
     elif args.fault == "duplicate-rank":
-        os.environ["RANK"] = args.fault_arg
+        os.environ["RANK"] = args.fault_arg  # ddpslurm: ignore[DDP004] the injected fault
     elif args.fault == "late-start":
         time.sleep(float(args.fault_arg))
 

@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("--at", type=int, default=3)
     parser.add_argument("--steps", type=int, default=1000)
     args = parser.parse_args()
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo")  # ddpslurm: ignore[DDP010] the tests rely on the worker's DDPSLURM_PG_TIMEOUT
     rank = dist.get_rank()
     value = torch.ones(4)
     for step in range(args.steps):

@@ -5,7 +5,7 @@ import time
 import torch
 import torch.distributed as dist
 
-dist.init_process_group("gloo")
+dist.init_process_group("gloo")  # ddpslurm: ignore[DDP010] the tests rely on the worker's DDPSLURM_PG_TIMEOUT
 value = torch.ones(1)
 step = 0
 while True:

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 import ddpslurm
 
-dist.init_process_group("gloo")
+dist.init_process_group("gloo")  # ddpslurm: ignore[DDP010] the tests rely on the worker's DDPSLURM_PG_TIMEOUT
 rank = dist.get_rank()
 value = torch.zeros(1)
 step = 0
@@ -21,7 +21,7 @@ while True:
     if value.item():
         print(f"rank {rank}: flag read at step {step}; now stuck in a collective", flush=True)
         if rank == 0:
-            dist.all_reduce(torch.ones(1))
+            dist.all_reduce(torch.ones(1))  # ddpslurm: ignore[DDP002] the hang this script exists to cause
         else:
             dist.recv(torch.zeros(1), src=0)
     step += 1
