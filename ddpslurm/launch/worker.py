@@ -166,7 +166,8 @@ def apply_interface(cfg: WorkerConfig, dist: Any, environ: MutableMapping[str, s
         environ.setdefault("GLOO_SOCKET_IFNAME", chosen)
 
 
-def _version_tuple(version: Any) -> tuple[int, ...]:
+def version_tuple(version: Any) -> tuple[int, ...]:
+    """NCCL's version as torch gives it (a tuple; an int in old torch) as a tuple of ints, () when it is neither."""
     if isinstance(version, tuple):
         return tuple(int(v) for v in version)
     if isinstance(version, int):  # old torch: 2708 -> (2, 7, 8)
@@ -195,7 +196,7 @@ def versions_and_nccl_defaults(environ: MutableMapping[str, str]) -> dict[str, s
         environ.setdefault(*OLD_TORCH_ASYNC_ERROR_ENV)
     if torch.version.cuda:
         try:
-            nccl = _version_tuple(torch.cuda.nccl.version())
+            nccl = version_tuple(torch.cuda.nccl.version())
         except Exception:  # no NCCL in this build
             nccl = ()
         if nccl:
@@ -270,7 +271,7 @@ def run_script(script: str, args: tuple[str, ...]) -> Outcome:
     return Outcome("ok", 0)
 
 
-class _RankState:
+class RankState:
     """What the signal handlers of one rank need."""
 
     def __init__(self, cfg: WorkerConfig, dist: Any, attempt: int, paths: dict[str, Path], tee: Any) -> None:
@@ -357,7 +358,7 @@ def _job_dirs(cfg: WorkerConfig, job_id: str, attempt: int,
     return job_dir, attempt_dir
 
 
-def _after_preemption(state: _RankState, attempt_start: float, outcome: Outcome) -> None:
+def _after_preemption(state: RankState, attempt_start: float, outcome: Outcome) -> None:
     """The script stopped after the signal: record `preempted` and whether the job should be requeued.
 
     The batch step (`ddpslurm.launch.batch`) requeues, once every rank has left this record.
@@ -400,7 +401,7 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
 
     for text in binding_warnings(environ, dist.local_world_size):
         print(f"ddpslurm: warning: rank {dist.rank}: {text}", file=sys.stderr, flush=True)
-    state = _RankState(cfg, dist, attempt, paths, tee)
+    state = RankState(cfg, dist, attempt, paths, tee)
     try:
         preemption.reset()
         preemption.install_handler(on_signal=state.on_preemption)

@@ -21,10 +21,11 @@ SIGS = load_signatures()
 
 
 @pytest.fixture
-def fresh_counter(monkeypatch):
-    """The module's per-process state as a new process has it (no numpy yet, nothing counted)."""
-    monkeypatch.setattr(line_count, "_numpy", None)
-    monkeypatch.setattr(line_count, "_counted", 0)
+def fresh_counter():
+    """The module's per-process state as a new process has it (no numpy yet, nothing counted), and after."""
+    line_count.start_afresh()
+    yield
+    line_count.start_afresh()
 
 
 def _random_block(size: int, seed: int, newline_every: int) -> bytearray:
@@ -41,17 +42,15 @@ def _random_block(size: int, seed: int, newline_every: int) -> bytearray:
        cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
 def test_numpy_counts_the_line_ends_bytes_count_counts(size: int, seed: int, newline_every: int,
                                                         cut: tuple[float, float]) -> None:
-    import numpy
-
     block = _random_block(size, seed, newline_every)
     start, end = sorted(int(c * size) for c in cut)
-    saved = line_count._numpy
-    line_count._numpy = numpy
+    line_count.follow_parent(use_numpy=True)
     try:
+        assert line_count.counting_with_numpy()
         assert line_count.newlines(block, start, end) == block.count(b"\n", start, end)
         assert line_count.newlines(bytes(block), 0, size) == block.count(b"\n")
     finally:
-        line_count._numpy = saved
+        line_count.start_afresh()
 
 
 @settings(max_examples=200, deadline=None)
@@ -61,30 +60,32 @@ def test_memchr_pieces_count_the_line_ends_bytes_count_counts(size: int, seed: i
                                                               cut: tuple[float, float]) -> None:
     block = _random_block(size, seed, newline_every)
     start, end = sorted(int(c * size) for c in cut)
-    saved = line_count._numpy, line_count._counted
-    line_count._numpy, line_count._counted = None, None  # a process that never imports numpy
+    line_count.start_afresh()
+    line_count.follow_parent(use_numpy=False)  # a process that never imports numpy
     try:
         assert line_count.newlines(block, start, end) == block.count(b"\n", start, end)
         assert line_count.newlines(bytes(block), 0, size) == block.count(b"\n")
         whole = bytes(block)  # spans across REPLACE_PIECE's edges, and of its exact size
         for span in (line_count.REPLACE_PIECE - 1, line_count.REPLACE_PIECE, line_count.REPLACE_PIECE + 1):
             if span <= size:
-                assert line_count._memchr_count(whole, size - span, size) == whole.count(b"\n", size - span)
+                assert line_count.newlines(whole, size - span, size) == whole.count(b"\n", size - span)
+        assert not line_count.counting_with_numpy()
     finally:
-        line_count._numpy, line_count._counted = saved
+        line_count.start_afresh()
 
 
 def test_numpy_is_imported_once_long_spans_have_cost_its_import(fresh_counter, monkeypatch) -> None:
     monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 50_000)
     block = b"x" * 99 + b"\n"
     block *= 1000  # 100 kB
-    for _ in range(100):  # short spans do not count towards it
+    for _ in range(100):  # short spans do not count towards it (100 kB of them)
         assert line_count.newlines(block, 0, 1000) == 10
-    assert line_count._numpy is None and line_count._counted == 0
+    assert not line_count.counting_with_numpy()
     assert line_count.newlines(block, 0, 20_000) == 200
-    assert line_count._numpy is None and line_count._counted == 20_000
-    assert line_count.newlines(block, 20_000, 50_000) == 300  # the span that reaches it is counted with numpy
-    assert line_count._numpy is not None and line_count._counted is None
+    assert line_count.newlines(block, 20_000, 49_999) == 299
+    assert not line_count.counting_with_numpy()  # 49,999 bytes of long spans so far
+    assert line_count.newlines(block, 0, 16_384) == 163  # the span that reaches it is counted with numpy
+    assert line_count.counting_with_numpy()
 
 
 def test_without_numpy_the_line_ends_are_counted_all_the_same(fresh_counter, monkeypatch) -> None:
@@ -103,7 +104,7 @@ def test_without_numpy_the_line_ends_are_counted_all_the_same(fresh_counter, mon
     assert line_count.newlines(block, 3, len(block)) == block.count(b"\n", 3)
     assert line_count.newlines(block, 0, len(block)) == 40_000
     assert tried == ["numpy"]  # looked for once, not at every span
-    assert line_count._numpy is None
+    assert not line_count.counting_with_numpy()
 
 
 def test_the_parent_weighs_the_import_against_each_workers_share() -> None:
@@ -119,10 +120,10 @@ def test_the_parent_weighs_the_import_against_each_workers_share() -> None:
 def test_a_worker_counts_the_way_its_parent_decided(fresh_counter, monkeypatch, use_numpy: bool) -> None:
     monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 1000)
     line_count.follow_parent(use_numpy)
-    assert (line_count._numpy is not None) == use_numpy  # imported as it starts, or
+    assert line_count.counting_with_numpy() == use_numpy  # imported as it starts, or
     block = b"x" * 99 + b"\n"
     assert line_count.newlines(block * 1000, 0, 100_000) == 1000
-    assert (line_count._numpy is not None) == use_numpy  # never, past NUMPY_AFTER_BYTES too
+    assert line_count.counting_with_numpy() == use_numpy  # never, past NUMPY_AFTER_BYTES too
 
 
 def _long_gap_log(tmp_path: Path) -> SourceFile:
@@ -140,13 +141,12 @@ def _long_gap_log(tmp_path: Path) -> SourceFile:
 
 
 def test_a_scan_with_numpy_counts_gives_the_same_lines(tmp_path: Path, fresh_counter, monkeypatch) -> None:
-    import numpy
-
     source = _long_gap_log(tmp_path)
     monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 1 << 40)
     plain_events, plain = scan.scan_file(source, SIGS)
-    assert line_count._numpy is None
-    monkeypatch.setattr(line_count, "_numpy", numpy)
+    assert not line_count.counting_with_numpy()
+    line_count.follow_parent(use_numpy=True)
+    assert line_count.counting_with_numpy()
     events, summary = scan.scan_file(source, SIGS)
     assert summary.lines == plain.lines == 6 * 3001
     assert [(e.line, e.signature) for e in events] == [(e.line, e.signature) for e in plain_events]
@@ -214,8 +214,8 @@ def test_a_repeated_channel_line_is_skipped_on_the_block(tmp_path: Path, monkeyp
 def test_the_embedded_rank_is_looked_for_wherever_it_can_be(before: str, tag: str, number: int, after: str) -> None:
     text = f"{before}{tag}{number}{after}"
     found = attribution.EMBEDDED_RANK.search(text, 0, 160) is not None
-    assert not found or attribution._may_embed_rank(text)
-    assert attribution._may_embed_rank(text) == (tag[:5] in text[:160])
+    assert not found or attribution.may_embed_rank(text)
+    assert attribution.may_embed_rank(text) == (tag[:5] in text[:160])
 
 
 @pytest.mark.parametrize(("import_s", "workers_import"), [(0.0, True), (1e9, False)])

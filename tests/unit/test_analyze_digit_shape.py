@@ -68,7 +68,7 @@ def _answer(sigs: SignatureSet, text: str) -> tuple | None:
 
 
 def _unplanned(sigs: SignatureSet, text: str) -> tuple | None:
-    hit = sigs._match_all(text)
+    hit = sigs.match_all(text)
     return None if hit is None else (hit[0].id, hit[1].span(), hit[1].groupdict())
 
 

@@ -287,7 +287,7 @@ def test_a_tuned_prefilter_scans_a_large_input_in_workers_as_one_process_does(tm
 
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(scan, "TUNE_MIN_BYTES", 0)
-    monkeypatch.setattr(prefilter, "_FINDERS", {})
+    monkeypatch.setattr(prefilter, "FINDERS", {})
     tuned: list[int] = []
     monkeypatch.setattr(scan, "tune", lambda anchors, sample: tuned.append(len(sample)) or
                         prefilter.tune(anchors, sample))

@@ -11,9 +11,9 @@ from ddpslurm.analyze.read.prefilter import AnchorFinder, AutomatonFinder, ancho
 from ddpslurm.analyze.rules.literals import LiteralsIn
 from ddpslurm.analyze.rules.loading import load_signatures
 
-FINDERS = [AnchorFinder]
-if prefilter._ahocorasick is not None:
-    FINDERS.append(AutomatonFinder)
+FINDER_CLASSES = [AnchorFinder]
+if prefilter.AUTOMATON_AVAILABLE:
+    FINDER_CLASSES.append(AutomatonFinder)
 
 
 def brute_force(block: bytes, anchors: list[bytes]) -> list[int]:
@@ -29,7 +29,7 @@ ALPHABET = b"ab \nEr"
 words = st.binary(min_size=1, max_size=4).map(lambda b: bytes(ALPHABET[x % len(ALPHABET)] for x in b))
 
 
-@pytest.mark.parametrize("finder", FINDERS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("finder", FINDER_CLASSES, ids=lambda f: f.__name__)
 @settings(max_examples=200, deadline=None)
 @given(text=st.lists(words, max_size=60), anchors=st.lists(words.filter(lambda w: b"\n" not in w), min_size=1,
                                                            max_size=5))
@@ -38,7 +38,7 @@ def test_finders_report_exactly_the_anchor_lines(finder, text: list[bytes], anch
     assert finder(anchors).starts(block) == brute_force(block, anchors)
 
 
-@pytest.mark.parametrize("finder", FINDERS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("finder", FINDER_CLASSES, ids=lambda f: f.__name__)
 @settings(max_examples=200, deadline=None)
 @given(text=st.lists(words, max_size=40), stale=st.lists(words, max_size=20),
        anchors=st.lists(words.filter(lambda w: b"\n" not in w), min_size=1, max_size=5))
@@ -50,7 +50,7 @@ def test_finders_read_a_reused_buffer_only_up_to_its_end(finder, text: list[byte
     assert finder(anchors).starts(buffer, len(block)) == brute_force(block, anchors)
 
 
-@pytest.mark.parametrize("finder", FINDERS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("finder", FINDER_CLASSES, ids=lambda f: f.__name__)
 def test_finders_agree_on_log_lines_with_the_shipped_anchors(finder) -> None:
     anchors = list(load_signatures().anchors)
     block = (b"node1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] via P2P/IPC\n"
@@ -63,14 +63,14 @@ def test_finders_agree_on_log_lines_with_the_shipped_anchors(finder) -> None:
 
 
 def test_the_pure_finder_is_used_without_the_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prefilter, "_ahocorasick", None)
-    monkeypatch.setattr(prefilter, "_FINDERS", {})
+    monkeypatch.setattr(prefilter, "AUTOMATON_AVAILABLE", False)
+    monkeypatch.setattr(prefilter, "FINDERS", {})
     assert isinstance(anchor_finder([b"rror"]), AnchorFinder)
     assert anchor_finder([b"rror"]).starts(b"x\nan Error\n") == [2]
 
 
 def test_an_anchor_spanning_lines_falls_back_to_the_pure_finder(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prefilter, "_FINDERS", {})
+    monkeypatch.setattr(prefilter, "FINDERS", {})
     finder = anchor_finder([b"rror", b"end\nstart"])
     assert isinstance(finder, AnchorFinder)
     assert finder.starts(b"x\nthe end\nstart\n") == [2]
@@ -85,7 +85,7 @@ text_words = st.text(alphabet=TEXT_ALPHABET, min_size=1, max_size=4)
 def test_literals_in_finds_the_literals_a_line_holds_nested_ones_too(line: str, literals: list[str]) -> None:
     want = {lit for lit in literals if lit in line}
     assert LiteralsIn(literals, pure=True)(line) == want
-    if prefilter._ahocorasick is not None:
+    if prefilter.AUTOMATON_AVAILABLE:
         assert LiteralsIn(literals)(line) == want
 
 
@@ -101,7 +101,7 @@ def test_literals_in_survives_pickling_for_a_spawned_worker() -> None:
     assert again.match("RuntimeError: boom")[0].id == "python-exception"
 
 
-@pytest.mark.skipif(prefilter._ahocorasick is None, reason="the automaton's order is tuned only with the wheel")
+@pytest.mark.skipif(not prefilter.AUTOMATON_AVAILABLE, reason="the automaton's order is tuned only with the wheel")
 @settings(max_examples=200, deadline=None)
 @given(text=st.lists(words, max_size=60), anchors=st.lists(words.filter(lambda w: b"\n" not in w), min_size=1,
                                                            max_size=6), seed=st.integers(0, 1000))
@@ -120,9 +120,9 @@ def test_minimal_drops_the_anchors_that_hold_another_and_keeps_the_order() -> No
     assert found == (b"rror", b"egmentation", b"oom")
 
 
-@pytest.mark.skipif(prefilter._ahocorasick is None, reason="the automaton's order is tuned only with the wheel")
+@pytest.mark.skipif(not prefilter.AUTOMATON_AVAILABLE, reason="the automaton's order is tuned only with the wheel")
 def test_tune_installs_the_order_that_scanned_the_sample_fastest(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prefilter, "_FINDERS", {})
+    monkeypatch.setattr(prefilter, "FINDERS", {})
     anchors = [b"rror", b"imeout", b"Killed", b"oom", b"Traceback", b"WARN"]
     timed: list[tuple[bytes, ...]] = []
 
@@ -140,15 +140,15 @@ def test_tune_installs_the_order_that_scanned_the_sample_fastest(monkeypatch: py
 
 
 def test_tune_leaves_the_pure_finder_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prefilter, "_ahocorasick", None)
-    monkeypatch.setattr(prefilter, "_FINDERS", {})
+    monkeypatch.setattr(prefilter, "AUTOMATON_AVAILABLE", False)
+    monkeypatch.setattr(prefilter, "FINDERS", {})
     calls: list[int] = []
     finder = prefilter.tune([b"rror"], b"an Error\n", lambda f, s: calls.append(1) or 0.0)
     assert isinstance(finder, AnchorFinder) and not calls
     assert finder.starts(b"x\nan Error\n") == [2]
 
 
-@pytest.mark.skipif(prefilter._ahocorasick is None, reason="automata only with the wheel")
+@pytest.mark.skipif(not prefilter.AUTOMATON_AVAILABLE, reason="automata only with the wheel")
 @settings(max_examples=200, deadline=None)
 @given(text=st.lists(words, max_size=60), anchors=st.lists(words.filter(lambda w: b"\n" not in w), min_size=1,
                                                            max_size=7), per_automaton=st.integers(1, 3))
@@ -171,7 +171,7 @@ def test_split_anchors_keeps_the_order_in_as_few_even_groups_as_fit(anchors: lis
     assert max(map(len, groups)) - min(map(len, groups)) <= 1
 
 
-@pytest.mark.skipif(prefilter._ahocorasick is None, reason="automata only with the wheel")
+@pytest.mark.skipif(not prefilter.AUTOMATON_AVAILABLE, reason="automata only with the wheel")
 def test_no_automaton_of_the_shipped_anchors_outgrows_the_simd_prefilter() -> None:
     """One automaton of more than 64 anchors walks every byte (the aho-corasick crate turns Teddy off): 2.6 instead
     of 0.8-1.0 ns a byte for the 72 shipped in 2026-11 (benchmarks/prefilter_engines.py)."""

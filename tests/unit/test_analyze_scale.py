@@ -3,6 +3,7 @@ a log file's own rank not held per file, the progress bar."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import pty
@@ -138,15 +139,15 @@ def test_a_sequential_scan_asks_for_each_task_before_reading_its_files(tmp_path:
 
 
 def test_a_worker_task_asks_for_its_files_before_reading_them(tmp_path: Path, monkeypatch) -> None:
+    """A task of a worker's: its scan jobs (`scan_job`, no progress told) run by `scan_task`."""
     order: list[str] = []
-    monkeypatch.setattr(scan_tasks, "_WORKER_SIGS", load_signatures())
     monkeypatch.setattr(scan_tasks, "read_ahead", lambda batch, pool=None: order.append(f"ahead {len(batch)}") or
                         [None] * len(batch))
     real = scan_tasks.scan_file
     monkeypatch.setattr(scan_tasks, "scan_file", lambda source, *a, **k: order.append(source.display) or
                         real(source, *a, **k))
     batch = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 3)]
-    results = scan_tasks._scan_batch(batch)
+    results = scan_tasks.scan_task(batch, functools.partial(scan_tasks.scan_job, load_signatures(), None))
     assert order == ["ahead 3", "r0", "r1", "r2"]
     assert [[e.rank for e in evs] for evs, _ in results] == [[0], [1], [2]]
 
@@ -158,7 +159,7 @@ def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypat
     """The scan reads through the file `read_ahead` opened (an open is a metadata round trip on Lustre or NFS),
     and every file is closed after, a file a failed scan never reached included; the same where opening was timed
     slow and threads open the files side by side."""
-    monkeypatch.setattr(read_ahead, "_OPENS", [read_ahead.READ_AHEAD_FILES, 1.0 if slow else 0.0])
+    monkeypatch.setattr(read_ahead, "OPENS_TIMED", [read_ahead.READ_AHEAD_FILES, 1.0 if slow else 0.0])
     monkeypatch.setattr(scan_tasks, "READ_AHEAD_FILES", 2)  # (after the reading above: two runs of two, and a third)
     monkeypatch.setattr(read_ahead, "READ_AHEAD_FILES", 2)
     pools: list[object] = []
@@ -197,24 +198,26 @@ def test_each_file_of_a_task_is_opened_once_and_closed(tmp_path: Path, monkeypat
 def test_opening_is_slow_where_the_first_files_took_a_round_trip_each(monkeypatch, count: int, seconds: float,
                                                                      slow: bool) -> None:
     """A network file system's open (0.1-1 ms) against a local disk's (microseconds), judged once 64 were timed."""
-    monkeypatch.setattr(read_ahead, "_OPENS", [count, seconds])
+    monkeypatch.setattr(read_ahead, "OPENS_TIMED", [count, seconds])
     assert read_ahead.opens_slow() is slow
 
 
 @pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="no posix_fadvise on this platform")
 def test_the_first_files_opened_one_by_one_are_timed_and_a_scan_starts_the_count_again(tmp_path: Path,
                                                                                       monkeypatch) -> None:
-    monkeypatch.setattr(read_ahead, "_OPENS", [0, 0.0])
+    monkeypatch.setattr(read_ahead, "OPENS_TIMED", [0, 0.0])
     monkeypatch.setattr(scan_tasks, "READ_AHEAD_FILES", 3)
     monkeypatch.setattr(read_ahead, "READ_AHEAD_FILES", 3)
     jobs = [(source, None, 0, None, False) for source in _watchdog_logs(tmp_path, 4)]
     for fds in (read_ahead.read_ahead(jobs[:2]), read_ahead.read_ahead(jobs[2:3]), read_ahead.read_ahead(jobs[3:])):
         for opened in fds:
             os.close(opened.fd)
-    assert read_ahead._OPENS[0] == 3 and read_ahead._OPENS[1] > 0  # the fourth came after the reading was made
-    read_ahead._OPENS[1] = 99.0  # as if those had been a slow file system's
+    timed = read_ahead.OPENS_TIMED
+    assert timed[0] == 3 and timed[1] > 0  # the fourth came after the reading was made
+    timed[1] = 99.0  # as if those had been a slow file system's
     scan.scan_files([job[0] for job in jobs], load_signatures(), workers=1)
-    assert read_ahead._OPENS[0] == 3 and read_ahead._OPENS[1] < 99.0  # timed afresh: this scan's own first files
+    timed = read_ahead.OPENS_TIMED
+    assert timed[0] == 3 and timed[1] < 99.0  # timed afresh: this scan's own first files
 
 
 def test_a_long_task_asks_for_its_files_a_window_ahead(monkeypatch) -> None:
@@ -394,24 +397,29 @@ def _run_in_pty(code) -> bytes:
     return out
 
 
-def test_progress_bar_counts_files_and_bytes_on_a_terminal() -> None:
-    def drive() -> None:
-        from ddpslurm.analyze.api import _progress
-
-        with _progress(True, 100 << 20, 3000) as advance:
-            advance(50 << 20, 1500)
-            advance(50 << 20, 1500)
-    out = _run_in_pty(drive)
-    assert b"3,000/3,000 files" in out and b"104.9/104.9 MB" in out
+def _many_logs(folder: Path) -> Path:
+    """A job of more logs than a progress bar is shown for (2,000 files), 18,900 bytes in all."""
+    for rank in range(2001):
+        (folder / f"5_{rank}_log.out").write_text(f"step {rank}\n")
+    return folder
 
 
-def test_no_progress_bar_when_not_asked_or_not_a_terminal() -> None:
-    from ddpslurm.analyze.api import _progress
+def test_progress_bar_counts_files_and_bytes_on_a_terminal(tmp_path: Path) -> None:
+    from ddpslurm.analyze.api import analyze_paths
 
-    with _progress(False, 1 << 40, 10**6) as advance:
-        assert advance is None
-    with _progress(True, 1 << 40, 10**6) as advance:  # pytest's stderr is not a terminal
-        assert advance is None or os.isatty(2)
+    job = _many_logs(tmp_path)
+    out = _run_in_pty(lambda: analyze_paths([job], workers=1, progress=True))
+    assert b"0/2,001 files" in out and b"2,001/2,001 files" in out and b"18.9/18.9 kB" in out
+
+
+def test_no_progress_bar_when_not_asked_or_not_a_terminal(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    from ddpslurm.analyze.api import analyze_paths
+
+    job = _many_logs(tmp_path)
+    assert b"files" not in _run_in_pty(lambda: analyze_paths([job], workers=1, progress=False))
+    assert not os.isatty(2)  # pytest's stderr is not a terminal
+    analyze_paths([job], workers=1, progress=True)
+    assert "scanning logs" not in capfd.readouterr().err
 
 
 def test_an_event_pickles_with_every_field() -> None:
@@ -593,7 +601,7 @@ def test_a_file_grown_after_it_was_opened_is_judged_on_its_size_then(tmp_path: P
 
 
 def test_canonical_fields_share_equal_pairs_and_keep_their_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shared_values, "_CANONICAL", {})
+    monkeypatch.setattr(shared_values, "CANONICAL", {})
     a = shared_values.canonical_fields((("rank", "7"), ("op", "ALLREDUCE")))
     b = shared_values.canonical_fields(tuple((k, "".join(v)) for k, v in (("seq", "9"), ("op", "ALLREDUCE"))))
     assert a == (("rank", "7"), ("op", "ALLREDUCE")) and b == (("seq", "9"), ("op", "ALLREDUCE"))
@@ -602,12 +610,12 @@ def test_canonical_fields_share_equal_pairs_and_keep_their_order(monkeypatch: py
 
 
 def test_canonical_fields_forget_everything_at_the_limit_rather_than_grow(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shared_values, "_CANONICAL", {})
+    monkeypatch.setattr(shared_values, "CANONICAL", {})
     monkeypatch.setattr(shared_values, "MAX_CANONICAL", 10)
     for rank in range(50):
         fields = shared_values.canonical_fields((("rank", str(rank)), ("op", "ALLREDUCE")))
         assert fields == (("rank", str(rank)), ("op", "ALLREDUCE"))
-        assert len(shared_values._CANONICAL) <= 10
+        assert len(shared_values.CANONICAL) <= 10
 
 
 def test_spawned_workers_scan_the_jobs_they_are_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -620,12 +628,13 @@ def test_spawned_workers_scan_the_jobs_they_are_sent(tmp_path: Path, monkeypatch
         sources.append(SourceFile(path=str(path), display=path.name, rank=rank, size=path.stat().st_size))
     monkeypatch.setattr(scan, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(scan_tasks, "BATCH_FILES", 2)  # three tasks
+    held = [sys.getrefcount(source) for source in sources]
     forked = scan.scan_files(sources, load_signatures(), workers=2)
     assert [[e.rank for e in events] for events, _ in forked] == [[0], [1], [2], [3], [4]]
     assert [summary.lines for _, summary in forked] == [1, 2, 3, 4, 5]
     monkeypatch.delattr(os, "fork")
     assert scan.scan_files(sources, load_signatures(), workers=2) == forked
-    assert scan_tasks._WORKER_JOBS == []  # the parent's is never set
+    assert [sys.getrefcount(source) for source in sources] == held  # the parent keeps none of the jobs it sent
 
 
 def test_a_scan_worker_killed_leaves_its_files_to_the_main_process(tmp_path: Path,

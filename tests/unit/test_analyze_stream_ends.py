@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.diagnose.timeline import RankTimeline, _mark_log_ends
+from ddpslurm.analyze.diagnose.resolve import JobFacts
+from ddpslurm.analyze.diagnose.timeline import build_timeline
 from ddpslurm.analyze.model import FileSummary, SourceFile
 from ddpslurm.analyze.parse import stream_ends
 from ddpslurm.analyze.parse.file_summary import last_line_shape
@@ -99,15 +100,13 @@ def test_the_rank_that_went_silent_in_a_merged_log_is_named(tmp_path: Path, worl
 
 def test_under_torchrun_labels_number_nodes_and_no_rank_is_read_from_them() -> None:
     summary = FileSummary(file="slurm-9.out", streams={0: (9, "a"), 1: (9, "a"), 2: (9, "a"), 3: (1, "b")})
-    for labels_are_ranks, early in ((True, {3}), (False, set())):
-        ranks: dict[int, RankTimeline] = {}
-        _mark_log_ends(ranks, [], [summary], labels_are_ranks=labels_are_ranks)
+    for torchrun, early in ((False, {3}), (True, set())):
+        ranks = build_timeline([], JobFacts(torchrun=torchrun), [], [summary]).ranks
         assert {r for r, tl in ranks.items() if tl.stopped_early} == early
 
 
 def test_a_rank_with_a_log_of_its_own_is_read_from_that_log() -> None:
     own = FileSummary(file="r3.log", lines=9, last_line="a")
     merged = FileSummary(file="slurm-9.out", streams={0: (9, "a"), 1: (9, "a"), 2: (9, "a"), 3: (1, "b")})
-    ranks: dict[int, RankTimeline] = {}
-    _mark_log_ends(ranks, [SourceFile(path="r3.log", display="r3.log", rank=3)], [own, merged])
+    ranks = build_timeline([], JobFacts(), [SourceFile(path="r3.log", display="r3.log", rank=3)], [own, merged]).ranks
     assert ranks[3].log_lines == 9 and not any(tl.stopped_early for tl in ranks.values())

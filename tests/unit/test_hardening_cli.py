@@ -21,13 +21,15 @@ HOSTILE_NAME = "x\x1b]0;owned\x07\x1b[2J\u009b31mred\nfolder: /etc/forged"
 RAW_CONTROLS = [chr(c) for c in [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]]
 
 
-def _cli(*args: str, cwd: Path, stdout: object = subprocess.PIPE) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path, stdout: object = subprocess.PIPE) -> subprocess.CompletedProcess:
+    """`ddpslurm <args>` run from this checkout in `cwd` (test_retries runs it too)."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run([sys.executable, "-m", "ddpslurm.cli", *args], cwd=cwd, env=env, stdout=stdout,
                           stderr=subprocess.PIPE, text=True, timeout=60)
 
 
-def _one_clean_error_line(done: subprocess.CompletedProcess, code: int) -> str:
+def one_clean_error_line(done: subprocess.CompletedProcess, code: int) -> str:
+    """The one line a failed command wrote, after checking it exited `code` with no traceback or raw control."""
     assert done.returncode == code, done.stderr
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
@@ -56,20 +58,20 @@ def test_status_json_escapes_c1_and_stays_strict() -> None:
 @pytest.mark.parametrize(("target", "words"), [("/nonexistent/x.sbatch", "No such file"),
                                                 ("/dev/full", "No space left")])
 def test_template_output_errors_are_one_line(tmp_path: Path, target: str, words: str) -> None:
-    line = _one_clean_error_line(_cli("template", "srun-gpu", "-o", target, cwd=tmp_path), 1)
+    line = one_clean_error_line(run_cli("template", "srun-gpu", "-o", target, cwd=tmp_path), 1)
     assert words in line and "-o" in line
 
 
 def test_template_to_a_full_stdout_is_one_line(tmp_path: Path) -> None:
     with open("/dev/full", "w") as full:
-        done = _cli("template", "srun-gpu", cwd=tmp_path, stdout=full)
-    assert "No space left" in _one_clean_error_line(done, 1)
+        done = run_cli("template", "srun-gpu", cwd=tmp_path, stdout=full)
+    assert "No space left" in one_clean_error_line(done, 1)
 
 
 @pytest.mark.parametrize("jobs", ["0", "1000000", str(10**30)])
 def test_analyze_jobs_is_bounded(tmp_path: Path, jobs: str) -> None:
     (tmp_path / "a.log").write_text("hello\n")
-    done = _cli("analyze", "--jobs", jobs, str(tmp_path / "a.log"), cwd=tmp_path)
+    done = run_cli("analyze", "--jobs", jobs, str(tmp_path / "a.log"), cwd=tmp_path)
     assert done.returncode == 2 and "--jobs" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -79,7 +81,7 @@ def test_analyze_jobs_is_bounded(tmp_path: Path, jobs: str) -> None:
 ])
 def test_own_arguments_with_escapes_are_sanitized_in_error_lines(tmp_path: Path, args: tuple[str, ...]) -> None:
     (tmp_path / "train.py").write_text("print(1)\n")
-    done = _cli(*args, cwd=tmp_path)
+    done = run_cli(*args, cwd=tmp_path)
     assert done.returncode in (1, 2), done.stderr
     assert "Traceback" not in done.stderr
     assert not any(ch in done.stderr for ch in RAW_CONTROLS), ascii(done.stderr)
@@ -114,5 +116,5 @@ def test_submit_refuses_a_world_writable_folder(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    done = _cli("submit", "train.py", "--local", "--folder", str(shared), cwd=tmp_path)
-    assert "writable by other users" in _one_clean_error_line(done, 1)
+    done = run_cli("submit", "train.py", "--local", "--folder", str(shared), cwd=tmp_path)
+    assert "writable by other users" in one_clean_error_line(done, 1)

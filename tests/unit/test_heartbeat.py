@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -97,10 +98,22 @@ def test_hang_timeout_option(tmp_path: Path):
         make_spec(script, hang_timeout_s=30, local=True, folder=tmp_path)
 
 
-def test_heartbeat_counts_steps():
+def test_heartbeat_counts_steps(tmp_path: Path):
+    """A step the script names, then one more a call: what the thread writes into the heartbeat file."""
+    state, _ = _state(tmp_path)
+    state.final_code = 0  # the script has ended: the hang request below only ends the thread
+    thread = heartbeat.HeartbeatThread(state, 0.02, io.StringIO())
     heartbeat.heartbeat(step=41)
     heartbeat.heartbeat()
-    assert heartbeat._step == 42
+    thread.start()
+    try:
+        deadline = time.time() + 5
+        while time.time() < deadline and '"step": 42' not in _read(tmp_path / "rank_3.heartbeat.json"):
+            time.sleep(0.02)
+    finally:
+        (tmp_path / "hang.json").write_text("{}")
+        thread.join(5)
+    assert json.loads(_read(tmp_path / "rank_3.heartbeat.json"))["step"] == 42 and not thread.is_alive()
 
 
 def _state(attempt_dir: Path, rank: int = 3):

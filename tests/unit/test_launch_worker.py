@@ -17,7 +17,6 @@ from ddpslurm.launch import records
 from ddpslurm.launch.plan import WorkerConfig, package_setup
 from ddpslurm.launch.requeue import CAP_REACHED_EXIT, PREEMPTION, TIME_LIMIT, decide, is_time_limit
 from ddpslurm.launch.worker import (
-    _version_tuple,
     apply_defaults,
     apply_interface,
     config_from_env,
@@ -26,6 +25,7 @@ from ddpslurm.launch.worker import (
     local_dist_env,
     run_script,
     torchrun_child_dist_env,
+    version_tuple,
     versions_and_nccl_defaults,
 )
 from ddpslurm.netif import pick_interface, route_peer
@@ -173,7 +173,7 @@ def test_torchrun_child_dist_env() -> None:
 @pytest.mark.parametrize(("raw", "expected"), [((2, 23, 4), (2, 23, 4)), (2708, (2, 7, 8)), (21803, (21, 8, 3)),
                                                 (None, ())])
 def test_version_tuple(raw: object, expected: tuple[int, ...]) -> None:
-    assert _version_tuple(raw) == expected
+    assert version_tuple(raw) == expected
 
 
 @pytest.mark.parametrize(("body", "status", "code", "exc_type"), [
@@ -338,12 +338,12 @@ TERM_PROBE = """
 import os, signal, sys
 from pathlib import Path
 from types import SimpleNamespace
-from ddpslurm.launch.worker import _RankState
+from ddpslurm.launch.worker import RankState
 folder = Path(sys.argv[1])
 tee = SimpleNamespace(stop=lambda timeout=2.0: None)
 dist = SimpleNamespace(rank=1, job_id="7")
 paths = {"exit": folder / "rank_1.exit.json", "signal": folder / "rank_1.signal.json"}
-state = _RankState(SimpleNamespace(grace_s=30), dist, 0, paths, tee)
+state = RankState(SimpleNamespace(grace_s=30), dist, 0, paths, tee)
 signal.signal(signal.SIGTERM, state.on_terminate)
 if sys.argv[2] == "ended":
     state.exit_record("preempted", 0)
@@ -407,23 +407,25 @@ def test_torchrun_agent_survives_the_first_sigterm_only(monkeypatch: pytest.Monk
 
     from ddpslurm.launch.worker import keep_agent_through_first_sigterm
 
+    # torch's own private handler is what keep_agent_through_first_sigterm wraps in place: it is the unit under test
     monkeypatch.setattr(api, "_terminate_process_handler", api._terminate_process_handler)
     keep_agent_through_first_sigterm()
     keep_agent_through_first_sigterm()  # idempotent: not wrapped twice
-    assert api._terminate_process_handler(signals.SIGTERM, None) is None
+    handler = api._terminate_process_handler
+    assert handler(signals.SIGTERM, None) is None
     with pytest.raises(api.SignalException):
-        api._terminate_process_handler(signals.SIGTERM, None)
+        handler(signals.SIGTERM, None)
     with pytest.raises(api.SignalException):
-        api._terminate_process_handler(signals.SIGINT, None)
+        handler(signals.SIGINT, None)
 
 
 def test_the_grace_alarm_never_interrupts_a_script_that_read_the_flag(tmp_path: Path) -> None:
     """A script inside torch.save after reading the flag must finish; one that never looked is stopped,
     and the stop is recorded as an exception (GraceExpired), never as ok."""
     from ddpslurm import preemption
-    from ddpslurm.launch.worker import GraceExpired, _RankState
+    from ddpslurm.launch.worker import GraceExpired, RankState
 
-    state = _RankState(SimpleNamespace(grace_s=30), SimpleNamespace(rank=0, job_id="7"), 0, {}, None)
+    state = RankState(SimpleNamespace(grace_s=30), SimpleNamespace(rank=0, job_id="7"), 0, {}, None)
     preemption.reset()
     try:
         preemption.request(15)

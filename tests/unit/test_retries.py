@@ -21,7 +21,7 @@ from ddpslurm.launch.retries import (
     why_not_resubmit,
 )
 from ddpslurm.sanitize import terminal
-from tests.unit.test_hardening_cli import _cli, _one_clean_error_line
+from tests.unit.test_hardening_cli import one_clean_error_line, run_cli
 
 CAUSES = load_signatures(use_env=False).causes
 
@@ -180,5 +180,5 @@ def test_chain_lines_never_let_file_text_drive_the_terminal() -> None:
 ])
 def test_retries_usage_errors_are_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], words: str) -> None:
     (tmp_path / "train.py").write_text("print('hi')\n")
-    line = _one_clean_error_line(_cli("submit", "train.py", *args, cwd=tmp_path), 2)
+    line = one_clean_error_line(run_cli("submit", "train.py", *args, cwd=tmp_path), 2)
     assert words in line and not (tmp_path / "ddpslurm_jobs").exists()

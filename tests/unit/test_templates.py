@@ -82,9 +82,8 @@ def test_write_golden_renders_every_template(tmp_path: Path) -> None:
 
 
 def test_data_dir_finds_the_golden_folder() -> None:
-    from ddpslurm._data import data_dir
-
-    assert (data_dir("sbatch_templates") / "srun-gpu.sbatch").is_file()
+    assert templates.golden_folder() == GOLDEN  # a source checkout's sbatch_templates/
+    assert (templates.golden_folder() / "srun-gpu.sbatch").is_file()
 
 
 # --- shell validity ----------------------------------------------------------------------------------
@@ -399,10 +398,9 @@ def test_installed_layout_renders_and_refuses_to_regenerate(tmp_path: Path) -> N
     shutil.copytree(REPO / "ddpslurm", site / "ddpslurm", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(GOLDEN, site / "ddpslurm" / "_data" / "sbatch_templates")
     env = {**os.environ, "PYTHONPATH": str(site)}
-    where = subprocess.run([sys.executable, "-c", "import ddpslurm, ddpslurm._data as d; "
-                            "print(ddpslurm.__file__); print(d.data_dir('sbatch_templates'))"],
+    where = subprocess.run([sys.executable, "-c", "import ddpslurm; print(ddpslurm.__file__)"],
                            capture_output=True, text=True, env=env, cwd=tmp_path, check=True).stdout.split()
-    assert where == [str(site / "ddpslurm" / "__init__.py"), str(site / "ddpslurm" / "_data" / "sbatch_templates")]
+    assert where == [str(site / "ddpslurm" / "__init__.py")]  # the copy, not this checkout
     shown = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "template", "srun-gpu"], capture_output=True,
                            text=True, env=env, cwd=tmp_path)
     assert shown.returncode == 0 and shown.stdout == (GOLDEN / "srun-gpu.sbatch").read_text()

@@ -63,7 +63,7 @@ def named_peer(e: Event, tl: JobTimeline) -> str | None:
     """The peer a line names (`peer_host`, else `peer_host2`, else `peer_ip`), the address mapped to its host where
     the job's records or interface lines tell it; None when the line names none."""
     for name in ("peer_host", "peer_host2", "peer_ip"):
-        value = _bare_host(e.get(name) or "")
+        value = bare_host(e.get(name) or "")
         if value:
             return tl.facts.ip_host.get(value, value)
     return None
@@ -73,7 +73,7 @@ def named_peer(e: Event, tl: JobTimeline) -> str | None:
 _BRACKETED = re.compile(r"\[([^\]]*)\](?::\d+)?")
 
 
-def _bare_host(value: str) -> str:
+def bare_host(value: str) -> str:
     """A peer as a line names it, without c10d's brackets and port."""
     m = _BRACKETED.fullmatch(value.strip())
     return m[1] if m else value.strip().strip("[]")

@@ -9,8 +9,9 @@ from __future__ import annotations
 from ddpslurm.analyze.rules.signatures import remember
 
 #: values a worker shares between its events instead of holding one copy per line (hosts, field pairs, whole
-#: field tuples: 16k ranks' alike watchdog lines); bounded, so that a log of unique values cannot grow it
-_CANONICAL: dict = {}
+#: field tuples: 16k ranks' alike watchdog lines); bounded, so that a log of unique values cannot grow it (a test
+#: starts from an empty one)
+CANONICAL: dict = {}
 MAX_CANONICAL = 200_000
 
 
@@ -18,16 +19,16 @@ def canonical(value):
     """One shared object for equal values (their pickle then carries one copy per batch, not one per event)."""
     if value is None:
         return None
-    found = _CANONICAL.get(value)
+    found = CANONICAL.get(value)
     if found is not None:
         return found
-    remember(_CANONICAL, value, value, MAX_CANONICAL)
+    remember(CANONICAL, value, value, MAX_CANONICAL)
     return value
 
 
 def canonical_fields(fields: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """`fields` made of shared pairs (a rank's number differs, its op, timeout and sequence number do not)."""
-    memo = _CANONICAL
+    memo = CANONICAL
     found = memo.get(fields)
     if found is not None:
         return found

@@ -37,8 +37,8 @@ _SYSLOG = regex.compile(
 
 _DIGIT = regex.compile(r"\d")
 #: the `hh:mm:ss` every form above holds: a line without it is passed over at once (an NCCL INFO `Trees` line would
-#: otherwise cost the four searches)
-_CLOCK = regex.compile(r"\d:[0-5]\d:[0-6]\d")
+#: otherwise cost the four searches); a shortcut only, the answers are those of the searches without it
+CLOCK = regex.compile(r"\d:[0-5]\d:[0-6]\d")
 _MONTH_NAMES = "(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 #: each form up to its clock with every digit any digit (`19|20`, `[0-5]` read as `\d`): where one finds nothing
 #: in a line's shape (its digits masked, digit_shape), the form finds nothing in any line of that shape, and where it
@@ -73,7 +73,7 @@ def _frac(text: str | None) -> float:
     return float("0." + text) if text else 0.0
 
 
-def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
+def epoch(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float | None:
     """`calendar.timegm` of these values (the day, hour and minute not checked, as it does), None where it refuses
     the year or month; a month's first day is looked up once (every timed line of a job asks for a few months)."""
     days = _month_start(y, mo)
@@ -102,7 +102,7 @@ def parse_time(text: str, year: int | None = None) -> tuple[float, str] | None:
 
     `year` fills in formats without one (glog, syslog); without it those use the current year.
     """
-    if not _DIGIT.search(text, 0, 200) or not _CLOCK.search(text):
+    if not _DIGIT.search(text, 0, 200) or not CLOCK.search(text):
         return None
     for read in _READERS:
         found = read(text, 0, year)
@@ -126,7 +126,7 @@ def _read_iso(text: str, start: int, year: int | None) -> tuple[float, str] | No
     m = _ISO.search(text, start)
     if m:
         y, mo, d, h, mi, sec, frac, tz = m.groups()
-        base = _epoch(int(y), int(mo), int(d), int(h), int(mi), int(sec))
+        base = epoch(int(y), int(mo), int(d), int(h), int(mi), int(sec))
         if base is not None:
             return base + _frac(frac) - _tz_offset(tz), "iso-tz" if tz else "iso"
     return None
@@ -136,7 +136,7 @@ def _read_glog(text: str, start: int, year: int | None) -> tuple[float, str] | N
     m = _GLOG.search(text, start)
     if m:
         mo, d, h, mi, sec, frac = m.groups()
-        base = _epoch(_year(year), int(mo), int(d), int(h), int(mi), int(sec))
+        base = epoch(_year(year), int(mo), int(d), int(h), int(mi), int(sec))
         if base is not None:
             return base + _frac(frac), "glog"
     return None
@@ -146,7 +146,7 @@ def _read_ctime(text: str, start: int, year: int | None) -> tuple[float, str] | 
     m = _CTIME.search(text, start)
     if m:
         mon, d, h, mi, sec, frac, y = m.groups()
-        base = _epoch(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(sec))
+        base = epoch(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(sec))
         if base is not None:
             return base + _frac(frac), "ctime"
     return None
@@ -156,7 +156,7 @@ def _read_syslog(text: str, start: int, year: int | None) -> tuple[float, str] |
     m = _SYSLOG.search(text, start)
     if m:
         mon, d, h, mi, sec = m.groups()
-        base = _epoch(_year(year), _MONTHS[mon], int(d), int(h), int(mi), int(sec))
+        base = epoch(_year(year), _MONTHS[mon], int(d), int(h), int(mi), int(sec))
         if base is not None:
             return base, "syslog"
     return None

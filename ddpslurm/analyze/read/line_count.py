@@ -73,6 +73,17 @@ def follow_parent(use_numpy: bool) -> None:
         _counted = None
 
 
+def counting_with_numpy() -> bool:
+    """Whether this process counts long spans with numpy now (imported by `follow_parent`, or once it paid)."""
+    return _numpy is not None
+
+
+def start_afresh() -> None:
+    """Count as a process that has just started: without numpy, no long span counted yet (a test starts from it)."""
+    global _counted, _numpy
+    _numpy, _counted = None, 0
+
+
 def _numpy_after(size: int) -> ModuleType | None:
     """numpy, once this process has counted NUMPY_AFTER_BYTES of long spans without it (this one included)."""
     global _counted

@@ -21,6 +21,8 @@ try:
     import ahocorasick_rs as _ahocorasick
 except ImportError:  # no wheel for this platform or Python: the pure-Python finder below
     _ahocorasick = None
+#: whether `ahocorasick_rs` is there for the automata; where False every finder is the pure-Python one (tests set it)
+AUTOMATON_AVAILABLE = _ahocorasick is not None
 
 
 class Finder(Protocol):
@@ -202,17 +204,18 @@ class AnchorFinder:
         return sorted(starts)
 
 
-_FINDERS: dict[tuple[tuple[bytes, ...], bool], Finder] = {}
+#: this process's finders by (anchors, pure), each built on first use (or installed by `tune`)
+FINDERS: dict[tuple[tuple[bytes, ...], bool], Finder] = {}
 
 
 def anchor_finder(anchors: Sequence[bytes], pure: bool = False) -> Finder:
     """The finder of `anchors`, one per process (the pure one learns which pivot bytes are common)."""
-    key = (tuple(anchors), pure or _ahocorasick is None)
-    finder = _FINDERS.get(key)
+    key = (tuple(anchors), pure or not AUTOMATON_AVAILABLE)
+    finder = FINDERS.get(key)
     if finder is None:
         usable = [a for a in key[0] if a]
         automaton = not key[1] and all(b"\n" not in a for a in usable)
-        finder = _FINDERS[key] = AutomatonFinder(usable) if automaton else AnchorFinder(usable)
+        finder = FINDERS[key] = AutomatonFinder(usable) if automaton else AnchorFinder(usable)
     return finder
 
 
@@ -231,13 +234,13 @@ def tune(anchors: Sequence[bytes], sample: bytes,
     benchmarks/README.md). Which order is cheap depends on the text, so a few are
     timed on a sample of it. Every order finds the same lines; the pure-Python finder has no order to tune."""
     key = (tuple(anchors), False)
-    if _ahocorasick is None or not sample or any(b"\n" in a for a in key[0]):
+    if not AUTOMATON_AVAILABLE or not sample or any(b"\n" in a for a in key[0]):
         return anchor_finder(anchors)
     timer = seconds or _scan_seconds
     given = minimal(anchors)
     orders = [given, *(tuple(random.Random(seed).sample(given, len(given))) for seed in range(1, TUNE_ORDERS))]
     finders = [AutomatonFinder(order) for order in orders]
-    _FINDERS[key] = best = min(finders, key=lambda f: timer(f, sample))
+    FINDERS[key] = best = min(finders, key=lambda f: timer(f, sample))
     return best
 
 

@@ -29,20 +29,21 @@ READ_AHEAD_BYTES = 8 << 20
 READ_AHEAD_FILES = 64
 
 
-#: this process's opens timed so far (`read_ahead` without threads): how many, and their seconds
-_OPENS = [0, 0.0]
+#: this process's opens timed so far (`read_ahead` without threads): how many, and their seconds (`opens_slow` judges
+#: them; a test sets them to make opening slow or fast)
+OPENS_TIMED = [0, 0.0]
 
 
 def time_opens_afresh() -> None:
     """Forget the opens timed so far: how slow opening is gets timed afresh on the files of the scan at hand (by its
     workers too, forked after this)."""
-    _OPENS[:] = [0, 0.0]
+    OPENS_TIMED[:] = [0, 0.0]
 
 
 def opens_slow() -> bool:
     """Whether the first READ_AHEAD_FILES files this process opened for the scan at hand took a round trip each
     (`scan_files` starts the count again; a worker times its own)."""
-    return round_trips(*_OPENS, timed=READ_AHEAD_FILES)
+    return round_trips(*OPENS_TIMED, timed=READ_AHEAD_FILES)
 
 
 def read_ahead(batch: Sequence[ScanJob], pool: ThreadPoolExecutor | None = None) -> list[Opened | None]:
@@ -60,9 +61,9 @@ def read_ahead(batch: Sequence[ScanJob], pool: ThreadPoolExecutor | None = None)
         return list(pool.map(functools.partial(_open_ahead, attributes=True), batch))
     started = time.perf_counter()
     opened = [_open_ahead(job) for job in batch]
-    if _OPENS[0] < READ_AHEAD_FILES:
-        _OPENS[0] += len(batch)
-        _OPENS[1] += time.perf_counter() - started
+    if OPENS_TIMED[0] < READ_AHEAD_FILES:
+        OPENS_TIMED[0] += len(batch)
+        OPENS_TIMED[1] += time.perf_counter() - started
     return opened
 
 

@@ -144,7 +144,7 @@ class SignatureSet:
         (for its groups), instead of every candidate's regex.
         """
         if len(text) > PLANNED_CHARS:
-            return self._match_all(text)
+            return self.match_all(text)
         key = memo_key(shape(text))
         plans = self.caches.plans
         plan = plans.get(key)
@@ -246,7 +246,8 @@ class SignatureSet:
                 return self.signatures[i], m
         return None
 
-    def _match_all(self, text: str) -> tuple[Signature, regex.Match] | None:
+    def match_all(self, text: str) -> tuple[Signature, regex.Match] | None:
+        """`match` without the per-shape plans: every candidate that `text`'s literals let through is tried."""
         return self.first_match(text, self._indexed().candidates(text)[0])
 
     def _match_and_plan(self, text: str) -> tuple[tuple[Signature, regex.Match] | None, ShapePlan | None]:
@@ -291,7 +292,7 @@ class SignatureSet:
         except TimeoutError:
             m = None
         if m is None:  # cannot happen for a digit-blind pattern; the full path decides if it ever does
-            return self._match_all(text)
+            return self.match_all(text)
         return self.signatures[plan.first_blind], m
 
     def by_id(self, sig_id: str) -> Signature | None:
