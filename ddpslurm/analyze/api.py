@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import gc
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -15,8 +14,10 @@ from ddpslurm.analyze.model import Diagnosis, Event, FileSummary, SourceFile
 from ddpslurm.analyze.parse import stream_ends
 from ddpslurm.analyze.parse.records import record_events
 from ddpslurm.analyze.parse.scan import scan_files
+from ddpslurm.analyze.parse.years import assumed_year, settle_years
 from ddpslurm.analyze.read.discover import (
     apply_skipped,
+    check_not_empty,
     check_readable,
     discover_all,
     empty_logs_note,
@@ -86,7 +87,7 @@ def _analyze_paths(paths: Sequence[str | Path], *, workers: int | None, progress
         record_notes.extend(found.pop("notes", ()))
         for key, value in found.items():
             facts[key] = max(facts.get(key, 0), value) if isinstance(value, int) else value
-    year = _year(events, logs)
+    year, written = assumed_year(events, logs)
     with _progress(progress, sum(s.size for s in logs), len(logs)) as advance:
         results = scan_files(logs, sigs, years=[year] * len(logs), workers=workers, progress=advance)
     summaries: list[FileSummary] = []
@@ -99,10 +100,11 @@ def _analyze_paths(paths: Sequence[str | Path], *, workers: int | None, progress
     if attempts:
         facts["attempt"] = max(attempts)
     check_readable(discovery.explicit, summaries, len(records))
+    check_not_empty(summaries, len(records))
     if logs and all(s.binary for s in summaries) and not records:
         raise AnalyzeInputError(f"{', '.join(map(str, paths))}: only binary files, no text logs",
                                 "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
-    diagnosis = diagnose(_fix_year(events, year), sources, summaries, sigs, facts)  # it replaces events in place
+    diagnosis = diagnose(settle_years(events, year, written), sources, summaries, sigs, facts)  # in place
     diagnosis.notes.extend(record_notes)
     empty = empty_logs_note(discovery.explicit, summaries)
     if empty:
@@ -131,53 +133,6 @@ def last_attempt_only(file_events: list[Event]) -> list[Event]:
         return file_events
     last = max(markers, key=lambda e: (int(e.get("attempt", "0")), e.line))
     return [e for e in file_events if e.line >= last.line]
-
-
-def _fix_year(events: list[Event], assumed: int | None) -> list[Event]:
-    """glog/syslog times carry no year: take it from the logs' own dated lines when they disagree with the guess.
-    The list is updated in place and returned."""
-    from collections import Counter
-
-    from ddpslurm.analyze.diagnose.resolve import evolve
-    from ddpslurm.analyze.parse.timestamps import in_year, parse_time
-
-    days = Counter(int(e.time // 86400) for e in events
-                   if e.time is not None and e.time_family in ("iso", "iso-tz", "record", "ctime"))
-    dated: Counter[int] = Counter()
-    for day, count in days.items():  # a year per day, not per event (16k ranks: 16k dated lines, a few days)
-        dated[_dt.datetime.fromtimestamp(day * 86400, _dt.timezone.utc).year] += count
-    if not dated:
-        return events
-    year = dated.most_common(1)[0][0]
-    if year == assumed:
-        return events
-    shifts: dict[int, float | None] = {}  # day -> what moving it to `year` adds (the same to every time that day)
-    for i, e in enumerate(events):
-        if e.time_family in ("glog", "syslog") and e.time is not None:
-            day = int(e.time // 86400)
-            if day not in shifts:
-                moved = in_year(day * 86400.0, year)
-                shifts[day] = None if moved is None else moved - day * 86400.0
-            shift = shifts[day]
-            whole = e.time // 1
-            found = (whole + shift + (e.time - whole),) if shift is not None else parse_time(e.text, year)
-            if found:
-                events[i] = evolve(e, time=found[0])  # half of dataclasses.replace's cost: 262k at 65k ranks
-    return events
-
-
-def _year(events: list[Event], logs: Sequence[SourceFile]) -> int | None:
-    """The year for year-less timestamps (glog): from a record's time, else the newest file's mtime."""
-    for e in events:
-        if e.time is not None and e.time_family == "record":
-            return _dt.datetime.fromtimestamp(e.time, _dt.timezone.utc).year
-    mtimes = []
-    for s in logs[:200]:
-        try:
-            mtimes.append(os.stat(s.path).st_mtime)
-        except OSError:
-            continue
-    return _dt.datetime.fromtimestamp(max(mtimes), _dt.timezone.utc).year if mtimes else None
 
 
 class _progress:

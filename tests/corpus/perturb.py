@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 import shutil
 from collections.abc import Callable, Iterable
@@ -874,6 +875,246 @@ def benign_noise(facts: CaseFacts, dest: Path) -> Perturbed:
     return Perturbed(root=write_copy(facts, dest, text_fn), label=dict(facts.label))
 
 
+# ---------------------------------------------------------------- benign library
+
+#: tests/corpus/benign/: lines healthy runs print, one family per file (its README.md says the format).
+BENIGN_DIR = Path(__file__).resolve().parent / "benign"
+BENIGN_LINES = 4  # records injected into every rank's log
+#: the library's hosts: gpu-a01 is the writer's, gpu-a00 rank 0's (the MASTER_ADDR)
+_LIB_HOST = re.compile(r"(?<![\w.])gpu-a0(?P<which>[01])(?![A-Za-z0-9-])")
+_LIB_HEAD = re.compile(r"(?<![\w.-])gpu-a01:\d+:\d+ \[\d+\]")
+_ANY_HEAD = re.compile(r"(?:^|\s)(?P<head>[A-Za-z][\w.-]*:\d+:\d+ \[\d+\]) ")
+_OWN_RANK_TAG = re.compile(r"^\[rank0\]:")
+_RANK_TAG = re.compile(r"\[[Rr]ank ?\d+\]:")
+#: Not a rank's log: kernel and daemon logs, the hang monitor's stacks, scripts and binary records.
+_NOT_A_RANK_LOG = re.compile(r"(?:^|/)(?:dmesg|journal|kernel|slurmd|slurmctld)|\.stacks\.txt$|\.(?:sh|json|pkl)$")
+#: Where a rank's failure starts (no benign line goes after it): its first line of these, or of the original
+#: diagnosis' evidence. Coarse on purpose: stopping early only narrows where lines go.
+_FAILURE_HINT = re.compile(
+    r"Traceback \(most recent call last\)|^\s*[\w.]*(?:Error|Exception|Interrupt)\b[:(]|NCCL WARN|[Ww]atchdog|CANCELL"
+    r"|Killed|SIG(?:TERM|KILL|SEGV|ABRT|BUS|USR)|[Ss]egmentation fault|exit ?code|[Tt]imed out|[Tt]imeout|NCCL error"
+    r"|nccl\w*Error|out of memory|Xid|ECC|ChildFailedError|\bfailed\b|FAILED|[Ee]rror:|ended: |terminated")
+#: Launchers a record may name; such a record goes only into a job whose logs show the same launcher.
+_LAUNCHERS = {"torchrun": _TORCHRUN, "submitit": re.compile(r"submitit")}
+_BLOCK_OPENERS = ("Traceback (most recent call last):", "During handling of the above exception",
+                  "The above exception was the direct cause")
+
+
+@dataclass(frozen=True)
+class BenignRecord:
+    """One or more lines a process prints together, from one family file of the library."""
+
+    family: str
+    lines: tuple[str, ...]
+    writer: str = ""  # `# writer: store-host` (rank 0, or a torchrun job) or `torchrun-agent` (a torchrun job)
+
+
+def load_benign_library(folder: Path = BENIGN_DIR) -> tuple[BenignRecord, ...]:
+    """Every record of every `*.txt` family file: `---` lines separate records where a file has them, else one a
+    line; the leading `#` lines are the file's sources (`# writer: W` among them says who prints them); blank lines
+    around records are dropped, inner ones kept."""
+    records: list[BenignRecord] = []
+    for path in sorted(folder.glob("*.txt")):
+        lines = path.read_bytes().decode("utf-8", errors="surrogateescape").split("\n")
+        writer = ""
+        while lines and lines[0].startswith("#"):
+            if lines[0].startswith("# writer: "):
+                writer = lines[0][len("# writer: "):].strip()
+            lines.pop(0)
+        if "---" in lines:
+            groups: list[list[str]] = [[]]
+            for line in lines:
+                if line == "---":
+                    groups.append([])
+                else:
+                    groups[-1].append(line)
+        else:
+            groups = [[line] for line in lines]
+        for group in groups:
+            while group and not group[0].strip():
+                group.pop(0)
+            while group and not group[-1].strip():
+                group.pop()
+            if group:
+                records.append(BenignRecord(family=path.stem, lines=tuple(group), writer=writer))
+    return tuple(records)
+
+
+@dataclass
+class _Stream:
+    """One writer's lines in one file: a rank (prefixed lines, or the whole file), a host, or the file itself."""
+
+    key: Any
+    rank: int | None
+    host: str | None
+    indices: list[int] = field(default_factory=list)  # its lines' indices in the file
+    head: str | None = None  # the `host:pid:tid [dev]` its NCCL lines carry
+
+
+def _benign_streams(rel: PurePath, lines: list[str], ctx: dict[str, Any]) -> list[_Stream]:
+    info = path_info(rel)
+    end = len(lines) - 1 if lines and lines[-1] == "" else len(lines)
+    host_of = ctx["rank_hosts"]
+    if info.rank is not None and not (info.task_file and ctx["tasks_are_nodes"]):
+        streams = [_Stream(("rank", info.rank), info.rank, host_of.get(info.rank) or info.host, list(range(end)))]
+    else:
+        keyed: dict[Any, _Stream] = {}
+        loose: list[int] = []
+        for i in range(end):
+            if not lines[i].strip():
+                continue
+            p = strip_prefixes(lines[i])
+            if p.rank is not None and not (p.rank_from_label and ctx["tasks_are_nodes"]):
+                key, rank, host = ("rank", p.rank), p.rank, host_of.get(p.rank) or p.host
+            elif p.rank is not None:  # `N: ` of srun under torchrun: node N's agent, no rank
+                key, rank, host = ("task", p.rank), None, p.host
+            elif p.host:
+                key, rank, host = ("host", p.host), None, p.host
+            else:
+                loose.append(i)
+                continue
+            keyed.setdefault(key, _Stream(key, rank, host)).indices.append(i)
+        if keyed and info.task_file and ctx["tasks_are_nodes"] and info.rank == 0 and ("rank", 0) not in keyed:
+            keyed[("rank", 0)] = _Stream(("rank", 0), 0, host_of.get(0), loose)  # torchrun's node 0: rank 0 bare
+        streams = list(keyed.values()) if keyed else [_Stream(None, None, info.host, loose)]
+    for stream in streams:
+        head = next((m["head"] for i in stream.indices if (m := _ANY_HEAD.search(lines[i]))), None)
+        stream.head = head or (ctx["heads_by_rank"].get(stream.rank) if stream.rank is not None else None)
+    return streams
+
+
+def _insert_points(stream: _Stream, lines: list[str], cut: int) -> list[int]:
+    """Positions j in the stream (insert before its j-th line; len = after its last) up to `cut` that split no
+    block: the line after is not indented, the line before opens nothing (`...:`, a traceback header)."""
+    texts = [strip_prefixes(lines[i]).text for i in stream.indices]
+    points = []
+    for j in range(cut + 1):
+        if j < len(texts) and texts[j][:1] in (" ", "\t"):
+            continue
+        if j > 0 and (texts[j - 1].rstrip().endswith((":", "\\")) or texts[j - 1].startswith(_BLOCK_OPENERS)):
+            continue
+        points.append(j)
+    return points or [0]
+
+
+def _neighbour_time(stream: _Stream, lines: list[str], j: int, year: int) -> tuple[float, bool] | None:
+    """The time of the stream's nearest timed line before position j (True), else after it (False)."""
+    from ddpslurm.analyze.parse.timestamps import parse_time
+
+    order = list(range(j - 1, max(-1, j - 400), -1)) + list(range(j, min(len(stream.indices), j + 400)))
+    for k in order:
+        found = parse_time(lines[stream.indices[k]][:200], year)
+        if found:
+            return found[0], k < j
+    return None
+
+
+def _adapt_record(record: BenignRecord, stream: _Stream, prefix: str, when: tuple[float, bool] | None,
+                  ctx: dict[str, Any]) -> list[str] | None:
+    """The record as this stream's writer prints it, or None where the stream lacks what it names."""
+    from ddpslurm.analyze.parse.timestamps import parse_time
+
+    text = "\n".join(record.lines)
+    if any(mark.search(text) and name not in ctx["launchers"] for name, mark in _LAUNCHERS.items()):
+        return None
+    torchrun = "torchrun" in ctx["launchers"]
+    if (record.writer == "store-host" and not (torchrun or stream.rank == 0)) or \
+            (record.writer == "torchrun-agent" and not torchrun):
+        return None
+    if stream.rank:  # on the library's own tokens, before hosts and heads of the case come in
+        rmap = RankMap(ranks={0: stream.rank}, nodes={}, per_node=1, tasks_are_nodes=False)
+        text = "\n".join(rewrite_rank_line(line, rmap, srun_label=False) for line in text.split("\n"))
+    if _LIB_HEAD.search(text):
+        if stream.head is None:
+            return None
+        text = _LIB_HEAD.sub(lambda m: stream.head or "", text)
+    hosts = {"1": stream.host, "0": ctx["rank_hosts"].get(0)}
+    if any(hosts[m["which"]] is None for m in _LIB_HOST.finditer(text)):
+        return None
+    text = _LIB_HOST.sub(lambda m: hosts[m["which"]] or "", text)
+    out = text.split("\n")
+    if _RANK_TAG.search(prefix):  # the prefix carries torch's own `[rankN]:` already (torchrun --tee)
+        out = [_OWN_RANK_TAG.sub("", line) for line in out]
+    stamped = next((found[0] for line in out if (found := parse_time(line[:200], ctx["year"]))), None)
+    if stamped is not None and when is not None:  # whole seconds (fractions kept): not before the line before it
+        delta = math.ceil(when[0] - stamped) if when[1] else math.floor(when[0] - stamped)
+        out = [shift_line(line, delta, ctx["year"]) for line in out]
+    elif stamped is not None:
+        out = [drop_line_times(line) for line in out]
+    return [prefix + line for line in out]
+
+
+def _failure_cut(stream: _Stream, lines: list[str], decisive: set[int]) -> int:
+    for j, i in enumerate(stream.indices):
+        if i in decisive or _FAILURE_HINT.search(strip_prefixes(lines[i]).text):
+            return j
+    return len(stream.indices)
+
+
+def _library_for_file(rel: PurePath, text: str, ctx: dict[str, Any], rng: Any, manifest: list[dict[str, Any]] | None
+                      ) -> str:
+    lines = text.split("\n")
+    decisive = {n - 1 for n in ctx["decisive"].get(rel, [])}
+    inserts: dict[int, list[tuple[str, BenignRecord | None, int]]] = {}
+    for stream in _benign_streams(rel, lines, ctx):
+        points = _insert_points(stream, lines, _failure_cut(stream, lines, decisive))
+        for _ in range(ctx["n"]):
+            j = rng.choice(points)
+            at = stream.indices[j] if j < len(stream.indices) else (
+                stream.indices[-1] + 1 if stream.indices else (len(lines) - 1 if lines[-1] == "" else len(lines)))
+            near = stream.indices[min(j, len(stream.indices) - 1)] if stream.indices else None
+            prefix = "" if near is None else lines[near][: len(lines[near]) - len(strip_prefixes(lines[near]).text)]
+            when = _neighbour_time(stream, lines, j, ctx["year"]) if stream.indices else None
+            for _attempt in range(30):
+                record = ctx["pick"](rng)
+                adapted = _adapt_record(record, stream, prefix, when, ctx)
+                if adapted is not None:
+                    inserts.setdefault(at, []).extend((line, record, k) for k, line in enumerate(adapted))
+                    break
+    out: list[str] = []
+    for i, line in enumerate([*lines, None]):
+        for new, record, k in inserts.get(i, []):
+            out.append(new)
+            if manifest is not None and record is not None:
+                manifest.append({"file": str(rel), "line": len(out), "family": record.family,
+                                 "record": record.lines[0], "part": k, "text": new})
+        if line is not None:
+            out.append(line)
+    return "\n".join(out)
+
+
+def benign_library(facts: CaseFacts, dest: Path, n: int = BENIGN_LINES, seed: int = 0,
+                   library: tuple[BenignRecord, ...] | None = None,
+                   manifest: list[dict[str, Any]] | None = None) -> Perturbed:
+    """`n` records of tests/corpus/benign/ in every rank's log, at random places before the rank's failure, each as
+    that rank prints it (its prefix, host, NCCL head, rank, clock). Deterministic: seeded by the case name and `seed`;
+    the family first (uniform), then a record of it. `manifest` (a list) receives one entry per injected line."""
+    import random
+
+    library = library if library is not None else load_benign_library()
+    families: dict[str, list[BenignRecord]] = {}
+    for record in library:
+        families.setdefault(record.family, []).append(record)
+    names = sorted(families)
+    texts = {rel: facts.text(rel) for rel in facts.files if not is_record(rel)}
+    heads_by_rank, _ = _nccl_heads(texts)
+    rank_hosts = {row["rank"]: row["host"] for row in facts.diagnosis.get("ranks", [])
+                  if isinstance(row.get("rank"), int) and isinstance(row.get("host"), str)}
+    ctx = {"tasks_are_nodes": any(_TORCHRUN.search(t) for t in texts.values()), "heads_by_rank": heads_by_rank,
+           "launchers": {name for name, mark in _LAUNCHERS.items()
+                         if any(mark.search(t) or mark.search(str(rel)) for rel, t in texts.items())},
+           "rank_hosts": rank_hosts, "decisive": _decisive_lines(facts), "year": _case_year(facts), "n": n,
+           "pick": lambda rng: rng.choice(families[rng.choice(names)])}
+    rng = random.Random(f"benign_library:{facts.root.name}:{seed}")
+
+    def text_fn(rel: PurePath, text: str) -> str:
+        if is_record(rel) or _NOT_A_RANK_LOG.search(rel.as_posix()):
+            return text
+        return _library_for_file(rel, text, ctx, rng, manifest)
+
+    return Perturbed(root=write_copy(facts, dest, text_fn), label=dict(facts.label))
+
+
 # ---------------------------------------------------------------- records, truncation, split, merge
 
 def delete_records(facts: CaseFacts, dest: Path) -> Perturbed:
@@ -995,6 +1236,7 @@ PERTURBATIONS: dict[str, Callable[[CaseFacts, Path], Perturbed]] = {
     "skew_clocks": lambda facts, dest: shift_clocks(facts, dest, skew=True),
     "drop_timestamps": drop_timestamps,
     "benign_noise": benign_noise,
+    "benign_library": benign_library,
     "delete_records": delete_records,
     "truncate_tails": truncate_tails,
     "split_file": split_file,

@@ -170,12 +170,16 @@ def test_case_is_diagnosed(case: Path) -> None:
 def validate_schema(obj: dict[str, Any], causes: set[str]) -> list[str]:
     """Problems with a `ddpslurm analyze --json` object against DESIGN.md's schema (empty list = valid)."""
     problems: list[str] = []
-    expected = {"cause", "first_failing_rank", "first_failing_host", "confidence", "summary", "advice", "evidence",
-                "ranks", "retry", "exclude_nodes", "skipped"}
+    expected = {"schema_version", "cause", "first_failing_rank", "first_failing_host", "confidence", "summary",
+                "advice", "evidence", "ranks", "retry", "exclude_nodes", "skipped", "notes"}
     if set(obj) != expected:
         problems.append(f"keys differ: missing {sorted(expected - set(obj))}, extra {sorted(set(obj) - expected)}")
         return problems
-    if obj["cause"] not in causes:
+    if obj["schema_version"] != 1:
+        problems.append(f"schema_version {obj['schema_version']!r}, want 1")
+    if not (isinstance(obj["notes"], list) and all(isinstance(n, str) for n in obj["notes"])):
+        problems.append("notes must be a list of strings")
+    if obj["cause"] not in causes | {"none"}:
         problems.append(f"cause {obj['cause']!r} not in vocabulary")
     if not (obj["first_failing_rank"] is None or type(obj["first_failing_rank"]) is int):
         problems.append("first_failing_rank must be int or null")
@@ -228,20 +232,26 @@ def validate_schema(obj: dict[str, Any], causes: set[str]) -> list[str]:
     return problems
 
 
+def _valid(**changes: Any) -> dict[str, Any]:
+    obj = {"schema_version": 1, "cause": "unknown", "first_failing_rank": None, "first_failing_host": None,
+           "confidence": "low", "summary": "s", "advice": [], "evidence": [], "ranks": [], "retry": "stop",
+           "exclude_nodes": [], "skipped": [], "notes": []}
+    return {**obj, **changes}
+
+
+def test_schema_validator_accepts_a_valid_object() -> None:
+    assert validate_schema(_valid(), set(vocabulary())) == []
+    assert validate_schema(_valid(cause="none"), set(vocabulary())) == []
+
+
 @pytest.mark.parametrize(("obj", "problem"), [
     ({"cause": "cuda_oom"}, "keys differ"),
-    ({"cause": "made_up", "first_failing_rank": None, "first_failing_host": None, "confidence": "high", "summary": "s",
-      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": [],
-      "skipped": []}, "not in vocabulary"),
-    ({"cause": "unknown", "first_failing_rank": "3", "first_failing_host": None, "confidence": "high", "summary": "s",
-      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": [],
-      "skipped": []}, "first_failing_rank"),
-    ({"cause": "unknown", "first_failing_rank": None, "first_failing_host": None, "confidence": "sure", "summary": "s",
-      "advice": [], "evidence": [], "ranks": [], "retry": "stop", "exclude_nodes": [],
-      "skipped": []}, "confidence"),
-    ({"cause": "unknown", "first_failing_rank": None, "first_failing_host": None, "confidence": "low", "summary": "s",
-      "advice": [], "evidence": [], "ranks": [{"rank": 0, "host": None, "role": "boss", "first_error": None}],
-      "retry": "maybe", "exclude_nodes": [], "skipped": []}, "retry"),
+    (_valid(cause="made_up"), "not in vocabulary"),
+    (_valid(first_failing_rank="3"), "first_failing_rank"),
+    (_valid(confidence="sure"), "confidence"),
+    (_valid(ranks=[{"rank": 0, "host": None, "role": "boss", "first_error": None}], retry="maybe"), "retry"),
+    (_valid(schema_version=2), "schema_version"),
+    (_valid(notes=[3]), "notes"),
 ])
 def test_schema_validator_rejects(obj: dict[str, Any], problem: str) -> None:
     """The validator used by the CLI test must itself catch wrong objects."""

@@ -292,3 +292,56 @@ def test_host_map_is_consistent_and_rewrites_hostlists() -> None:
     assert pattern.sub(lambda m: perturb._rewrite_hostlist(hmap, m), "nodes=lab-n[01-03]") == f"nodes={new_stem}[18-20]"
     fqdn = perturb.host_map({"lab-n01"}, ".x.org")
     assert fqdn("lab-n01.") == fqdn("lab-n01") + "."
+
+
+# ---------------------------------------------------------------- the benign-line library
+
+def test_benign_library_has_its_families_with_sources() -> None:
+    """tests/corpus/benign/: every family file says where its lines come from, and holds records."""
+    records = perturb.load_benign_library()
+    families = {r.family for r in records}
+    for path in sorted(perturb.BENIGN_DIR.glob("*.txt")):
+        assert path.read_text().startswith("# "), f"{path.name} must start with its sources"
+        assert path.stem in families, f"{path.name} holds no record"
+    assert 150 <= len(records) <= 300
+    assert all(r.writer in ("", "store-host", "torchrun-agent") for r in records)
+
+
+@pytest.mark.parametrize(("record", "expected"), [
+    (("gpu-a01:48211:48211 [0] NCCL INFO Connected all rings",),
+     ["5: node07:900:900 [1] NCCL INFO Connected all rings"]),
+    (("[W socket.cpp:663] [c10d] The client socket has failed to connect to [gpu-a00]:29500 (errno: 111 - "
+      "Connection refused).",),
+     ["5: [W socket.cpp:663] [c10d] The client socket has failed to connect to [node01]:29500 (errno: 111 - "
+      "Connection refused)."]),
+    (("[rank0]:[W508 08:47:31.247426079 ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 0]  using GPU 0",),
+     ["5: [rank5]:[W508 10:00:00.247426079 ProcessGroupNCCL.cpp:4115] [PG ID 0 PG GUID 0 Rank 5]  using GPU 0"]),
+    (("2024-05-08 08:47:31,204 WARNING metrics upload failed, retrying in 10 s",),
+     ["5: 2024-05-08 10:00:00,204 WARNING metrics upload failed, retrying in 10 s"]),
+    (("submitit INFO (2024-05-08 08:47:31,204) - Loading pickle: /j/1_submitted.pkl",), None),  # not a submitit job
+])
+def test_benign_record_reads_as_the_rank_s_own_line(record: tuple[str, ...], expected: list[str] | None) -> None:
+    import datetime as dt
+
+    stream = perturb._Stream(("rank", 5), 5, "node07", [0], head="node07:900:900 [1]")
+    ctx = {"rank_hosts": {0: "node01", 5: "node07"}, "launchers": set(), "year": 2024}
+    when = (dt.datetime(2024, 5, 8, 10, 0, 0, tzinfo=dt.timezone.utc).timestamp(), True)  # the line before's
+    got = perturb._adapt_record(perturb.BenignRecord("t", record), stream, "5: ", when, ctx)
+    assert got == expected
+
+
+def test_benign_library_is_deterministic_and_splits_no_block(tmp_path: Path) -> None:
+    case = CASES_DIR / "lab-collective_timeout-1"
+    facts = perturb.load_facts(case, original_diagnosis(case))
+    manifests: list[list[dict[str, Any]]] = [[], []]
+    for k in (0, 1):
+        perturb.benign_library(facts, tmp_path / f"copy{k}", n=6, manifest=manifests[k])
+    assert manifests[0] == manifests[1] and manifests[0]
+    for rel in facts.files:
+        if perturb.is_record(rel):
+            assert (tmp_path / "copy0" / rel).read_bytes() == (case / rel).read_bytes()
+    for entry in manifests[0]:
+        if entry["part"] == 0:  # a record's first line never lands inside a traceback of the case
+            lines = (tmp_path / "copy0" / entry["file"]).read_text().split("\n")
+            before = [ln for ln in lines[: entry["line"] - 1] if ln.strip()]
+            assert not before or not before[-1].rstrip().endswith(":") or before[-1] in entry.get("text", "")

@@ -145,8 +145,9 @@ def test_nothing_matched_is_unknown_with_the_last_lines(tmp_path: Path) -> None:
 
 def test_json_schema_is_exactly_the_design(tmp_path: Path) -> None:
     got = diagnose(write_ranks(tmp_path, {0: "ValueError: bad config\n"}))
-    assert set(got) == {"cause", "first_failing_rank", "first_failing_host", "confidence", "summary", "advice",
-                        "evidence", "ranks", "retry", "exclude_nodes", "skipped"}
+    assert set(got) == {"schema_version", "cause", "first_failing_rank", "first_failing_host", "confidence", "summary",
+                        "advice", "evidence", "ranks", "retry", "exclude_nodes", "skipped", "notes"}
+    assert got["schema_version"] == 1 and all(isinstance(n, str) for n in got["notes"])
     assert all(set(e) == {"file", "line", "rank", "time", "text"} for e in got["evidence"])
     assert all(set(r) == {"rank", "host", "role", "first_error"} for r in got["ranks"])
     json.dumps(got)
@@ -349,6 +350,7 @@ def test_a_peer_that_reports_a_lost_peer_itself_is_not_a_death(tmp_path: Path) -
 
 
 def test_a_report_before_the_peer_failed_is_not_explained_by_it() -> None:
+    # the combiner's ordering rule itself is under test: its clock tolerance and families, too fine for a whole job
     from ddpslurm.analyze.diagnose.combiner import Candidate, _came_first
     from ddpslurm.analyze.diagnose.producers import Vote
 
@@ -374,9 +376,9 @@ def test_an_address_several_nodes_use_names_no_node(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("named", "host"), [("[login02.hpc.example.edu]:29500", "login02.hpc.example.edu"),
                                              ("[node7]", "node7"), ("node7", "node7"), ("[::1]:29500", "::1")])
 def test_a_peer_c10d_writes_in_brackets_with_its_port_is_the_bare_host(named: str, host: str) -> None:
-    from ddpslurm.analyze.diagnose.peers import _bare_host
+    from ddpslurm.analyze.diagnose.peers import bare_host
 
-    assert _bare_host(named) == host
+    assert bare_host(named) == host
 
 
 def _init_job(tmp_path: Path, hosts: list[str], gpn: int, absent: set[int], ending: str, *,

@@ -1,14 +1,17 @@
 """Nothing is left out silently: every file is read, and what is not read is named, with the confidence lowered.
 
-Real files in tmp_path; the only stand-in is a read that fails with EIO (a disk error cannot be made on demand).
+Real files in tmp_path; the only stand-ins are a read that fails with EIO and a stat that fails with EACCES (a disk
+error, or a file root cannot stat, cannot be made on demand); discovery's listings are watched through `os.scandir`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -181,11 +184,11 @@ def test_shipped_signatures_are_fast_on_adversarial_short_lines() -> None:
     assert not slow
 
 
-def test_an_empty_log_is_said_to_be_empty(tmp_path: Path) -> None:
+def test_an_empty_log_is_an_input_error_that_says_so(tmp_path: Path) -> None:
     log = tmp_path / "slurm-7.out"
     log.write_text("")
-    notes = analyze_paths([log], workers=1).notes
-    assert any(f"{log} is empty: nothing to read" in n for n in notes), notes
+    with pytest.raises(AnalyzeInputError, match=f"{log} is empty: nothing to analyze"):
+        analyze_paths([log], workers=1)
 
 
 def test_a_job_of_empty_logs_says_so_and_one_empty_stderr_among_others_is_ordinary(tmp_path: Path) -> None:
@@ -194,7 +197,8 @@ def test_a_job_of_empty_logs_says_so_and_one_empty_stderr_among_others_is_ordina
     for rank in range(3):
         (job / f"9_{rank}_log.out").write_text("")
         (job / f"9_{rank}_log.err").write_text("")
-    assert any("all 6 logs are empty" in n for n in analyze_paths([job], workers=1).notes)
+    with pytest.raises(AnalyzeInputError, match="all 6 logs are empty"):
+        analyze_paths([job], workers=1)
     (job / "9_1_log.err").write_text("[rank1]: RuntimeError: boom\n")
     assert not any("empty" in n for n in analyze_paths([job], workers=1).notes)
 
@@ -225,6 +229,67 @@ def _mixed_tree(root: Path) -> Path:
     return tree
 
 
+class _Watched:
+    """A directory entry the walk met, whose stat asks are noted (by which thread); one of the watch's `failing` names
+    cannot be stat-ed (EACCES), as an entry that cannot be examined."""
+
+    def __init__(self, entry: os.DirEntry, watch: _Watch) -> None:
+        self.entry, self.watch, self.name, self.path = entry, watch, entry.name, entry.path
+
+    def is_symlink(self) -> bool:
+        return self.entry.is_symlink()
+
+    def is_dir(self, follow_symlinks: bool = True) -> bool:
+        found = self.entry.is_dir(follow_symlinks=follow_symlinks)
+        if found and threading.current_thread() is threading.main_thread():
+            self.watch.examined(self.path)
+        return found
+
+    def stat(self, follow_symlinks: bool = True) -> os.stat_result:
+        self.watch.stats.append((threading.current_thread().name, self.name))
+        if self.name in self.watch.failing:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return self.entry.stat(follow_symlinks=follow_symlinks)
+
+
+class _Watch:
+    """`os.scandir` as discovery meets it, noted: which thread listed each folder and asked each entry's stat, and
+    the folders found listed by the time the walk examined their entry (listed ahead); where `wait_s`, the walk waits
+    that long for a folder whose parent a thread listed, the time the thread may take to list it too."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, failing: tuple[str, ...] = (), wait_s: float = 0.0) -> None:
+        self.failing, self.wait_s = failing, wait_s
+        self.listed: list[tuple[str, str]] = []  # (thread, folder)
+        self.stats: list[tuple[str, str]] = []  # (thread, entry name)
+        self.ahead: list[str] = []  # the names of the folders listed ahead
+        self.changed = threading.Condition()
+        real = os.scandir
+
+        @contextlib.contextmanager
+        def scandir(folder: str | os.PathLike[str]) -> Iterator[list[_Watched]]:
+            with self.changed:
+                self.listed.append((threading.current_thread().name, os.fspath(folder)))
+                self.changed.notify_all()
+            with real(folder) as entries:
+                yield [_Watched(entry, self) for entry in entries]
+        monkeypatch.setattr(os, "scandir", scandir)
+
+    def by_thread(self, path: str) -> str | None:
+        return next((thread for thread, folder in self.listed if folder == path), None)
+
+    def examined(self, path: str) -> None:
+        parent = self.by_thread(os.path.dirname(path))
+        with self.changed:
+            if self.wait_s and parent is not None and parent != threading.main_thread().name:
+                self.changed.wait_for(lambda: self.by_thread(path) is not None, self.wait_s)
+            if self.by_thread(path) is not None:
+                self.ahead.append(os.path.basename(path))
+
+    def asked_ahead(self) -> list[str]:
+        """The names whose stats the walk's threads asked, sorted."""
+        return sorted(name for thread, name in self.stats if thread.startswith("ddpslurm-stat"))
+
+
 @pytest.mark.parametrize("slow", [False, True])
 def test_files_stat_ed_side_by_side_where_stats_are_slow_are_found_as_one_by_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow: bool) -> None:
@@ -236,64 +301,51 @@ def test_files_stat_ed_side_by_side_where_stats_are_slow_are_found_as_one_by_one
     monkeypatch.setattr(discover_mod, "TIMED_STATS", 2)
     monkeypatch.setattr(discover_mod, "STAT_AHEAD", 3)
     monkeypatch.setattr(discover_mod, "SLOW_METADATA_SECONDS", -1.0 if slow else float("inf"))
-    asked: list[str] = []
-    real = discover_mod._stat_ahead
-    monkeypatch.setattr(discover_mod, "_stat_ahead", lambda entry: asked.append(entry.name) or real(entry))
+    watch = _Watch(monkeypatch)
     found = discover_all([tree])
     assert [s.path for s in found.sources] == [s.path for s in alone.sources]
     assert found.skipped == alone.skipped and len(found.sources) == 14  # inside.log is 5_0_log.out, read once
     assert {Path(s.path).name for s in found.skipped} >= {"leaving.log", "pipe.log"}
     logs = [f"5_{r}_log.out" for r in range(7)]
-    # the first two files' stats timed one by one; where they were slow, every later entry's asked ahead
-    assert sorted(asked) == (sorted(logs[2:] + logs + ["again", "attempt_1", "inside.log", "leaving.log",
-                                                      "model.pt", "pipe.log", ".hidden", "model.pt"]) if slow else [])
+    # the first two files' stats timed one by one; where they were slow, every later file's asked ahead (the second
+    # folder's by the thread that listed it), never a symlink's, a folder's or one skipped by its name
+    assert watch.asked_ahead() == (sorted([*logs[2:], "pipe.log", *logs]) if slow else [])
 
 
 @pytest.mark.parametrize(("count", "seconds", "slow"), [(0, 0.0, False), (63, 1.0, False), (64, 64 * 60e-6, True),
                                                       (64, 64 * 3e-6, False), (500, 1.0, True)])
-def test_stats_are_slow_where_the_first_files_took_a_round_trip_each(tmp_path: Path, count: int, seconds: float,
-                                                                   slow: bool) -> None:
-    walk = discover_mod._Walk(tmp_path, set(), discover_mod.Discovery())
-    walk.stats = [count, seconds]
-    assert walk.stats_slow() is slow
+def test_stats_are_slow_where_the_first_files_took_a_round_trip_each(count: int, seconds: float, slow: bool) -> None:
+    assert discover_mod.round_trips(count, seconds, timed=discover_mod.TIMED_STATS) is slow
 
 
-def test_a_walk_times_its_first_stats_and_no_more(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("slow", [False, True])
+def test_a_walk_times_its_first_stats_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slow: bool) -> None:
+    """The first TIMED_STATS files are stat-ed by the walk itself, timed; where they took any time at all (the
+    threshold here), the threads ask the next ones', else the walk goes on alone."""
     monkeypatch.setattr(discover_mod, "TIMED_STATS", 3)
-    monkeypatch.setattr(discover_mod, "SLOW_METADATA_SECONDS", float("inf"))
+    monkeypatch.setattr(discover_mod, "SLOW_METADATA_SECONDS", 0.0 if slow else float("inf"))
     for r in range(5):
         (tmp_path / f"5_{r}_log.out").write_text("x\n")
-    walk = discover_mod._Walk(tmp_path, set(), discover_mod.Discovery())
-    discover_mod._walk_folders(tmp_path, walk)
-    assert walk.stats[0] == 3 and walk.stats[1] > 0 and walk.pool is None
-    assert len(walk.found.sources) == 5
+    watch = _Watch(monkeypatch)
+    assert len(discover_all([tmp_path]).sources) == 5
+    assert watch.asked_ahead() == (["5_3_log.out", "5_4_log.out"] if slow else [])
 
 
-class _Entry:
-    """A directory entry whose stat fails, or that is a symlink: what a thread must pass over quietly."""
-
-    def __init__(self, name: str, symlink: bool = False) -> None:
-        self.name, self.symlink, self.stats = name, symlink, 0
-
-    def is_symlink(self) -> bool:
-        return self.symlink
-
-    def is_dir(self, follow_symlinks: bool = True) -> bool:
-        return False
-
-    def stat(self, follow_symlinks: bool = True) -> os.stat_result:
-        self.stats += 1
-        raise PermissionError(errno.EACCES, "Permission denied")
-
-
-def test_a_stat_asked_ahead_that_fails_is_left_for_the_walk_to_report_and_a_symlink_is_not_followed() -> None:
-    failing, link, hidden = _Entry("5_0_log.out"), _Entry("leaving.log", symlink=True), _Entry(".hidden")
-    for entry in (failing, link, hidden):
-        discover_mod._stat_ahead(entry)  # type: ignore[arg-type]
-    assert (failing.stats, link.stats, hidden.stats) == (1, 0, 0)
-    walk = discover_mod._Walk(Path("."), set(), discover_mod.Discovery())
-    with pytest.raises(PermissionError):
-        walk.entry(failing, 0, [], "")  # type: ignore[arg-type]
+def test_a_stat_asked_ahead_that_fails_is_left_for_the_walk_to_report(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread's stat that fails is passed over quietly: the walk asks it again, and names the file it cannot
+    examine."""
+    monkeypatch.setattr(discover_mod, "TIMED_STATS", 1)
+    monkeypatch.setattr(discover_mod, "SLOW_METADATA_SECONDS", -1.0)
+    for r in range(3):
+        (tmp_path / f"5_{r}_log.out").write_text("x\n")
+    watch = _Watch(monkeypatch, failing=("5_2_log.out",))
+    found = discover_all([tmp_path])
+    assert [Path(s.path).name for s in found.sources] == ["5_0_log.out", "5_1_log.out"]
+    assert [(Path(s.path).name, s.reason) for s in found.skipped] == [
+        ("5_2_log.out", "cannot be examined (Permission denied)")]
+    asked_by = [thread for thread, name in watch.stats if name == "5_2_log.out"]
+    assert len(asked_by) == 2 and asked_by[0].startswith("ddpslurm-stat") and asked_by[1] == "MainThread"
 
 
 @pytest.mark.parametrize(("stack_ahead", "held"), [(64, 8192), (1, 8192), (1, 2)])
@@ -305,10 +357,6 @@ def test_folders_listed_ahead_where_stats_are_slow_are_walked_as_one_by_one(tmp_
     and each entry, in order, however few listings may wait."""
     monkeypatch.setattr(discover_mod, "LIST_AHEAD", stack_ahead)
     monkeypatch.setattr(discover_mod, "LISTED_AHEAD", held)
-    asked_by: list[tuple[str, str]] = []
-    real_ask = discover_mod._ListAhead.ask
-    monkeypatch.setattr(discover_mod._ListAhead, "ask", lambda self, folder, depth: asked_by.append(
-        (threading.current_thread().name, folder.name)) or real_ask(self, folder, depth))
     for node in range(3):
         for local in range(4):
             worker = tmp_path / f"none_{node:08d}" / "attempt_0" / str(local)
@@ -320,17 +368,16 @@ def test_folders_listed_ahead_where_stats_are_slow_are_walked_as_one_by_one(tmp_
     alone = discover_all([tmp_path])
     monkeypatch.setattr(discover_mod, "TIMED_STATS", 2)
     monkeypatch.setattr(discover_mod, "SLOW_METADATA_SECONDS", -1.0)
-    listed_by: list[str] = []
-    real = discover_mod._listing
-    monkeypatch.setattr(discover_mod, "_listing", lambda folder, small=0: listed_by.append(
-        threading.current_thread().name) or real(folder, small))
+    watch = _Watch(monkeypatch, wait_s=5.0 if held >= 8 else 0.0)
     found = discover_all([tmp_path])
     assert [s.path for s in found.sources] == [s.path for s in alone.sources] and len(found.sources) == 24
     assert found.skipped == alone.skipped and len(found.skipped) == 1  # the core dump, by its name
     assert [s.local_rank for s in found.sources[:4]] == [0, 0, 1, 1]
+    listed_by = [thread for thread, _ in watch.listed]
     # the root, its run folders, their attempt folders and worker folders, each listed once: one by one until two
     # stats were timed (in the first worker folder: the threads start at the second), then by the threads
     assert len(listed_by) == 1 + 3 + 3 + 3 * 4 and listed_by[:5] == ["MainThread"] * 5
     assert all(name.startswith("ddpslurm-stat") for name in listed_by[5:]) or held < 8
-    # a listed folder's subfolders are asked for by the thread that listed it (granted while few listings wait)
-    assert {"attempt_0", "0", "3"} <= {folder for name, folder in asked_by if name.startswith("ddpslurm-stat")}
+    # a listed folder's subfolders are asked for by the thread that listed it, before the walk comes to them (the
+    # walk asks only for the folders of its stack): granted while few listings wait
+    assert {"attempt_0", "0", "3"} <= set(watch.ahead) or held < 8

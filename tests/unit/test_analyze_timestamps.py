@@ -9,10 +9,10 @@ import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddpslurm.analyze.api import _fix_year
 from ddpslurm.analyze.model import Event
 from ddpslurm.analyze.parse import timestamps
 from ddpslurm.analyze.parse.timestamps import comparable, format_time, in_year, parse_record_time, parse_time
+from ddpslurm.analyze.parse.years import settle_years
 
 
 def utc(y: int, mo: int, d: int, h: int, mi: int, s: float) -> float:
@@ -113,7 +113,7 @@ def test_the_clock_shortcut_changes_no_answer(monkeypatch: pytest.MonkeyPatch, t
     """A text without `d:dd:dd` is passed over before the four forms are searched: as if they had been."""
     fast = parse_time(text, 2024)
     with monkeypatch.context() as m:
-        m.setattr(timestamps, "_CLOCK", regex.compile(""))
+        m.setattr(timestamps, "CLOCK", regex.compile(""))
         assert parse_time(text, 2024) == fast
 
 
@@ -153,14 +153,14 @@ def test_a_shape_tells_which_form_its_time_is_in() -> None:
        st.sampled_from([2023, 2024, 2025]), st.sampled_from([2024, 2026]))
 def test_year_less_times_move_by_day_as_each_line_would(lines: list[tuple[str, int, int]], guessed: int,
                                                          logs_year: int) -> None:
-    """`_fix_year` moves a day's year-less times by that day's shift: each time is what moving it alone gives
+    """`settle_years` moves a day's year-less times by that day's shift: each time is what moving it alone gives
     (the line read again with the logs' year around 29 February), to the last bit."""
     texts = [f"[E{day} {sec // 3600:02d}:{sec // 60 % 60:02d}:{sec % 60:02d}.{frac:06d} x]" for day, sec, frac in lines]
     events = [Event(file="f", line=i, kind="watchdog_timeout", text=text, time=found[0], time_family="glog")
               for i, text in enumerate(texts) if (found := parse_time(text, guessed))]
     events.append(Event(file="f", line=999, kind="rank_info", text="x",
                         time=calendar.timegm((logs_year, 6, 1, 0, 0, 0, 0, 0, 0)), time_family="iso"))
-    got = _fix_year(list(events), guessed)  # it updates the list it is given
+    got = settle_years(list(events), guessed)  # it updates the list it is given
     for before, after in zip(events, got, strict=True):
         if before.time_family != "glog" or logs_year == guessed:
             assert after.time == before.time
@@ -178,4 +178,4 @@ def test_epoch_is_what_calendar_timegm_says(y: int, mo: int, d: int, h: int, mi:
         expected = float(calendar.timegm((y, mo, d, h, mi, min(s, 59), 0, 0, 0)))
     except (ValueError, OverflowError):
         expected = None
-    assert timestamps._epoch(y, mo, d, h, mi, s) == expected
+    assert timestamps.epoch(y, mo, d, h, mi, s) == expected

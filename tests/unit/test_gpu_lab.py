@@ -101,6 +101,7 @@ def test_a_healthy_real_nccl_job_has_no_failing_rank() -> None:
     assert got["first_failing_rank"] is None
     assert got["ranks"] and all(row["role"] == "ok" for row in got["ranks"])
     assert got["summary"].startswith("Every rank (1) ended normally"), got["summary"]
+    assert got["cause"] == "none" and got["evidence"] == [] and got["confidence"] == "high"
 
 
 def test_a_job_with_a_rank_that_left_no_exit_record_is_not_called_normal(tmp_path: Path) -> None:
@@ -111,7 +112,7 @@ def test_a_job_with_a_rank_that_left_no_exit_record_is_not_called_normal(tmp_pat
     shutil.copytree(HEALTHY_JOB, job)
     (job / "attempt_0" / "rank_0.exit.json").unlink()
     got = analyze_paths([job]).to_dict()
-    assert "ended normally" not in got["summary"]
+    assert "ended normally" not in got["summary"] and got["cause"] != "none"
 
 
 def test_nccl_info_lines_carry_their_time() -> None:

@@ -12,9 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from ddpslurm.analyze.diagnose.combiner import Verdict, combine
-from ddpslurm.analyze.diagnose.resolve import evolve, resolve
+from ddpslurm.analyze.diagnose.resolve import resolve
 from ddpslurm.analyze.diagnose.timeline import JobTimeline, build_timeline
-from ddpslurm.analyze.model import Event, FileSummary, SourceFile
+from ddpslurm.analyze.model import Event, FileSummary, SourceFile, evolve
 from ddpslurm.analyze.parse.records import SIGNAL_CAUSES, SIGNAL_NAMES
 from ddpslurm.analyze.parse.tracebacks import CUT_TRACEBACK
 from ddpslurm.analyze.rules.loading import default_accuses

@@ -11,7 +11,6 @@ Every rank set here is bounded by what was launched or seen, never by a number r
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections import defaultdict
@@ -19,21 +18,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpslurm.analyze.model import MAX_RANK_LIST, Event, FileSummary, SourceFile, new_event
+from ddpslurm.analyze.model import MAX_RANK_LIST, Event, FileSummary, SourceFile, evolve
 
 #: kinds whose rank field is a Slurm task id or a job, not the rank that logged the line
 JOB_KINDS = ("slurm_task", "slurm_job")
 AGENT_KINDS = ("agent_sigterm", "agent_failed", "elastic_failure")
 #: kinds whose (host, pid) identifies a worker process
 PID_KINDS = ("nccl_init", "nccl_rank_map", "start", "agent_failed", "elastic_failure")
-
-
-def evolve(e: Event, **changes: Any) -> Event:
-    """`dataclasses.replace` for the hot path: a copy of the frozen event with `changes` (no re-validation)."""
-    return new_event(*[changes[name] if name in changes else getattr(e, name) for name in EVENT_FIELDS])
-
-
-EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(Event))
 
 
 def expand_ranks(text: str, limit: int = MAX_RANK_LIST) -> list[int]:

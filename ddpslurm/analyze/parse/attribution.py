@@ -63,7 +63,8 @@ RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # srun --label: `3: ` (padded with spaces)
     (re.compile(r" *(?P<rank>\d{1,6}): (?=.)"), "label"),
     # pdsh / DeepSpeed: `node02: `, `10.0.0.2: `
-    (re.compile(rf"(?P<host>{_HOST}): (?=.)"), "host"),
+    # (a Python exception's qualified name, `urllib3.exceptions.MaxRetryError: `, is not a host)
+    (re.compile(rf"(?P<host>{_HOST})(?<!Error)(?<!Exception)(?<!Warning): (?=.)"), "host"),
     # Ray workers: `(RayTrainWorker pid=1234, ip=10.0.0.5) `
     (re.compile(r"\((?:[\w.]+ )?pid=\d+(?:, ip=(?P<host>[\d.]+|[0-9a-fA-F:]+))?\) (?=\S)"), "host"),
     # container / trial log collectors: `0c41e7b2 || `
@@ -151,14 +152,14 @@ def prefix_spans(line: str, max_prefixes: int = 6) -> PrefixSpans:
             text, base = text[m.end():], base + m.end()
             break
         else:
-            m = EMBEDDED_RANK.search(text, 0, 160) if rank is None and _may_embed_rank(text) else None
+            m = EMBEDDED_RANK.search(text, 0, 160) if rank is None and may_embed_rank(text) else None
             if m is None:
                 break
             rank, text, base = _span(m, "rank", base), text[m.end():], base + m.end()
     return PrefixSpans(start=base, rank=rank, local_rank=local_rank, host=host, time_text=time_text, label=label)
 
 
-def _may_embed_rank(text: str) -> bool:
+def may_embed_rank(text: str) -> bool:
     """Whether `text` holds the literal EMBEDDED_RANK starts with (`[rank` or `[Rank`) where it is looked for: a
     cheap test first, as most lines hold none (the search itself tries the lookbehind at every position)."""
     head = text[:160]

@@ -43,6 +43,11 @@ class Exc:
     cut: bool = False  # no exception line came: `text` is its last frame (a process killed mid-print, a cut paste)
 
 
+#: functions an exception cannot propagate out of: CPython reports it (`Exception ignored in: <function ...>`, then
+#: the traceback) and goes on, so the process did not fail of it (a DataLoader iterator's teardown, a finalizer)
+UNRAISABLE_FROM = frozenset({"__del__"})
+
+
 @dataclass
 class _Open:
     start_line: int
@@ -62,6 +67,8 @@ class _Open:
     earlier: tuple[str, int, str | None] | None = None
     #: its last frame line (`File "...", line N, in f`) and that line's number: what is left if no exception follows
     frame: tuple[str, int] | None = None
+    #: the function of the chain's first frame: where the exception was raised from
+    outermost: str | None = None
     #: what a wrapper wrote before the header (Metaflow's `[177/train/578 (pid 28936)] [uuid] `, YARN's container
     #: id), its digits as 0: its next lines that start alike are read without it
     head: str | None = None
@@ -138,6 +145,8 @@ class TracebackAssembler:
                 finished.extend(self._closed(stream))
                 return False, finished
             state.where = f'{frame["file"]}:{frame["line"]}' + (f' in {frame["func"]}' if frame["func"] else "")
+            if state.outermost is None:
+                state.outermost = frame["func"] or ""
             state.frame = (stripped, lineno)
             return True, finished
         if text[:1].isspace() or text.startswith("^") or text.startswith("~"):
@@ -169,6 +178,8 @@ class TracebackAssembler:
 
     def _close(self, stream: object) -> list[Exc]:
         state = self.open.pop(stream, None)
+        if state is not None and state.outermost in UNRAISABLE_FROM:
+            return []  # Python printed it through its unraisable hook (`Exception ignored in:`): it never propagated
         if state is not None and state.exc is None and state.earlier is not None:
             # the chain's next traceback was cut before its final line (a dead process, a paste cut short)
             state.exc, state.exc_line, state.where = state.earlier

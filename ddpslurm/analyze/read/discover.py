@@ -404,6 +404,17 @@ def check_readable(explicit: set[str], summaries: Sequence[FileSummary], records
                                 f"{summaries[0].error})", "check the files and their permissions")
 
 
+def check_not_empty(summaries: Sequence[FileSummary], records: int) -> None:
+    """Logs that are all empty, with no record beside them, are nothing to diagnose: an error of the input (exit 1)
+    that says so, not a diagnosis of nothing."""
+    if summaries and not records and all(not s.bytes and not s.error and not s.binary for s in summaries):
+        shown = (f"{summaries[0].file} is empty" if len(summaries) == 1
+                 else f"all {len(summaries)} logs are empty (first {summaries[0].file})")
+        raise AnalyzeInputError(f"{shown}: nothing to analyze",
+                                "a job that failed before its tasks wrote anything, or output sent elsewhere: check "
+                                "its --output/--error paths and `sacct -j <job>`")
+
+
 def empty_logs_note(explicit: set[str], summaries: Sequence[FileSummary]) -> str | None:
     """What the diagnosis says of empty logs: every log empty (the tasks wrote nothing), or the empty files named on
     the command line. A job folder's empty files beside others are ordinary (most ranks' stderr) and not listed."""

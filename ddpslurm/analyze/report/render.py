@@ -11,7 +11,7 @@ from ddpslurm.analyze.diagnose.combiner import Verdict, one_rank_job
 from ddpslurm.analyze.diagnose.peers import named_peer
 from ddpslurm.analyze.diagnose.resolve import is_host_name, plausible_world
 from ddpslurm.analyze.diagnose.timeline import JobTimeline
-from ddpslurm.analyze.model import Diagnosis, Event, Evidence, FileSummary, RankRow, TimelineRow
+from ddpslurm.analyze.model import NO_FAILURE, Diagnosis, Event, Evidence, FileSummary, RankRow, TimelineRow
 from ddpslurm.analyze.parse.timestamps import format_time
 from ddpslurm.analyze.rules.signatures import SignatureSet
 
@@ -52,13 +52,15 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
         advice.append(f"Resubmit avoiding the node: sbatch --exclude={','.join(exclude_nodes)} "
                       f"(or ddpslurm submit ... --exclude {','.join(exclude_nodes)}).")
     rows = rank_rows(tl, verdict)
+    cause, confidence, shown = verdict.cause, verdict.confidence, evidence(tl, summaries, verdict)
     if _every_rank_ended_normally(verdict, tl, rows):
+        cause, confidence, shown = NO_FAILURE, "high", []  # a completed job: no training line is evidence of anything
         summary = f"Every rank ({len(rows)}) ended normally, by its exit record: these logs show no failure."
         advice = ["If the job still went wrong, look where these logs do not reach: its Slurm state (ddpslurm status "
                   "JOBID, sacct) and the outputs your script writes."]
-    return Diagnosis(cause=verdict.cause, first_failing_rank=verdict.rank, first_failing_host=verdict.host,
-                     confidence=verdict.confidence, summary=summary, advice=advice,
-                     evidence=evidence(tl, summaries, verdict), ranks=rows, retry=retry,
+    return Diagnosis(cause=cause, first_failing_rank=verdict.rank, first_failing_host=verdict.host,
+                     confidence=confidence, summary=summary, advice=advice,
+                     evidence=shown, ranks=rows, retry=retry,
                      exclude_nodes=exclude_nodes, notes=_notes(verdict), timeline=timeline_rows(tl, rows),
                      job_events=[to_evidence(e) for e in tl.job_events[:MAX_EVIDENCE]])
 

@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Iterable, Iterator, Sequence
 
 from ddpslurm import sanitize
-from ddpslurm.analyze.model import Diagnosis, RankRow
+from ddpslurm.analyze.model import NO_FAILURE, Diagnosis, RankRow
 
 #: `[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]` -> `[pair.cc:553]`
 _SOURCE_PATH = re.compile(r"\[(?:[^\]\s]*/)?([^/\]\s]+\.(?:cc|cpp|cu|c|h|hpp|py):\d+)\]")
@@ -119,7 +119,7 @@ def _print_verdict(console, d: Diagnosis) -> None:
     colour = {"high": "green", "medium": "yellow", "low": "red"}.get(d.confidence, "white")
     head = Text()
     head.append("Cause: ", style="bold")
-    head.append(safe(d.cause), style="bold red" if d.cause != "unknown" else "bold")
+    head.append(safe(d.cause), style={"unknown": "bold", NO_FAILURE: "bold green"}.get(d.cause, "bold red"))
     head.append("   confidence: ")
     head.append(safe(d.confidence), style=colour)
     console.print(head)
