@@ -14,41 +14,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests" / "corpus")]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "corpus"), str(REPO / "benchmarks")]
 LEVELS = ("high", "medium", "low")
 HIGH_TARGET = 0.99
 
 
 def judged(case_dir: str) -> list[tuple[str, str, bool, str]]:
     """(pair, confidence, right, what differed) for a case and each perturbation that applies to it."""
-    import perturb
     import test_perturbation as tp
-
-    from ddpslurm.analyze.api import analyze_paths
+    from corpus_answers import each_answer
 
     case = Path(case_dir)
-    label = tp.label_of(case)
-    original = analyze_paths(tp._files(case), workers=1).to_dict()
-    wanted = perturb.Perturbed(root=case, label=dict(label))
-    out = [(f"{case.name}:original", original["confidence"], *_verdict(tp, wanted, original))]
-    for name, make in perturb.PERTURBATIONS.items():
-        if not tp.applies(case, name):
-            continue
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                want = make(perturb.load_facts(case, original), Path(tmp) / case.name)
-            except perturb.Unsupported:
-                continue
-            got = analyze_paths(tp._files(want.root), workers=1).to_dict()
-            out.append((f"{case.name}:{name}", got["confidence"], *_verdict(tp, want, got, tp.host_is_named(want))))
-    return out
+    return [(f"{case.name}:{name}", got["confidence"],
+             *_verdict(tp, want, got, name == "original" or tp.host_is_named(want)))
+            for name, want, got in each_answer(case) if not isinstance(got, str)]
 
 
 def _verdict(tp: Any, want: Any, got: dict[str, Any], host_named: bool = True) -> tuple[bool, str]:

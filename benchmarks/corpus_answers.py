@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,16 +37,18 @@ def _normalized(value: Any, roots: tuple[str, ...]) -> Any:
     return value
 
 
-def case_answers(case_dir: str) -> dict[str, Any]:
-    """{"<case>:<perturbation>": answer} for one case: its own answer and each applicable perturbation's."""
+def each_answer(case: Path) -> Iterator[tuple[str, Any, dict[str, Any] | str]]:
+    """(perturbation, the copy analyzed, its `--json` answer) for a case itself (`original`, the case as its copy)
+    and each perturbation that applies to it; the answer is the reason when the perturbation cannot take the case.
+    A perturbed copy exists only until the next item is asked for."""
     import perturb
     import test_perturbation as tp
 
     from ddpslurm.analyze.api import analyze_paths
 
-    case = Path(case_dir)
+    label = tp.label_of(case)
     original = analyze_paths(tp._files(case), workers=1).to_dict()
-    answers = {f"{case.name}:original": _normalized(original, (str(case),))}
+    yield "original", perturb.Perturbed(root=case, label=dict(label)), original
     for name, make in perturb.PERTURBATIONS.items():
         if not tp.applies(case, name):
             continue
@@ -53,10 +56,21 @@ def case_answers(case_dir: str) -> dict[str, Any]:
             try:
                 want = make(perturb.load_facts(case, original), Path(tmp) / case.name)
             except perturb.Unsupported as why:
-                answers[f"{case.name}:{name}"] = {"unsupported": str(why)}
+                yield name, None, str(why)
                 continue
-            got = analyze_paths(tp._files(want.root), workers=1).to_dict()
-            answers[f"{case.name}:{name}"] = _normalized(got, (str(want.root), tmp))
+            yield name, want, analyze_paths(tp._files(want.root), workers=1).to_dict()
+
+
+def case_answers(case_dir: str) -> dict[str, Any]:
+    """{"<case>:<perturbation>": answer} for one case: its own answer and each applicable perturbation's."""
+    case = Path(case_dir)
+    answers: dict[str, Any] = {}
+    for name, want, got in each_answer(case):
+        if isinstance(got, str):
+            answers[f"{case.name}:{name}"] = {"unsupported": got}
+        else:
+            roots = (str(case),) if name == "original" else (str(want.root), str(want.root.parent))
+            answers[f"{case.name}:{name}"] = _normalized(got, roots)
     return answers
 
 
