@@ -831,7 +831,9 @@ def _noise_for_file(rel: PurePath, text: str, ctx: dict[str, Any]) -> str:
         body = (_c10d_retry(ctx["master"]) if rank else []) + (_ib_fallback(head) if head and ctx["has_nccl"] else [])
         if rank == 0:
             body += _progress((100, 200))
-        inserts.setdefault(index + 1 if index >= 0 else 0, []).extend(prefix + b for b in body)
+        # after the rank's first line (its banner), unless that line is already its failure (a one-line paste)
+        at = index + 1 if index >= 0 and index + 1 not in ctx["decisive"].get(rel, ()) else max(index, 0)
+        inserts.setdefault(at, []).extend(prefix + b for b in body)
         if rank == 0 and ctx["late_progress"]:
             end = len(lines) - 1 if lines[-1] == "" else len(lines)  # before the final newline's empty tail
             after = max([index] + [n - 1 for n in ctx["decisive"].get(rel, [])]) + 1 if index >= 0 else end
@@ -894,6 +896,9 @@ _FAILURE_HINT = re.compile(
     r"Traceback \(most recent call last\)|^\s*[\w.]*(?:Error|Exception|Interrupt)\b[:(]|NCCL WARN|[Ww]atchdog|CANCELL"
     r"|Killed|SIG(?:TERM|KILL|SEGV|ABRT|BUS|USR)|[Ss]egmentation fault|exit ?code|[Tt]imed out|[Tt]imeout|NCCL error"
     r"|nccl\w*Error|out of memory|Xid|ECC|ChildFailedError|\bfailed\b|FAILED|[Ee]rror:|ended: |terminated")
+#: Causes of a job whose rendezvous may never have completed: an agent's store-bind notice (`# writer:
+#: torchrun-agent`) is benign only where the workers then ran, and in such a job it may be what went wrong.
+RENDEZVOUS_NEVER_COMPLETED = ("rendezvous_timeout", "network_unreachable", "port_in_use")
 #: Launchers a record may name; such a record goes only into a job whose logs show the same launcher.
 _LAUNCHERS = {"torchrun": _TORCHRUN, "submitit": re.compile(r"submitit")}
 _BLOCK_OPENERS = ("Traceback (most recent call last):", "During handling of the above exception",
@@ -949,6 +954,8 @@ class _Stream:
     host: str | None
     indices: list[int] = field(default_factory=list)  # its lines' indices in the file
     head: str | None = None  # the `host:pid:tid [dev]` its NCCL lines carry
+    #: whether a torchrun agent writes these lines: not a worker's own file or prefix (an agent's lines are bare)
+    agent_lines: bool = False
 
 
 def _benign_streams(rel: PurePath, lines: list[str], ctx: dict[str, Any]) -> list[_Stream]:
@@ -975,8 +982,11 @@ def _benign_streams(rel: PurePath, lines: list[str], ctx: dict[str, Any]) -> lis
                 continue
             keyed.setdefault(key, _Stream(key, rank, host)).indices.append(i)
         if keyed and info.task_file and ctx["tasks_are_nodes"] and info.rank == 0 and ("rank", 0) not in keyed:
-            keyed[("rank", 0)] = _Stream(("rank", 0), 0, host_of.get(0), loose)  # torchrun's node 0: rank 0 bare
+            keyed[("rank", 0)] = _Stream(("rank", 0), 0, host_of.get(0), loose,  # torchrun's node 0: rank 0 bare
+                                         agent_lines=True)
         streams = list(keyed.values()) if keyed else [_Stream(None, None, info.host, loose)]
+        for stream in streams:
+            stream.agent_lines = stream.agent_lines or stream.rank is None
     for stream in streams:
         head = next((m["head"] for i in stream.indices if (m := _ANY_HEAD.search(lines[i]))), None)
         stream.head = head or (ctx["heads_by_rank"].get(stream.rank) if stream.rank is not None else None)
@@ -1019,7 +1029,8 @@ def _adapt_record(record: BenignRecord, stream: _Stream, prefix: str, when: tupl
         return None
     torchrun = "torchrun" in ctx["launchers"]
     if (record.writer == "store-host" and not (torchrun or stream.rank == 0)) or \
-            (record.writer == "torchrun-agent" and not torchrun):
+            (record.writer == "torchrun-agent" and
+             not (torchrun and stream.agent_lines and not ctx["rendezvous_failed"])):
         return None
     if stream.rank:  # on the library's own tokens, before hosts and heads of the case come in
         rmap = RankMap(ranks={0: stream.rank}, nodes={}, per_node=1, tasks_are_nodes=False)
@@ -1104,6 +1115,8 @@ def benign_library(facts: CaseFacts, dest: Path, n: int = BENIGN_LINES, seed: in
            "launchers": {name for name, mark in _LAUNCHERS.items()
                          if any(mark.search(t) or mark.search(str(rel)) for rel, t in texts.items())},
            "rank_hosts": rank_hosts, "decisive": _decisive_lines(facts), "year": _case_year(facts), "n": n,
+           "rendezvous_failed": facts.diagnosis.get("cause") in RENDEZVOUS_NEVER_COMPLETED
+           or not facts.diagnosis.get("ranks"),
            "pick": lambda rng: rng.choice(families[rng.choice(names)])}
     rng = random.Random(f"benign_library:{facts.root.name}:{seed}")
 

@@ -14,7 +14,7 @@ from typing import Any
 from ddpslurm.analyze.diagnose.combiner import Verdict, combine
 from ddpslurm.analyze.diagnose.resolve import resolve
 from ddpslurm.analyze.diagnose.timeline import JobTimeline, build_timeline
-from ddpslurm.analyze.model import Event, FileSummary, SourceFile, evolve
+from ddpslurm.analyze.model import FACT_KINDS, Event, FileSummary, SourceFile, evolve
 from ddpslurm.analyze.parse.records import SIGNAL_CAUSES, SIGNAL_NAMES
 from ddpslurm.analyze.parse.tracebacks import CUT_TRACEBACK
 from ddpslurm.analyze.rules.loading import default_accuses
@@ -32,6 +32,8 @@ def judge(events: list[Event], sources: Sequence[SourceFile], summaries: Sequenc
         if found is not e:
             events[i] = found
     events = teardown_kills(events)
+    events = agents_went_on(events, sigs.went_on.agent_survives,
+                            frozenset(s.file for s in summaries if s.torchrun))
     events = stuck_after_own_timeout(events)
     events = cut_tracebacks_told_otherwise(events)
     events = weaken_cut_lines(events, cut_last_lines(events, sources, summaries))
@@ -102,6 +104,39 @@ def teardown_kills(events: list[Event]) -> list[Event]:
         return events
     return [as_victim(e) if e.role in ("culprit", "either") and (e.rank, e.file, e.get("worker_pids")) in torn else e
             for e in events]
+
+
+#: events with a rank that no worker of an agent writes: srun's and Slurm's lines name tasks and the job
+_NOT_A_WORKER = ("slurm_task", "slurm_job")
+#: events that only an agent's workers, or the agent's reports of them, make: its workers ran
+_WORKER_KINDS = ("agent", "agent_failed", "agent_sigterm", "elastic_failure", "nccl_init", "nccl_rank_map",
+                 "watchdog_timeout", "peer_lost", "rank_announce")
+
+
+def agents_went_on(events: list[Event], survivable: frozenset[str], torchrun_files: frozenset[str]) -> list[Event]:
+    """A launcher agent's log line of a failure it may survive (`WentOn.agent_survives`: c10d's store bind failures,
+    logged, not raised) is no failure when the job's workers ran: a store that no agent could serve leaves no
+    worker to start, so any worker's line (in any file: an agent's stderr and stdout are two) says the agent went
+    on. The agent's lines carry no rank of their own (under torchrun, an srun task's id is its node's)."""
+    def by_agent(e: Event) -> bool:
+        return e.local_rank is None and (e.rank is None or
+                                         (e.file in torchrun_files and e.get("srun_task") is not None))
+
+    def by_worker(e: Event) -> bool:
+        if e.kind in _NOT_A_WORKER or e.signature in survivable or (e.kind in FACT_KINDS and e.rank is None):
+            return False
+        return e.kind in _WORKER_KINDS or e.local_rank is not None or (e.rank is not None and not by_agent(e))
+
+    candidates = [i for i, e in enumerate(events) if e.signature in survivable and e.kind != "exception"
+                  and e.cause is not None and by_agent(e)]
+    if not candidates or not any(by_worker(e) for e in events):
+        return events
+    out = list(events)
+    for i in candidates:
+        e = out[i]
+        kept = tuple(f for f in e.fields if f[0] != "accuses")
+        out[i] = replace(e, kind="went_on", cause=None, role=None, fields=(*kept, ("went_on", "workers-ran")))
+    return out
 
 
 #: a launcher (torchelastic, DeepSpeed, mpirun) reporting the worker that died first of this signal: SIGABRT is

@@ -57,8 +57,14 @@ class ContinuedLines(FailureBlocks):
 
     @property
     def line_mode(self) -> bool:
-        """Whether every line is read now: a traceback or failure block open, a line waited for (asked per
-        candidate line: the containers are tested directly, not through a call each)."""
+        """Whether every line is read now: a traceback or failure block open, a line waited for, a logged exception
+        watched (asked per candidate line: the containers are tested directly, not through a call each)."""
+        return bool(self.tracebacks.open or self.elastic or self.waiting or self.watching) or self.pending is not None
+
+    @property
+    def must_read_on(self) -> bool:
+        """Whether a range's reading must go on past its end: a traceback or block open, a line waited for (a
+        watched exception is not: the next range reads those lines, and its watch ends at the range's end)."""
         return bool(self.tracebacks.open or self.elastic or self.waiting) or self.pending is not None
 
     def _match_line(self, body: str, lineno: int, time_text: str | None, rank: int | None, local: int | None,

@@ -108,7 +108,7 @@ def _scan_range(handle: Reader, start: int, end: int | None, state: FileState, t
             on_bytes(size)
     if end is None or end >= handle.size:
         summary.ends_with_newline = handle.ends_with_newline()
-    if end is not None and state.line_mode:
+    if end is not None and state.must_read_on:
         summary.read_past_end = _read_past_end(handle, end, lineno, state, anchors, every_line) - lineno
     return lineno
 
@@ -119,7 +119,7 @@ def _read_past_end(handle: Reader, end: int, lineno: int, state: FileState, anch
     mode ends); the line count then, counted on from the range's `lineno`."""
     for block, size, _t in iter_blocks(Window(handle, end, end + OVERRUN_BYTES)):
         lineno = _scan_block(block, size, lineno, state, anchors, every_line, stop_when_idle=True)
-        if not state.line_mode:
+        if not state.must_read_on:
             break
     return lineno
 
@@ -190,6 +190,6 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
         state.handle(bytes(block[cur:min(end, cur + MAX_LINE)]), lineno)
         cur = end + 1
         line_mode = every_line or state.line_mode
-        if stop_when_idle and not state.line_mode:
+        if stop_when_idle and not state.must_read_on:
             break
     return lineno

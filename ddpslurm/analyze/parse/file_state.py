@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ddpslurm.analyze.model import FACT_KINDS
 from ddpslurm.analyze.parse.attribution import clean, prefix_spans
 from ddpslurm.analyze.parse.channel_lines import repeated_channel_line
 from ddpslurm.analyze.parse.continued_lines import LAST_ERROR
@@ -75,6 +76,8 @@ class FileState(RememberedShapes):
             self._await_reason(stream, lineno, body)
             return
         hit = self._match_line(body, lineno, p.time_text, rank, local, host, stream)
+        if self.watching:
+            self._went_on(stream, body, lineno, hit is not None and hit[0].kind not in FACT_KINDS)
         if key is None:
             return
         if hit is None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from ddpslurm.analyze.model import FACT_KINDS, Event, new_event
 from ddpslurm.analyze.parse.attribution import interface_list, interface_scope, nccl_source
 from ddpslurm.analyze.parse.channel_lines import MAX_CHANNEL_KEYS
-from ddpslurm.analyze.parse.line_streams import LineStreams
+from ddpslurm.analyze.parse.line_streams import UNPREFIXED, LineStreams
 from ddpslurm.analyze.parse.shared_values import canonical, canonical_fields
 from ddpslurm.analyze.parse.timestamps import EVERY_FORM, TimePlan, parse_planned, parse_time
 from ddpslurm.analyze.rules.signatures import Signature
@@ -30,6 +30,28 @@ _SUBMITIT_ENV = re.compile(r"JobEnvironment\(job_id=[^,]*, hostname=(?P<host>[^,
 #: signatures that only say "NCCL failed"; the `Last error:` reason replaces their meaning
 GENERIC_NCCL_SIGNATURES = ("nccl-internal-error", "nccl-unhandled-cuda-error", "distributed-library-exception",
                            "python-exception", "nccl-warn-other")
+
+
+#: how long a logged exception waits for a line saying its process went on (`LineEvents.watching`): lines of its own
+#: stream, and lines of the file (an interleaved log's other streams write between)
+WATCH_OWN_LINES = 40
+WATCH_FILE_LINES = 2000
+#: the same, in a stream that several processes write (an unprefixed console log): only the lines right after it,
+#: which `logging` and a caught exception's handler write with it
+WATCH_SHARED_LINES = 3
+#: the logged exceptions one stream's watch holds (an exception logged again and again: the newest ones)
+WATCHED_PER_STREAM = 8
+
+
+@dataclass
+class _Watch:
+    """A stream's exceptions that wait for a line saying the process went on: (index in events, the event), and
+    the file's and the stream's line counts when the newest was logged."""
+
+    logged: list[tuple[int, Event]]
+    handled_at: int
+    own_at: int
+    reach: int = WATCH_OWN_LINES
 
 
 def small_int(text: str | None) -> int | None:
@@ -56,6 +78,8 @@ class LineEvents(LineStreams):
     init_starts: dict[tuple, int] = field(default_factory=dict)
     #: per stream, its last generic NCCL error events: [index in events, handled, stream's lines, the event]
     generic: dict[object, list[list]] = field(default_factory=dict)
+    #: per stream that one process writes, the exceptions it logged that a later line may show it survived
+    watching: dict[object, _Watch] = field(default_factory=dict)
 
     def _time(self, time_text: str | None, body: str, plan: TimePlan = EVERY_FORM) -> tuple[float | None, str | None]:
         """The time of a line: its prefix's, else the first one in its text (`plan`: where that can be)."""
@@ -80,6 +104,60 @@ class LineEvents(LineStreams):
             sig.priority if sig else 0, canonical_fields(fields)))
         if sig is not None and sig.id in GENERIC_NCCL_SIGNATURES:
             self._note_generic(stream if stream is not None else self.stream_now)
+        if failure and kind == "exception" and sig.role != "victim":
+            self._watch(stream if stream is not None else self.stream_now)
+
+    def _one_writer(self, stream: object) -> bool:
+        """Whether one process writes `stream`: a rank's own prefix (`[rank3]:`, torchrun's `[default3]:`), srun's
+        label outside torchrun (there a label is a node's agent and its workers), or an unprefixed line of a file
+        named for one rank. An unprefixed console log of several processes is not: its next lines may be anyone's."""
+        info = self.streams.get(stream)
+        if info is None or not isinstance(stream, tuple):
+            return False
+        torchrun = self.summary is not None and self.summary.torchrun
+        if info[4] is not None or stream[1] is not None:
+            return True
+        if info[3] is not None:
+            return not torchrun
+        src = self.source
+        return stream == UNPREFIXED and (src.rank is not None or src.local_rank is not None) and \
+            not (src.task_file and torchrun)
+
+    def _watch(self, stream: object) -> None:
+        """The exception just appended waits for its stream's next lines: one saying the process went on makes it
+        a fact of the rank's life (`_went_on`), not its failure."""
+        if self._one_writer(stream):
+            reach = WATCH_OWN_LINES
+        elif self.events[-1].rank is None:  # an unprefixed console, a host's (pdsh) lines: several processes
+            reach = WATCH_SHARED_LINES
+        else:
+            return
+        watch = self.watching.pop(stream, None)
+        logged = (watch.logged if watch else [])[-(WATCHED_PER_STREAM - 1):]
+        logged.append((len(self.events) - 1, self.events[-1]))
+        self.watching[stream] = _Watch(logged, self.handled, self.stream_lines.get(stream, 0), reach)
+
+    def _went_on(self, stream: object, body: str, lineno: int, failed: bool) -> None:
+        """Read a line for the exceptions waiting on its stream: a line that is no failure (`failed`) and that a
+        `went_on` rule matches turns them into `went_on` facts; a watch past its reach is dropped."""
+        oldest = next(iter(self.watching))
+        if self.handled - self.watching[oldest].handled_at > WATCH_FILE_LINES:
+            del self.watching[oldest]
+        watch = self.watching.get(stream)
+        if watch is None:
+            return
+        if self.stream_lines.get(stream, 0) - watch.own_at > watch.reach:
+            del self.watching[stream]
+            return
+        rule = None if failed else self.sigs.went_on.says(body)
+        if rule is None:
+            return
+        del self.watching[stream]
+        for index, e in watch.logged:
+            if index < len(self.events) and self.events[index] is e:
+                kept = tuple(f for f in e.fields if f[0] != "accuses")
+                self.events[index] = replace(e, kind="went_on", cause=None, role=None, fields=canonical_fields(
+                    (*kept, ("went_on", rule), ("went_on_line", str(lineno)))))
 
     def _note_generic(self, stream: object) -> None:
         """The event just appended is a generic NCCL error of `stream`: a `Last error:` of it may explain it."""

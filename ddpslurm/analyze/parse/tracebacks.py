@@ -19,7 +19,10 @@ _CHAIN = ("During handling of the above exception", "The above exception was the
 _FOREIGN = re.compile(r"^(?:[\w.-]+:\d+:\d+ \[\d+\] |[IWEF]\d{4} \d\d:|\[[IWEF] |\[\d{4}-\d\d-\d\d |"
                       r"(?:INFO|WARNING|ERROR|DEBUG):[\w.]+:|srun: |slurmstepd: )")
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)")
-_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?')
+#: a frame line (its indentation may be gone: a timestamp prefix strips the blanks after it)
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?')
+#: CPython's unraisable hook's header: the traceback on the stream's next line never propagated
+_UNRAISABLE = "Exception ignored in"
 #: exceptions that only carry another process's traceback: torch.multiprocessing.spawn's ProcessRaisedException
 #: (`-- Process N terminated with the following error:` then the child's traceback), submitit's FailedJobError /
 #: UncompletedJobError (`Job (task=N) failed during processing with trace:`, a rule, the child's traceback)
@@ -69,6 +72,10 @@ class _Open:
     frame: tuple[str, int] | None = None
     #: the function of the chain's first frame: where the exception was raised from
     outermost: str | None = None
+    #: the line before was a frame whose indentation a prefix took (a timestamp's `\s+`): this one is its source line
+    source_due: bool = False
+    #: opened right after CPython's `Exception ignored in: ...` line: reported by the unraisable hook, not raised
+    unraisable: bool = False
     #: what a wrapper wrote before the header (Metaflow's `[177/train/578 (pid 28936)] [uuid] `, YARN's container
     #: id), its digits as 0: its next lines that start alike are read without it
     head: str | None = None
@@ -101,6 +108,8 @@ class TracebackAssembler:
     seen: set[object] = field(default_factory=set)
     fed: int = 0
     opened: int = 0
+    #: per stream, the `fed` count at its last `Exception ignored in:` line
+    ignored_at: dict[object, int] = field(default_factory=dict)
 
     def feed(self, stream: object, text: str, lineno: int) -> tuple[bool, list[tuple[object, Exc]]]:
         """Returns (consumed, finished): `consumed` means the line belongs to a traceback; `finished` holds each
@@ -109,23 +118,11 @@ class TracebackAssembler:
         self.seen.add(stream)
         finished = self._idle_ones(stream) if self.open else []
         if _START in text:
-            before = text[:text.index(_START)]
-            state = self.open.get(stream)
-            if state and state.awaiting_chain:
-                if state.exc is not None:
-                    state.earlier = (state.exc, state.exc_line, state.where)
-                state.awaiting_chain, state.exc, state.chained = False, None, True
-                state.wrapper_gap = 0
-            else:
-                finished.extend(self._closed(stream))
-                self.opened += 1
-                state = self.open[stream] = _Open(start_line=lineno, last_fed=self.fed, seq=self.opened)
-            state.head = shape(before) if before.strip() else None
-            # a header mid-line (a paste that lost its newlines, a wrapper's prefix): the text before it is still a
-            # line of its own
-            return not before.strip(), finished
+            return self._header(stream, text, lineno, finished), finished
         state = self.open.pop(stream, None)
         if state is None:
+            if text.startswith(_UNRAISABLE):
+                self.ignored_at[stream] = self.fed
             return False, finished
         state.last_fed = self.fed
         self.open[stream] = state  # now the most recently continued
@@ -148,9 +145,13 @@ class TracebackAssembler:
             if state.outermost is None:
                 state.outermost = frame["func"] or ""
             state.frame = (stripped, lineno)
+            state.source_due = not text[:1].isspace()  # its indentation gone: its source line's too
             return True, finished
+        source_due, state.source_due = state.source_due, False
         if text[:1].isspace() or text.startswith("^") or text.startswith("~"):
             return True, finished  # source line / caret markers / message continuation
+        if source_due and not _EXC_LINE.match(stripped):
+            return True, finished  # a frame's source line whose indentation a prefix took
         if state.exc is None and _EXC_LINE.match(stripped):
             state.exc, state.exc_line = stripped, lineno
             self._note_wrapper(state, stripped)
@@ -159,6 +160,25 @@ class TracebackAssembler:
             return self._inside_wrapper(state, stripped), finished
         finished.extend(self._closed(stream))
         return False, finished
+
+    def _header(self, stream: object, text: str, lineno: int, finished: list[tuple[object, Exc]]) -> bool:
+        """A `Traceback (most recent call last):` line: the next traceback of a chain, else a new one (the open one
+        of the stream ends). Whether the line is the header alone (a header mid-line, in a paste that lost its
+        newlines or after a wrapper's prefix, leaves the text before it a line of its own)."""
+        before = text[:text.index(_START)]
+        state = self.open.get(stream)
+        if state and state.awaiting_chain:
+            if state.exc is not None:
+                state.earlier = (state.exc, state.exc_line, state.where)
+            state.awaiting_chain, state.exc, state.chained = False, None, True
+            state.wrapper_gap = 0
+        else:
+            finished.extend(self._closed(stream))
+            self.opened += 1
+            state = self.open[stream] = _Open(start_line=lineno, last_fed=self.fed, seq=self.opened)
+            state.unraisable = self.ignored_at.pop(stream, -2) == self.fed - 1
+        state.head = shape(before) if before.strip() else None
+        return not before.strip()
 
     @staticmethod
     def _note_wrapper(state: _Open, exc: str) -> None:
@@ -178,7 +198,7 @@ class TracebackAssembler:
 
     def _close(self, stream: object) -> list[Exc]:
         state = self.open.pop(stream, None)
-        if state is not None and state.outermost in UNRAISABLE_FROM:
+        if state is not None and (state.unraisable or state.outermost in UNRAISABLE_FROM):
             return []  # Python printed it through its unraisable hook (`Exception ignored in:`): it never propagated
         if state is not None and state.exc is None and state.earlier is not None:
             # the chain's next traceback was cut before its final line (a dead process, a paste cut short)

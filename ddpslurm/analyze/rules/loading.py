@@ -26,6 +26,7 @@ from ddpslurm.analyze.rules.signatures import (
     compile_pattern,
     shipped_dir,
 )
+from ddpslurm.analyze.rules.went_on import WENT_ON_FILE, WentOn, parse_went_on
 from ddpslurm.errors import AnalyzeInputError
 
 try:
@@ -201,7 +202,7 @@ def load_signatures(extra_dirs: Sequence[str | Path] = (), *, use_env: bool = Tr
     by_id: dict[str, Signature] = {}
     for index, folder in enumerate(dirs):
         seen: dict[str, Path] = {}
-        for path in sorted(p for p in folder.glob("*.toml") if p.name != CAUSES_FILE):
+        for path in sorted(p for p in folder.glob("*.toml") if p.name not in (CAUSES_FILE, WENT_ON_FILE)):
             for sig in load_signature_file(path, validate=index > 0, causes=causes):
                 if sig.id in seen:
                     raise _fail(path, sig.id, f"duplicate id (also in {seen[sig.id]})")
@@ -209,5 +210,20 @@ def load_signatures(extra_dirs: Sequence[str | Path] = (), *, use_env: bool = Tr
                 if index == 0 and sig.id in by_id:
                     raise _fail(path, sig.id, "duplicate id")
                 by_id[sig.id] = sig
-    return build_set(by_id.values(), causes)
+    went_on = load_went_on(dirs)
+    missing = went_on.agent_survives - set(by_id)
+    if missing:
+        raise AnalyzeInputError(f"went_on.toml names unknown signature(s) {', '.join(sorted(missing))}",
+                                "name a signature id of the signature folders in [[agent_survives]]")
+    return build_set(by_id.values(), causes, went_on)
+
+
+def load_went_on(dirs: Sequence[Path]) -> WentOn:
+    """The rules that say a process went on after an exception: the shipped `analyzer/went_on.toml`, then each
+    site folder's own `went_on.toml`."""
+    rules = WentOn()
+    for path in (dirs[0].parent / WENT_ON_FILE, *(d / WENT_ON_FILE for d in dirs[1:])):
+        if path.is_file():
+            rules = rules.extended(parse_went_on(_load_toml(path), path))
+    return rules
 

@@ -22,6 +22,7 @@ import regex
 
 from ddpslurm.analyze.rules.digit_shape import digit_blind, shape
 from ddpslurm.analyze.rules.match_cache import MatchCaches, ShapePlan
+from ddpslurm.analyze.rules.went_on import WentOn
 
 #: the header of the entry torchelastic names as the first failure: a block is read from it even where the lines
 #: above it (the ChildFailedError, `Failures:`) are not in the input (a paste that starts there)
@@ -132,6 +133,8 @@ class SignatureSet:
     timeouts: dict[str, int] = field(default_factory=dict, repr=False)
     #: the literal index matching reads and the memos per line shape it and the scanner fill (this process)
     caches: MatchCaches = field(default_factory=MatchCaches, repr=False)
+    #: the lines that say a process went on after an exception it logged (analyzer/went_on.toml)
+    went_on: WentOn = field(default_factory=WentOn, repr=False)
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None.
@@ -300,7 +303,8 @@ class SignatureSet:
         return next((s for s in self.signatures if s.id == sig_id), None)
 
 
-def build_set(signatures: Iterable[Signature], causes: dict[str, CauseInfo] | None = None) -> SignatureSet:
+def build_set(signatures: Iterable[Signature], causes: dict[str, CauseInfo] | None = None,
+              went_on: WentOn | None = None) -> SignatureSet:
     """Order signatures by priority and compute the anchors of the prefilter."""
     ordered = sorted(signatures, key=lambda s: -s.priority)
     anchors: list[str] = list(ANCHORS)
@@ -312,4 +316,4 @@ def build_set(signatures: Iterable[Signature], causes: dict[str, CauseInfo] | No
                 anchors.append(lit)
     always = tuple(s for s in ordered if not s.prefilter)
     return SignatureSet(signatures=ordered, causes=causes or {}, anchors=tuple(a.encode() for a in anchors),
-                        always=always)
+                        always=always, went_on=went_on or WentOn())
