@@ -20,8 +20,8 @@ CAUSES: tuple[str, ...] = (
 )
 ROLES = ("culprit", "victim", "either")
 #: kinds whose lines record a fact of the run (an interface picked, a pid's NCCL rank, an ncclras report, progress,
-#: a launcher's rank announcement, a connect c10d retries, an exception the process went on after), never a failure: the scanner gives them no cause, the
-#: timeline no failure
+#: a launcher's rank announcement, a connect c10d retries, an exception the process went on after), never a
+#: failure: the scanner gives them no cause, the timeline no failure
 FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce", "connect_retry", "went_on")
 RETRY = ("requeue", "stop", "unknown")
 #: the cause of a job whose every rank ended normally: no failure, not a failure nobody recognised

@@ -7,7 +7,9 @@ left no record). The events carry a host and no rank: the analyzer's host-level 
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from pathlib import Path
 
 from ddpslurm.analyze.model import Event
@@ -32,12 +34,24 @@ def doctor_events(path: str, display: str) -> list[Event]:
     if not nodes or not all(NODE_NAME.fullmatch(node) for node in nodes):
         return []
     folder = Path(path).parent
-    records = load_records(folder.parent, nodes)
-    present = sorted(records)
-    mine = {record["node"]} | (set(nodes) - set(records) if present and present[0] == record["node"] else set())
+    try:
+        stamp = os.stat(folder).st_mtime_ns
+    except OSError:
+        return []
+    present, checks = _judged(str(folder.parent), tuple(nodes), stamp)
+    mine = {record["node"]} | (set(nodes) - set(present) if present and present[0] == record["node"] else set())
     when = _finished(record)
     return [Event(file=display, line=1, kind="preflight", host=check.node, time=when,
                   time_family="record" if when is not None else None, cause=cause_of(check.name), role="culprit",
                   priority=PREFLIGHT_PRIORITY, text=f"pre-flight check {check.name} failed on {check.node}: "
                   f"{check.detail}", fields=(("check", check.name), ("host", check.node)))
-            for check in judge(nodes, records) if not check.ok and check.node in mine]
+            for check in checks if not check.ok and check.node in mine]
+
+
+@functools.lru_cache(maxsize=8)
+def _judged(root: str, nodes: tuple[str, ...], stamp: int) -> tuple[list[str], tuple]:
+    """The nodes that left a record and the checks judged over all of a doctor folder's records, once per folder
+    (each record file asks: judging per file read every record again, quadratic in nodes). `stamp`: the folder's
+    mtime, so that a folder written again is judged again."""
+    records = load_records(Path(root), list(nodes))
+    return sorted(records), tuple(judge(list(nodes), records))
