@@ -54,8 +54,8 @@ RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # Open MPI --tag-output: `[1,3]<stdout>:`
     (re.compile(r"\[\d+,(?P<rank>\d{1,18})\]<std(?:out|err)>:\s?"), "rank"),
     # Determined's trial logs: `[] [rank=3] ` (CLI, web UI), `fa88a9df [rank=3] || ` (a container id before it);
-    # `[rank=3]: ` (a launcher's or a script's own rank head)
-    (re.compile(r"(?:\[\] |[0-9a-f]{8} )?\[rank=(?P<rank>\d{1,18})\](?::\s?| (?:\|\| ?)?)(?=\S)"), "rank"),
+    # `[rank=3]: ` (a launcher's or a script's own rank head; after its colon, a traceback's indentation is the line's)
+    (re.compile(r"(?:\[\] |[0-9a-f]{8} )?\[rank=(?P<rank>\d{1,18})\](?::\s?|(?: (?:\|\| ?)?)(?=\S))"), "rank"),
     # torch >= 2.2: `[rank3]:`, also `[Rank 3]:`
     (re.compile(r"\[[Rr]ank ?(?P<rank>\d{1,18})\]:\s?"), "rank"),
     # torchrun --tee / --log-line-prefix: `[default0]:`, `[trainer3]:`

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from ddpslurm.analyze.model import FACT_KINDS, Event, new_event
 from ddpslurm.analyze.parse.attribution import interface_list, interface_scope, nccl_source
 from ddpslurm.analyze.parse.channel_lines import MAX_CHANNEL_KEYS
-from ddpslurm.analyze.parse.line_streams import UNPREFIXED, LineStreams
+from ddpslurm.analyze.parse.line_streams import LineStreams
 from ddpslurm.analyze.parse.shared_values import canonical, canonical_fields
 from ddpslurm.analyze.parse.timestamps import EVERY_FORM, TimePlan, parse_planned, parse_time
 from ddpslurm.analyze.rules.signatures import Signature
@@ -109,8 +109,8 @@ class LineEvents(LineStreams):
 
     def _one_writer(self, stream: object) -> bool:
         """Whether one process writes `stream`: a rank's own prefix (`[rank3]:`, torchrun's `[default3]:`), srun's
-        label outside torchrun (there a label is a node's agent and its workers), or an unprefixed line of a file
-        named for one rank. An unprefixed console log of several processes is not: its next lines may be anyone's."""
+        label outside torchrun (there a label is a node's agent and its workers), or any line of a file named for
+        one rank. An unprefixed console log of several processes is not: its next lines may be anyone's."""
         info = self.streams.get(stream)
         if info is None or not isinstance(stream, tuple):
             return False
@@ -119,9 +119,8 @@ class LineEvents(LineStreams):
             return True
         if info[3] is not None:
             return not torchrun
-        src = self.source
-        return stream == UNPREFIXED and (src.rank is not None or src.local_rank is not None) and \
-            not (src.task_file and torchrun)
+        src = self.source  # a file named for one rank: its lines are that rank's, whatever tag its script puts first
+        return (src.rank is not None or src.local_rank is not None) and not (src.task_file and torchrun)
 
     def _watch(self, stream: object) -> None:
         """The exception just appended waits for its stream's next lines: one saying the process went on makes it
