@@ -4,11 +4,11 @@
 job-level ones (`SLURM_VARIABLES` below), because a step may run on a subset of the job's nodes, and then
 rank 0 is not on the first host of the JOB nodelist (Lightning#17228).
 
-MASTER_PORT, unless the user preset it: `10000 + key % 20000`, where key is SLURM_JOB_ID, or for an
-array task SLURM_ARRAY_JOB_ID + SLURM_ARRAY_TASK_ID (tasks of one array differ by their task id, so
-array tasks sharing a node get different ports). The range 10000-29999 stays below Linux's ephemeral
-port range (32768+), so an outgoing connection never holds the port by chance (same function as
-IDRIS's idr_torch; submitit draws from 20000-60000, which overlaps the ephemeral range).
+MASTER_PORT, unless the user preset it: `10000 + SLURM_JOB_ID % 20000` (plus 7919 per step id). An array
+task has a job id of its own, and that is the key: array job id + task id is some other job's id (array
+5000's task 3 and plain job 5003 would get one port on a shared node). The range 10000-29999 stays below
+Linux's ephemeral port range (32768+), so an outgoing connection never holds the port by chance (same
+function as IDRIS's idr_torch; submitit draws from 20000-60000, which overlaps the ephemeral range).
 """
 
 from __future__ import annotations
@@ -125,12 +125,13 @@ STEP_PORT_STRIDE = 7919
 
 def master_port_for(job_id: str, array_job_id: str | None = None, array_task_id: str | None = None,
                     step_id: str | None = None) -> int:
-    """The default MASTER_PORT: 10000 + (key + 7919 x step) % 20000 (key: job id, or array job id + array
-    task id; step: the numeric SLURM_STEP_ID, 0 for the batch's first srun and for none)."""
-    if array_job_id and array_task_id:
-        key = _int("SLURM_ARRAY_JOB_ID", array_job_id) + _int("SLURM_ARRAY_TASK_ID", array_task_id)
-    else:
-        key = _int("SLURM_JOB_ID", job_id)
+    """The default MASTER_PORT: 10000 + (SLURM_JOB_ID + 7919 x step) % 20000 (step: the numeric SLURM_STEP_ID,
+    0 for the batch's first srun and for none).
+
+    `array_job_id` and `array_task_id` do not enter the port (an array task's own SLURM_JOB_ID is unique
+    among running jobs; their sum is not); they are still accepted, for callers that pass them."""
+    del array_job_id, array_task_id
+    key = _int("SLURM_JOB_ID", job_id)
     step = int(step_id) if step_id and step_id.isdigit() else 0
     return PORT_BASE + (key + STEP_PORT_STRIDE * step) % PORT_SPAN
 

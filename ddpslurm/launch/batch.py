@@ -10,6 +10,13 @@ SIGTERM, or USR2 with `SlurmctldParameters=preempt_send_user_signal`); each rank
 `rank_<R>.signal.json` when it takes the first one. The job is requeued only while Slurm still says
 RUNNING: a preempted job in its GraceTime is RUNNING, a `scancel`ed or timed-out one is not (Slurm
 would otherwise requeue a cancelled job: `scontrol requeue` accepts finished batch jobs).
+
+The grace: at the first signal the supervisor asks Slurm once whether it is preempting the job
+(`scontrol show job`: PreemptTime). If so, the ranks have the partition's GraceTime (`scontrol show
+partition`) from PreemptTime, less a margin for the requeue itself, whatever `--signal-delay` says;
+otherwise (the time limit) they have `--grace` s from the signal. A step that ends with no signal
+recorded and a non-zero status is asked about too: ranks killed by the preemption's SIGTERM before they
+could take it (still starting Python) are a preemption, requeued, not a failure.
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ddpslurm import jobfolder
 from ddpslurm.launch import records
+from ddpslurm.launch.plan import REQUEUE_MARGIN_S
 
 WAIT = "wait"
 REQUEUE = "requeue"
@@ -48,10 +57,13 @@ def _failed_before(exits: Mapping[int, Mapping[str, Any]], signal_unix: float) -
 
 def decide(*, exits: Mapping[int, Mapping[str, Any]], signal_unix: float | None, world_size: int,
            srun_running: bool, now: float, grace_s: float, attempt: int, max_requeues: int,
-           signalled: frozenset[int] | None = None) -> Decision:
-    """What the batch step does now, from the attempt's exit records, first signal time and the ranks that
-    recorded a signal (None: every rank counts as signalled). Pure."""
+           signalled: frozenset[int] | None = None, preempted: bool = False) -> Decision:
+    """What the batch step does now, from the attempt's exit records, first signal time, the ranks that
+    recorded a signal (None: every rank counts as signalled) and whether Slurm is preempting the job. Pure."""
     if signal_unix is None:
+        if preempted and not srun_running and attempt < max_requeues:
+            return Decision(REQUEUE, "Slurm preempted the job and its ranks ended before they could take the "
+                                     "signal (still starting)")
         return Decision(WAIT if srun_running else NONE, "no preemption or time-limit signal reached a rank")
     if attempt >= max_requeues:
         return Decision(NONE, f"attempt {attempt} reached --max-requeues {max_requeues}")
@@ -61,7 +73,7 @@ def decide(*, exits: Mapping[int, Mapping[str, Any]], signal_unix: float | None,
     if not srun_running:
         silent = sorted(set(range(world_size)) - set(exits) - (set(range(world_size)) if signalled is None
                                                                 else signalled))
-        if silent:  # killed without taking any signal: srun's kill-on-bad-exit SIGTERMed the others
+        if silent and not preempted:  # killed without taking any signal: srun's kill-on-bad-exit SIGTERMed the others
             return Decision(NONE, f"rank(s) {silent[:8]} ended with neither an exit record nor a signal "
                                   "(killed): the others' SIGTERM was srun ending the step, not a preemption")
         return Decision(REQUEUE, "every task has ended after the signal")
@@ -132,6 +144,53 @@ def job_state(job_id: str) -> str | None:
     return found[0].get("JobState") if found else None
 
 
+def preemption_margin_s(grace_time_s: float) -> float:
+    """Seconds before the end of Slurm's GraceTime at which the supervisor requeues ranks still running: the
+    requeue must reach slurmctld while the job still runs (a tenth of the grace, 2 s to REQUEUE_MARGIN_S)."""
+    return min(float(REQUEUE_MARGIN_S), max(2.0, grace_time_s / 10))
+
+
+def slurm_preemption(job: Mapping[str, str], partition: Mapping[str, str] | None) -> tuple[float, float] | None:
+    """(PreemptTime as unix time, the partition's GraceTime in s) when Slurm is preempting the job, from
+    `scontrol show job` and `show partition` records; None when it is not (PreemptTime=None, the time limit).
+    A GraceTime that cannot be read counts as 0. Pure (PreemptTime is the controller's local time)."""
+    text = (job.get("PreemptTime") or "").strip()
+    if not text or text in ("None", "Unknown", "N/A"):
+        return None
+    try:
+        preempt_unix = datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+    grace = (partition or {}).get("GraceTime", "").strip()
+    return preempt_unix, float(grace) if grace.isdigit() else 0.0
+
+
+def grace_after_signal(preemption: tuple[float, float] | None, signal_unix: float, grace_s: float) -> float:
+    """Seconds from the first signal until the supervisor requeues with ranks still running: the partition's
+    GraceTime from PreemptTime (less `preemption_margin_s`) when Slurm preempts, else `grace_s`. Pure."""
+    if preemption is None:
+        return grace_s
+    preempt_unix, grace_time = preemption
+    return max(0.0, preempt_unix + grace_time - preemption_margin_s(grace_time) - signal_unix)
+
+
+def query_preemption(job_id: str) -> tuple[float, float] | None:
+    """`slurm_preemption` of the running job, asked of slurmctld (two scontrol calls); None on any failure."""
+    from ddpslurm.scheduler.commands import scontrol_show_job_argv, scontrol_show_partition_argv
+    from ddpslurm.scheduler.parse import parse_scontrol_show
+    from ddpslurm.scheduler.run import run
+
+    try:
+        found = parse_scontrol_show(run(scontrol_show_job_argv(job_id), timeout=30).stdout)
+        if not found or slurm_preemption(found[0], None) is None:
+            return None
+        name = found[0].get("Partition", "").split(",")[0]
+        partition = parse_scontrol_show(run(scontrol_show_partition_argv(name), timeout=30).stdout)
+        return slurm_preemption(found[0], partition[0] if partition else None)
+    except Exception:  # any failure: the --grace rule applies
+        return None
+
+
 def requeue_if_running(job_id: str, attempt_dir: Path, reason: str) -> bool:
     """`scontrol requeue` when Slurm still runs the job; the outcome goes to `requeue.json` and stderr."""
     from ddpslurm.launch.requeue import requeue_job
@@ -174,14 +233,18 @@ def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s
     reader = AttemptReader(attempt_dir)
     acted = False
     monitor = _hang_monitor(attempt_dir, job_id, hang_timeout_s)
+    slurm = SlurmView(job_id)
     while True:
         code = process.poll()
         if monitor is not None and code is None:
             monitor.poll()
         exits, signal_unix = reader.poll()
+        preemption = slurm.preemption(signal_unix is not None or bool(code), failed=bool(code))
+        grace = grace_s if signal_unix is None else grace_after_signal(preemption, signal_unix, grace_s)
         decision = decide(exits=exits, signal_unix=signal_unix, world_size=world_size,
-                          srun_running=code is None, now=time.time(), grace_s=grace_s, attempt=attempt,
-                          max_requeues=max_requeues, signalled=frozenset(reader.signalled))
+                          srun_running=code is None, now=time.time(), grace_s=grace, attempt=attempt,
+                          max_requeues=max_requeues, signalled=frozenset(reader.signalled),
+                          preempted=preemption is not None)
         if decision.action == REQUEUE and not acted and job_id:
             acted = True
             requeue_if_running(job_id, attempt_dir, decision.reason)
@@ -190,6 +253,28 @@ def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s
                 record_no_requeue(job_id, attempt_dir, decision.reason)
             return code
         time.sleep(POLL_S)
+
+
+class SlurmView:
+    """Asks Slurm whether it preempts the job once, when first needed (a signal reached a rank, or srun
+    failed), and again only if that first answer came before the job was preempted and srun then failed."""
+
+    def __init__(self, job_id: str, query: Any = None) -> None:
+        self.job_id, self.query = job_id, query or query_preemption
+        self._asked: list[bool] = []  # the `failed` value of each question asked
+        self._answer: tuple[float, float] | None = None
+
+    def preemption(self, needed: bool, failed: bool = False) -> tuple[float, float] | None:
+        if not needed or not self.job_id or self._answer is not None or len(self._asked) >= 2:
+            return self._answer
+        if self._asked and not failed:
+            return self._answer
+        self._asked.append(failed)
+        self._answer = self.query(self.job_id)
+        if self._answer is not None:
+            print(f"ddpslurm batch: Slurm is preempting job {self.job_id}: the ranks have the partition's "
+                  f"GraceTime of {self._answer[1]:g}s", file=sys.stderr, flush=True)
+        return self._answer
 
 
 def _hang_monitor(attempt_dir: Path, job_id: str, hang_timeout_s: float) -> Any:

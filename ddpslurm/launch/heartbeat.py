@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ddpslurm.jobfolder import fr_trace_path, hang_path, heartbeat_path, stacks_path
+from ddpslurm.launch import records
 
 #: Seconds between the thread's looks at the counters; set by `submit --hang-timeout` (absent: no heartbeat).
 HEARTBEAT_ENV = "DDPSLURM_HEARTBEAT_S"
@@ -99,9 +100,7 @@ def progress_record(rank: int, collectives: int | None, step: int, unix: float) 
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    records.write_text(path, text)  # a temporary name of its own: other threads write records too
 
 
 def register_stack_dump(path: Path, rank: int) -> TextIO:
@@ -147,11 +146,9 @@ class HeartbeatThread(threading.Thread):
             with contextlib.suppress(OSError):
                 _write_atomic(fr_trace_path(self.path.parent, self.state.dist.rank), trace)
         request = _read_request(self.request)
-        with contextlib.suppress(OSError):
-            self.state.exit_record("hang", HANG_EXIT_CODE, reason="hang_monitor",
+        with contextlib.suppress(OSError):  # final: the main thread failing later (a peer left) changes nothing
+            self.state.exit_record("hang", HANG_EXIT_CODE, final=True, reason="hang_monitor",
                                    hang_timeout_s=request.get("timeout_s"), stalled=request.get("stalled"))
-        # the main thread may yet fail when a peer leaves: its record must not replace this one
-        self.state.exit_record = lambda *args, **fields: None
         print(f"ddpslurm: rank {self.state.dist.rank}: the hang monitor saw no progress for "
               f"{request.get('timeout_s', '?')}s; stacks in {self.stacks.name}; ending the job",
               file=sys.stderr, flush=True)
@@ -166,19 +163,25 @@ def _only_header(handle: TextIO) -> bool:
     return False
 
 
-def _read_request(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+def _read_request(path: Path, tries: int = 10, pause_s: float = 0.05) -> dict[str, Any]:
+    """The monitor's request (it writes atomically; a file written by other means may be caught half-written,
+    so an unreadable one is read again a few times)."""
+    for attempt in range(tries):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            if attempt + 1 < tries:
+                time.sleep(pause_s)
+            continue
+        return data if isinstance(data, dict) else {}
+    return {}
 
 
 def start(environ: Mapping[str, str], state: Any) -> HeartbeatThread | None:
     """Start the rank's heartbeat when `DDPSLURM_HEARTBEAT_S` asks for it (the worker's one hook).
 
-    `state` is the worker's per-rank state: `dist.rank`, `paths`, `exit_record(status, code, **fields)`,
-    `final_code`, `tee`.
+    `state` is the worker's per-rank state (`rank_state.RankState`): `dist.rank`, `paths`,
+    `exit_record(status, code, final=..., **fields)`, `final_code`, `tee`.
     """
     text = environ.get(HEARTBEAT_ENV, "").strip()
     try:

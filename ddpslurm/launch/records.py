@@ -1,12 +1,19 @@
-"""Per-rank start and exit records: what they hold (their paths and `write_json` are in `ddpslurm.jobfolder`).
+"""Per-rank start, signal and exit records: what they hold (their paths are in `ddpslurm.jobfolder`), and
+`write_json`, which several threads of one rank may call on the same path at once.
 
 The builders are pure.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
+import os
+import threading
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 SCHEMA = 1
@@ -56,3 +63,35 @@ def exit_record(*, rank: int, host: str, pid: int, job_id: str, attempt: int, st
     record.update(extra)
     return record
 
+
+
+_tmp_serial = itertools.count()
+
+
+def temporary_name(path: Path) -> Path:
+    """A name beside `path` no other process, thread or call uses: `.NAME.PID.THREAD.N.tmp`."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{next(_tmp_serial)}.tmp")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically: a reader sees the old or the new file, never part of one.
+
+    Each call writes its own temporary file (the heartbeat thread, the signal thread and the main thread of a
+    rank may write the same record at once: one shared temporary name would let one rename the other's
+    half-written file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, obj: Mapping[str, Any]) -> None:
+    """Write a record as JSON atomically (see `write_text`)."""
+    write_text(path, json.dumps(obj, indent=1) + "\n")

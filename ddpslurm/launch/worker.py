@@ -1,9 +1,11 @@
 """What runs on every task before the user's script (submitit calls a pickled `Worker`).
 
-Per rank: derive and export the torch.distributed variables, set post-mortem / fail-fast defaults
-(each overridable by the person's environment), choose the network interface, capture fds 1 and 2
-into `attempt_<N>/rank_<R>.log`, write start and exit records, run the script as `__main__`, and
-after the preemption signal let global rank 0 requeue the job. With `--launcher torchrun` the task
+Per rank: first of all replace submitit's signal handlers by ddpslurm's (`signals`, `rank_state`: they
+only take note; a thread writes the signal record and decides), then derive and export the
+torch.distributed variables, set post-mortem / fail-fast defaults (each overridable by the person's
+environment; the flight recorder too), choose the network interface, capture fds 1 and 2 into
+`attempt_<N>/rank_<R>.log`, write start and exit records, run the script as `__main__`, and after the
+preemption signal record `preempted` for the batch step, which requeues. With `--launcher torchrun` the task
 is a per-node agent that runs torchrun in-process; each torchrun child re-enters here through
 `python -m ddpslurm.launch.child`.
 
@@ -35,7 +37,7 @@ from typing import Any
 
 from ddpslurm import jobfolder, preemption
 from ddpslurm._version import __version__
-from ddpslurm.launch import records
+from ddpslurm.launch import records, signals
 from ddpslurm.launch.plan import (
     NCCL_TIMESTAMP_ENVS,
     NCCL_TIMESTAMP_MIN_VERSION,
@@ -43,13 +45,12 @@ from ddpslurm.launch.plan import (
     OLD_TORCH_BEFORE,
     WorkerConfig,
 )
+from ddpslurm.launch.rank_state import GraceExpired, RankState, on_alarm
+
+__all__ = ["GraceExpired", "RankState", "Worker", "run_rank"]
 
 CONFIG_ENV = "DDPSLURM_WORKER_CONFIG"
 ATTEMPT_START_ENV = "DDPSLURM_ATTEMPT_START"
-
-
-class GraceExpired(BaseException):
-    """Raised in the script when it ignored the preemption flag for the whole grace period."""
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,27 @@ def versions_and_nccl_defaults(environ: MutableMapping[str, str]) -> dict[str, s
     return found
 
 
+#: The flight recorder (the recent collectives of every process group): on, and dumped on a collective timeout
+#: into the attempt folder (torch's default is node-local /tmp). torch >= 2.6 reads the TORCH_FR_* names first.
+FR_NEW_NAMES_FROM = (2, 6)
+FR_BUFFER_ENTRIES = "2000"
+FR_DUMP_PREFIX = "nccl_trace_rank_"
+
+
+def flight_recorder_defaults(environ: MutableMapping[str, str], attempt_dir: Path, torch_version: str | None) -> None:
+    """TORCH_NCCL_DUMP_ON_TIMEOUT=1, a 2000-entry buffer and dumps to `attempt_N/nccl_trace_rank_<R>` (pickles:
+    never unpickle untrusted ones), each unless the person's environment sets it under either of torch's names."""
+    if torch_version is None:
+        return
+    new = tuple(int(p) for p in re.findall(r"\d+", torch_version)[:2]) >= FR_NEW_NAMES_FROM
+    for new_name, old_name, value in (
+            ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", FR_BUFFER_ENTRIES),
+            ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", str(attempt_dir / FR_DUMP_PREFIX))):
+        if new_name not in environ and old_name not in environ:
+            environ[new_name if new else old_name] = value
+    environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+
+
 def patch_pg_timeout(environ: Mapping[str, str]) -> None:
     """Give init_process_group() a finite default timeout (DDPSLURM_PG_TIMEOUT seconds) when torch exists."""
     text = environ.get("DDPSLURM_PG_TIMEOUT", "").strip()
@@ -271,67 +293,6 @@ def run_script(script: str, args: tuple[str, ...]) -> Outcome:
     return Outcome("ok", 0)
 
 
-class RankState:
-    """What the signal handlers of one rank need."""
-
-    def __init__(self, cfg: WorkerConfig, dist: Any, attempt: int, paths: dict[str, Path], tee: Any) -> None:
-        self.cfg, self.dist, self.attempt, self.paths, self.tee = cfg, dist, attempt, paths, tee
-        self.final_code: int | None = None
-        self.signal_unix: float | None = None
-        self.script_ended = False
-
-    def exit_record(self, status: str, exit_code: int, **fields: Any) -> None:
-        record = records.exit_record(rank=self.dist.rank, host=socket.gethostname(), pid=os.getpid(),
-                                     job_id=self.dist.job_id, attempt=self.attempt, status=status,
-                                     exit_code=exit_code, unix=time.time(), **fields)
-        jobfolder.write_json(self.paths["exit"], record)
-        self.final_code = exit_code
-
-    def on_preemption(self, signum: int) -> None:
-        """The first preemption / time-limit signal: note it for the batch step, arm the grace timer."""
-        if self.signal_unix is not None:
-            return
-        self.signal_unix = time.time()
-        name = signal.Signals(signum).name
-        with contextlib.suppress(OSError):  # the batch step reads it; the rank goes on without it
-            jobfolder.write_json(self.paths["signal"], {"rank": self.dist.rank, "signal": name,
-                                                        "unix": self.signal_unix})
-        print(f"ddpslurm: rank {self.dist.rank} got {name}: the script should checkpoint and return "
-              f"(ddpslurm.preemption_requested()); stopping it in {self.cfg.grace_s}s unless it has read "
-              "the flag by then", file=sys.stderr, flush=True)
-        signal.alarm(self.cfg.grace_s)
-
-    def on_alarm(self, signum: int, frame: FrameType | None) -> None:
-        """Grace over: stop a script that never looked at the flag; never one that did (it may be saving)."""
-        if preemption.flag_seen():
-            print(f"ddpslurm: rank {self.dist.rank}: grace time over, but the script has read the preemption "
-                  "flag: letting it finish", file=sys.stderr, flush=True)
-            return
-        raise GraceExpired()
-
-    def on_terminate(self, signum: int, frame: FrameType | None) -> None:
-        """SIGTERM: the first one is the preemption flag (Slurm's GraceTime preemption sends SIGCONT+SIGTERM
-        to the tasks, as submitit reads it too); a second one ends the rank, recorded as a signal.
-
-        Once the script has returned, the rank is leaving by itself (its record, then submitit writing
-        `<job>_<task>_result.pkl`), and the SIGTERM is usually the requeue's own: exiting here would cut
-        submitit's result write between its `.save_tmp` file and the rename, and the stale `.save_tmp` makes
-        submitit fail that task of the next attempt ("A temporary saved file already exists"). So it
-        finishes; Slurm's SIGKILL after KillWait is still there for a rank that would not.
-        """
-        if self.final_code is not None or self.script_ended:
-            return
-        if self.signal_unix is None:
-            preemption.request(signum)
-            self.on_preemption(signum)
-            return
-        name = signal.Signals(signum).name
-        print(f"ddpslurm: rank {self.dist.rank} terminated by {name}", file=sys.stderr, flush=True)
-        self.exit_record("signal", 128 + signum, signal=name)
-        self.tee.stop(timeout=0.5)
-        os._exit(128 + signum)
-
-
 def ignore_late_preemption_signal() -> None:
     """The script has ended: a preemption signal from now on has nothing left to stop, so ignore it.
 
@@ -376,11 +337,22 @@ def _after_preemption(state: RankState, attempt_start: float, outcome: Outcome) 
               f"(--max-requeues {cfg.max_requeues})", file=sys.stderr, flush=True)
     state.exit_record("preempted", decision.exit_code, reason=decision.reason, requeue=decision.requeue,
                       max_requeues=cfg.max_requeues, exception=outcome.exception, forced_stop=forced,
-                      signal_unix=state.signal_unix)
+                      signal_unix=state.signal_unix, later_signals=list(state.later))
+
+
+def install_signal_handling() -> signals.Inbox:
+    """The first thing a rank does: ddpslurm's handlers in place of submitit's, before any I/O. SIGCONT (sent
+    with every preemption SIGTERM) goes back to its default: submitit's handler logs from inside the handler."""
+    inbox = signals.Inbox()
+    signals.install(inbox)
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGCONT, signal.SIG_DFL)
+    return inbox
 
 
 def run_rank(cfg: WorkerConfig, launcher: str) -> int:
     """Run the user's script as one rank; returns the exit status."""
+    inbox = install_signal_handling()
     from ddpslurm.launch.tee import FdTee
 
     environ = os.environ
@@ -402,15 +374,13 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
     for text in binding_warnings(environ, dist.local_world_size):
         print(f"ddpslurm: warning: rank {dist.rank}: {text}", file=sys.stderr, flush=True)
     state = RankState(cfg, dist, attempt, paths, tee)
+    signals.Dispatcher(inbox, state.on_signal, state.on_wake).start()  # with the signals noted until now
     try:
-        preemption.reset()
-        preemption.install_handler(on_signal=state.on_preemption)
-        signal.signal(signal.SIGALRM, state.on_alarm)
-        signal.signal(signal.SIGTERM, state.on_terminate)
         versions = versions_and_nccl_defaults(environ)
+        flight_recorder_defaults(environ, attempt_dir, versions.get("torch"))
         patch_pg_timeout(environ)
         now = time.time()
-        jobfolder.write_json(paths["start"], records.start_record(
+        records.write_json(paths["start"], records.start_record(
             rank=dist.rank, local_rank=dist.local_rank, node_rank=dist.node_rank, world_size=dist.world_size,
             local_world_size=dist.local_world_size, host=socket.gethostname(), pid=os.getpid(),
             job_id=dist.job_id, step_id=environ.get("SLURM_STEP_ID"), attempt=attempt, launcher=launcher,
@@ -420,8 +390,7 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
 
         heartbeat.start(environ, state)  # only with --hang-timeout (DDPSLURM_HEARTBEAT_S)
         outcome = run_script(cfg.script, cfg.script_args)
-        state.script_ended = True  # a SIGTERM from here on has nothing left to stop
-        signalled_while_running = state.signal_unix is not None
+        signalled_while_running = state.end_script(inbox.arrivals)  # no signal ends the rank from here on
         signal.alarm(0)
         ignore_late_preemption_signal()
         if signalled_while_running and outcome.status != "signal":
@@ -486,11 +455,12 @@ def torchrun_argv(cfg: WorkerConfig, environ: Mapping[str, str]) -> list[str]:
     return [*args.argv(), "--max-restarts=0", "--module", "ddpslurm.launch.child", cfg.script, *cfg.script_args]
 
 
-def keep_agent_through_first_sigterm() -> None:
-    """torchrun's agent turns SIGTERM into an exception that stops the ranks at once; Slurm's GraceTime
-    preemption SIGTERMs the agent and its ranks together. Let the agent ignore the first one (its ranks take
-    their own as the preemption flag, checkpoint and return); a second one stops it as before. A torch
-    without this private handler is left alone."""
+def keep_agent_through_sigterm(inbox: signals.Inbox) -> None:
+    """torchrun's agent turns SIGTERM into an exception that stops the ranks at once; Slurm SIGTERMs the agent
+    and its ranks together (preemption, requeue, scancel). The agent only notes it: each rank decides for
+    itself (the first SIGTERM is its preemption flag; a later one is obeyed only by a rank that has not read
+    the flag), and the agent ends when its ranks have; Slurm's SIGKILL after KillWait stays the backstop.
+    Other signals stop it as before. A torch without this private handler is left alone."""
     try:
         from torch.distributed.elastic.multiprocessing import api
     except ImportError:
@@ -498,13 +468,10 @@ def keep_agent_through_first_sigterm() -> None:
     original = getattr(api, "_terminate_process_handler", None)
     if original is None or getattr(original, "_ddpslurm", False):
         return
-    seen: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGTERM and not seen:
-            seen.append(signum)
-            print("ddpslurm: torchrun agent got SIGTERM: its ranks take it as the preemption flag; waiting for "
-                  "them (a second SIGTERM stops them)", file=sys.stderr, flush=True)
+        if signum == signal.SIGTERM:
+            inbox.handler(signum, frame)
             return
         original(signum, frame)
 
@@ -512,8 +479,19 @@ def keep_agent_through_first_sigterm() -> None:
     api._terminate_process_handler = handler
 
 
+def agent_on_signal(signum: int, unix: float) -> None:
+    """The agent's dispatcher: forward USR2 to the ranks (Slurm's --signal reaches the agent), say what a SIGTERM
+    does (nothing to the agent)."""
+    if signum == preemption.PREEMPTION_SIGNAL:
+        _forward(signum)
+    else:
+        print(f"ddpslurm: torchrun agent got {signal.Signals(signum).name}: its ranks got it too and decide "
+              "(the first one is their preemption flag); waiting for them", file=sys.stderr, flush=True)
+
+
 def run_torchrun_agent(cfg: WorkerConfig) -> int:
     """One task per node: run torchrun in this process; ranks write their own records and logs."""
+    inbox = install_signal_handling()
     from ddpslurm.env import derive_dist_env
 
     environ = os.environ
@@ -525,14 +503,13 @@ def run_torchrun_agent(cfg: WorkerConfig) -> int:
     _job_dirs(cfg, node.job_id, attempt, environ)
     environ[CONFIG_ENV] = config_to_env(cfg)
     argv = torchrun_argv(cfg, environ)
-    preemption.reset()
-    preemption.install_handler(on_signal=_forward)
+    signals.Dispatcher(inbox, agent_on_signal).start()
     print(f"ddpslurm: node {node.node_rank} ({socket.gethostname()}): torchrun {' '.join(argv)}",
           file=sys.stderr, flush=True)
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
-    keep_agent_through_first_sigterm()
+    keep_agent_through_sigterm(inbox)
 
     try:
         try:

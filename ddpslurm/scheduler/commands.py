@@ -67,6 +67,14 @@ def scontrol_show_job_argv(job_id: str | int) -> list[str]:
     return ["scontrol", "show", "job", check_job_id(job_id)]
 
 
+def scontrol_show_partition_argv(partition: str) -> list[str]:
+    """`scontrol show partition NAME` (key=value text: GraceTime, PreemptMode, ...)."""
+    name = partition.strip()
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+        raise UsageError(f"{partition!r} is not a Slurm partition name", "Give a name as `sinfo -s` lists it")
+    return ["scontrol", "show", "partition", name]
+
+
 def scontrol_requeue_argv(job_id: str | int, hold: bool = False) -> list[str]:
     """Requeue a job (the job must have been submitted requeueable)."""
     return ["scontrol", "requeuehold" if hold else "requeue", check_job_id(job_id)]

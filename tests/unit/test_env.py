@@ -80,11 +80,11 @@ GOOD = [
     ("preset MASTER_ADDR wins", env(MASTER_ADDR="10.0.0.9"), {"master_addr": "10.0.0.9"}),
     ("blank MASTER_PORT is ignored", env(MASTER_PORT=" "), {"master_port": 14242}),
     ("port wraps modulo 20000", env(SLURM_JOB_ID="123456"), {"master_port": 10000 + 123456 % 20000}),
-    ("array job: array job id + task id",
-     env(SLURM_JOB_ID="5003", SLURM_ARRAY_JOB_ID="5000", SLURM_ARRAY_TASK_ID="3"),
-     {"master_port": 15003, "array_job_id": "5000", "array_task_id": "3", "job_id": "5003"}),
+    ("array task: its own job id",
+     env(SLURM_JOB_ID="5007", SLURM_ARRAY_JOB_ID="5000", SLURM_ARRAY_TASK_ID="3"),
+     {"master_port": 15007, "array_job_id": "5000", "array_task_id": "3", "job_id": "5007"}),
     ("array tasks sharing nodes get different ports",
-     env(SLURM_JOB_ID="5010", SLURM_ARRAY_JOB_ID="5000", SLURM_ARRAY_TASK_ID="4"), {"master_port": 15004}),
+     env(SLURM_JOB_ID="5010", SLURM_ARRAY_JOB_ID="5000", SLURM_ARRAY_TASK_ID="4"), {"master_port": 15010}),
     ("restart count and step id", env(SLURM_RESTART_COUNT="2", SLURM_STEP_ID="1"),
      {"restart_count": 2, "step_id": "1"}),
     ("cyclic distribution: rank 0 still on the first node", env(SLURM_DISTRIBUTION="cyclic"),
@@ -159,7 +159,8 @@ def test_every_task_of_a_step_agrees_on_the_rendezvous() -> None:
 @pytest.mark.parametrize(
     ("job_id", "array_job_id", "array_task_id", "port"),
     [("0", None, None, 10000), ("19999", None, None, 29999), ("20000", None, None, 10000),
-     ("42", "40", "2", 10042), ("42", "40", None, 10042), ("99999999", None, None, 10000 + 99999999 % 20000)],
+     ("42", "40", "2", 10042), ("42", "40", None, 10042), ("47", "40", "2", 10047),
+     ("99999999", None, None, 10000 + 99999999 % 20000)],
 )
 def test_master_port_for(job_id: str, array_job_id: str | None, array_task_id: str | None, port: int) -> None:
     assert master_port_for(job_id, array_job_id, array_task_id) == port
@@ -246,8 +247,7 @@ def test_recorded_real_steps(step: str, tasks: list[dict[str, str]]) -> None:
     assert {d.world_size for d in dists.values()} == {len(tasks)}
     assert {d.master_addr for d in dists.values()} == {hosts[0]}  # the host rank 0 really ran on
     first = tasks[0]
-    key = (int(first["SLURM_ARRAY_JOB_ID"]) + int(first["SLURM_ARRAY_TASK_ID"]) if "SLURM_ARRAY_JOB_ID" in first
-           else int(first["SLURM_JOB_ID"]))
+    key = int(first["SLURM_JOB_ID"])
     step_id = int(first.get("SLURM_STEP_ID", "0"))
     assert {d.master_port for d in dists.values()} == {10000 + (key + 7919 * step_id) % 20000}
     for rank, dist in dists.items():
@@ -274,6 +274,15 @@ def test_recorded_batch_script_environment_is_refused() -> None:
     assert environ["SLURM_NTASKS"] == "3" and environ["SLURM_PROCID"] == "0"
     with pytest.raises(EnvDerivationError, match="not under srun"):
         derive_dist_env(environ)
+
+
+def test_an_array_task_and_the_plain_job_with_its_array_sum_get_different_ports() -> None:
+    """Array 5000's task 3 (job id 5009) and plain job 5003 on one node: array id + task id would give both
+    port 15003; each task's own SLURM_JOB_ID tells them apart."""
+    array_task = derive_dist_env(env(SLURM_JOB_ID="5009", SLURM_ARRAY_JOB_ID="5000", SLURM_ARRAY_TASK_ID="3"))
+    plain = derive_dist_env(env(SLURM_JOB_ID="5003"))
+    assert (array_task.master_port, plain.master_port) == (15009, 15003)
+    assert master_port_for("5009", "5000", "3", "1") == master_port_for("5009", step_id="1") == 15009 + 7919
 
 
 def test_concurrent_steps_of_one_job_get_different_ports() -> None:

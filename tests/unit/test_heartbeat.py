@@ -111,7 +111,7 @@ def test_heartbeat_counts_steps(tmp_path: Path):
         while time.time() < deadline and '"step": 42' not in _read(tmp_path / "rank_3.heartbeat.json"):
             time.sleep(0.02)
     finally:
-        (tmp_path / "hang.json").write_text("{}")
+        _write_request(tmp_path / "hang.json", {})
         thread.join(5)
     assert json.loads(_read(tmp_path / "rank_3.heartbeat.json"))["step"] == 42 and not thread.is_alive()
 
@@ -124,8 +124,24 @@ def _state(attempt_dir: Path, rank: int = 3):
     return state, written
 
 
+def _write_request(path: Path, request: dict) -> None:
+    """As the monitor writes hang.json: atomically (the thread acts as soon as the name exists)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(request))
+    os.replace(tmp, path)
+
+
+def _rank_state(attempt_dir: Path, rank: int = 3):
+    """The worker's real per-rank state (its exit record lock and seal are part of what is tested)."""
+    from ddpslurm.jobfolder import rank_paths
+    from ddpslurm.launch.rank_state import RankState
+
+    return RankState(SimpleNamespace(grace_s=30), SimpleNamespace(rank=rank, job_id="7"), 0,
+                     rank_paths(attempt_dir, rank), SimpleNamespace(stop=lambda timeout: None))
+
+
 def test_thread_writes_progress_and_ends_on_request(tmp_path: Path):
-    state, written = _state(tmp_path)
+    state = _rank_state(tmp_path)
     assert heartbeat.start({}, state) is None  # no DDPSLURM_HEARTBEAT_S: nothing runs
     stacks = open(tmp_path / "rank_3.stacks.txt", "a+", encoding="utf-8")  # noqa: SIM115 - the thread keeps it
     stacks.write("# header\n")
@@ -139,12 +155,15 @@ def test_thread_writes_progress_and_ends_on_request(tmp_path: Path):
     while time.time() < deadline and '"step": 7' not in _read(tmp_path / "rank_3.heartbeat.json"):
         time.sleep(0.05)
     assert json.loads(_read(tmp_path / "rank_3.heartbeat.json"))["step"] == 7
-    (tmp_path / "hang.json").write_text(json.dumps({"timeout_s": 30, "stalled": [3]}))
+    _write_request(tmp_path / "hang.json", {"timeout_s": 30, "stalled": [3]})
     thread.join(5)
     assert exits == [heartbeat.HANG_EXIT_CODE]
-    assert written == [("hang", 124, {"reason": "hang_monitor", "hang_timeout_s": 30, "stalled": [3]})]
-    state.exit_record("exception", 1)  # the main thread failing afterwards (a peer left) changes nothing
-    assert len(written) == 1
+    record = json.loads((tmp_path / "rank_3.exit.json").read_text())
+    assert (record["status"], record["exit_code"], record["reason"], record["hang_timeout_s"], record["stalled"]) == (
+        "hang", 124, "hang_monitor", 30, [3])
+    # the main thread failing afterwards (a peer left) changes nothing
+    assert state.exit_record("exception", 1) is False
+    assert json.loads((tmp_path / "rank_3.exit.json").read_text())["status"] == "hang"
     dump = _read(tmp_path / "rank_3.stacks.txt")  # no signal came: the thread dumped the stacks itself
     assert "test_thread_writes_progress_and_ends_on_request" in dump and "most recent call first" in dump
 

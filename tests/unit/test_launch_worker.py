@@ -335,42 +335,109 @@ def test_faulthandler_from_the_default_puts_a_segfault_stack_in_the_log(value: s
 
 
 TERM_PROBE = """
-import os, signal, sys
+import os, signal, sys, time
 from pathlib import Path
 from types import SimpleNamespace
-from ddpslurm.launch.worker import RankState
-folder = Path(sys.argv[1])
-tee = SimpleNamespace(stop=lambda timeout=2.0: None)
-dist = SimpleNamespace(rank=1, job_id="7")
-paths = {"exit": folder / "rank_1.exit.json", "signal": folder / "rank_1.signal.json"}
-state = RankState(SimpleNamespace(grace_s=30), dist, 0, paths, tee)
-signal.signal(signal.SIGTERM, state.on_terminate)
-if sys.argv[2] == "ended":
-    state.exit_record("preempted", 0)
-os.kill(os.getpid(), signal.SIGTERM)
-if sys.argv[2] == "twice":
+from ddpslurm import preemption
+from ddpslurm.launch import signals
+from ddpslurm.launch.rank_state import RankState
+folder, when = Path(sys.argv[1]), sys.argv[2]
+inbox = signals.Inbox()
+signals.install(inbox)
+if when == "early":  # before the dispatcher (and the rank's folders) exist
     os.kill(os.getpid(), signal.SIGTERM)
+    sent = time.time()
+    time.sleep(0.5)
+tee = SimpleNamespace(stop=lambda timeout=2.0: None)
+paths = {"exit": folder / "rank_1.exit.json", "signal": folder / "rank_1.signal.json"}
+state = RankState(SimpleNamespace(grace_s=30), SimpleNamespace(rank=1, job_id="7"), 0, paths, tee)
+dispatcher = signals.Dispatcher(inbox, state.on_signal, state.on_wake)
+dispatcher.start()
+
+def handled(count):
+    deadline = time.time() + 20
+    while dispatcher.handled < count and time.time() < deadline:
+        time.sleep(0.01)
+
+if when == "ended":
+    state.exit_record("preempted", 0)
+    state.end_script(inbox.arrivals)
+if when != "early":
+    os.kill(os.getpid(), signal.SIGTERM)
+handled(1)
+if when == "saving":
+    assert preemption.preemption_requested()  # the script reads the flag, then saves
+if when in ("twice", "saving"):
+    os.kill(os.getpid(), signal.SIGTERM)
+    handled(2)
 signal.alarm(0)
+if when == "early":
+    assert state.signal_unix < sent + 0.01, (state.signal_unix, sent)
 (folder / "tail_done").write_text("submitit's result pickle")
 """
 
 
-@pytest.mark.parametrize(("when", "code", "status", "tail_done", "flagged"), [
-    ("running", 0, None, True, True),          # Slurm's preemption SIGTERM: the flag; the script goes on
-    ("twice", 128 + 15, "signal", False, True),  # a second SIGTERM: record it and exit at once
-    ("ended", 0, "preempted", True, False),    # the requeue's SIGTERM: let submitit finish its result file
+@pytest.mark.parametrize(("when", "code", "status", "tail_done", "later"), [
+    ("running", 0, None, True, None),        # Slurm's preemption SIGTERM: the flag; the script goes on
+    ("early", 0, None, True, None),          # the same before the rank's folders exist: noted, recorded later
+    ("twice", 128 + 15, "signal", False, "ended the rank"),  # a second one, flag never read: exit at once
+    ("saving", 0, None, True, "recorded, not obeyed: the script read the flag"),  # flag read: it is saving
+    ("ended", 0, "preempted", True, None),   # the requeue's SIGTERM: let submitit finish its result file
 ])
-def test_sigterm_before_and_after_the_final_record(tmp_path: Path, when: str, code: int, status: str | None,
-                                                   tail_done: bool, flagged: bool) -> None:
+def test_sigterm_before_during_and_after_the_script(tmp_path: Path, when: str, code: int, status: str | None,
+                                                    tail_done: bool, later: str | None) -> None:
     done = subprocess.run([sys.executable, "-c", TERM_PROBE, str(tmp_path), when], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == code, done.stderr
     exit_record = tmp_path / "rank_1.exit.json"
     assert (json.loads(exit_record.read_text())["status"] if exit_record.exists() else None) == status
     assert (tmp_path / "tail_done").exists() == tail_done
-    assert (tmp_path / "rank_1.signal.json").exists() == flagged
-    if flagged:
-        assert "got SIGTERM" in done.stderr
+    signal_record = tmp_path / "rank_1.signal.json"
+    assert signal_record.exists() == (when != "ended")  # after the script: no signal record (no requeue)
+    if when != "ended":
+        record = json.loads(signal_record.read_text())
+        assert record["signal"] == "SIGTERM" and "got SIGTERM" in done.stderr
+        assert [e["action"] for e in record.get("later", [])] == ([later] if later else [])
+    assert not list(tmp_path.glob(".*.tmp")), "a temporary record file was left behind"
+
+
+def test_handlers_are_installed_before_any_io(monkeypatch: pytest.MonkeyPatch) -> None:
+    """submitit's handlers are in place when the worker starts: until ddpslurm's replace them, a SIGTERM is
+    ignored (the rank trains into SIGKILL) and a USR2 requeues the job from rank 0. They must be gone before
+    the first file-system call (folder creation), however slow the shared filesystem is."""
+    import signal as signals_module
+
+    from ddpslurm.launch import worker
+    from ddpslurm.launch.plan import WorkerConfig
+
+    seen: dict[int, object] = {}
+
+    class Stop(Exception):
+        pass
+
+    def first_io(*args: object, **kwargs: object) -> None:
+        seen.update({s: signals_module.getsignal(s) for s in (signals_module.SIGTERM, signals_module.SIGUSR2,
+                                                               signals_module.SIGALRM)})
+        raise Stop
+
+    previous = {s: signals_module.getsignal(s) for s in (signals_module.SIGTERM, signals_module.SIGUSR2,
+                                                          signals_module.SIGALRM)}
+    for name, value in {"SUBMITIT_LOCAL_JOB_ID": "9", "SUBMITIT_LOCAL_GLOBALID": "0",
+                        "SUBMITIT_LOCAL_LOCALID": "0", "SUBMITIT_LOCAL_NTASKS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(worker, "_job_dirs", first_io)
+    cfg = WorkerConfig(script="x.py", script_args=(), launcher="local", folder="/nonexistent", nodes=1,
+                       tasks_per_node=1, max_requeues=0, time_limit_s=60, signal_delay_s=30, grace_s=15,
+                       interface=None, env_defaults=())
+    try:
+        with pytest.raises(Stop):
+            worker.run_rank(cfg, "local")
+    finally:
+        for signum, handler in previous.items():
+            signals_module.signal(signum, handler)
+    term, usr2, alarm = (seen[s] for s in (signals_module.SIGTERM, signals_module.SIGUSR2, signals_module.SIGALRM))
+    assert getattr(term, "__func__", None) is worker.signals.Inbox.handler and usr2 == term
+    assert alarm is worker.on_alarm
 
 
 LATE_SIGNAL_PROBE = """
@@ -399,43 +466,69 @@ def test_a_preemption_signal_during_shutdown_does_not_kill_a_finished_rank() -> 
     assert probe.wait(timeout=30) == 0
 
 
-def test_torchrun_agent_survives_the_first_sigterm_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Slurm's preemption SIGTERMs the agent with its ranks: the ranks checkpoint, the agent waits."""
+def test_torchrun_agent_only_notes_sigterm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm SIGTERMs the agent with its ranks: the ranks decide (flag, save, or exit); the agent only notes it."""
     import signal as signals
 
     from torch.distributed.elastic.multiprocessing import api
 
-    from ddpslurm.launch.worker import keep_agent_through_first_sigterm
+    from ddpslurm import preemption
+    from ddpslurm.launch.signals import Inbox
+    from ddpslurm.launch.worker import keep_agent_through_sigterm
 
-    # torch's own private handler is what keep_agent_through_first_sigterm wraps in place: it is the unit under test
+    # torch's own private handler is what keep_agent_through_sigterm wraps in place: it is the unit under test
     monkeypatch.setattr(api, "_terminate_process_handler", api._terminate_process_handler)
-    keep_agent_through_first_sigterm()
-    keep_agent_through_first_sigterm()  # idempotent: not wrapped twice
+    inbox = Inbox()
+    keep_agent_through_sigterm(inbox)
+    keep_agent_through_sigterm(inbox)  # idempotent: not wrapped twice
     handler = api._terminate_process_handler
-    assert handler(signals.SIGTERM, None) is None
-    with pytest.raises(api.SignalException):
-        handler(signals.SIGTERM, None)
-    with pytest.raises(api.SignalException):
-        handler(signals.SIGINT, None)
+    preemption.reset()
+    try:
+        assert handler(signals.SIGTERM, None) is None and handler(signals.SIGTERM, None) is None
+        assert [signum for signum, _ in inbox.arrivals] == [signals.SIGTERM, signals.SIGTERM]
+        with pytest.raises(api.SignalException):
+            handler(signals.SIGINT, None)
+    finally:
+        preemption.reset()
 
 
 def test_the_grace_alarm_never_interrupts_a_script_that_read_the_flag(tmp_path: Path) -> None:
     """A script inside torch.save after reading the flag must finish; one that never looked is stopped,
     and the stop is recorded as an exception (GraceExpired), never as ok."""
     from ddpslurm import preemption
-    from ddpslurm.launch.worker import GraceExpired, RankState
+    from ddpslurm.launch.worker import GraceExpired, on_alarm
 
-    state = RankState(SimpleNamespace(grace_s=30), SimpleNamespace(rank=0, job_id="7"), 0, {}, None)
     preemption.reset()
     try:
         preemption.request(15)
         with pytest.raises(GraceExpired):
-            state.on_alarm(14, None)
+            on_alarm(14, None)
         assert preemption.preemption_requested()  # the script reads the flag ...
-        assert state.on_alarm(14, None) is None  # ... and is left alone from then on
+        assert on_alarm(14, None) is None  # ... and is left alone from then on
     finally:
         preemption.reset()
     script = tmp_path / "slow.py"
     script.write_text("from ddpslurm.launch.worker import GraceExpired\nraise GraceExpired()\n")
     outcome = run_script(str(script), ())
     assert outcome.status == "exception" and outcome.exception["type"].endswith("GraceExpired")
+
+
+@pytest.mark.parametrize(("torch_version", "preset", "expected"), [
+    ("2.13.0+cpu", {}, {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_TEMP_FILE": "ATTEMPT/nccl_trace_rank_",
+                        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}),
+    ("2.4.1", {}, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+                   "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "ATTEMPT/nccl_trace_rank_", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}),
+    # the person's own settings win, under either of torch's names
+    ("2.13.0", {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
+                "TORCH_FR_DUMP_TEMP_FILE": "/scratch/fr_"},
+     {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
+      "TORCH_FR_DUMP_TEMP_FILE": "/scratch/fr_"}),
+    (None, {}, {}),  # no torch: nothing to set
+])
+def test_flight_recorder_is_on_by_default_and_dumps_into_the_attempt_folder(
+        torch_version: str | None, preset: dict[str, str], expected: dict[str, str]) -> None:
+    from ddpslurm.launch.worker import flight_recorder_defaults
+
+    environ = dict(preset)
+    flight_recorder_defaults(environ, Path("ATTEMPT"), torch_version)
+    assert environ == expected
