@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddpslurm.doctor.graph import RANDOM_PEERS, all_to_all
 from ddpslurm.doctor.judge import Check, judge, verdict
 from ddpslurm.doctor.probe import DEFAULT_WINDOW_S, RECORD_PREFIX
 from ddpslurm.errors import DdpSlurmError, UsageError
@@ -50,7 +51,8 @@ class DoctorSpec:
 
 def make_doctor_spec(*, nodes: int, folder: str, time: str = DEFAULT_TIME, partition: str | None = None,
                      account: str | None = None, qos: str | None = None, constraint: str | None = None,
-                     exclude: str | None = None, sbatch_args: Sequence[str] = (), gpus_per_node: int | None = None,
+                     exclude: str | None = None, nodelist: str | None = None, sbatch_args: Sequence[str] = (),
+                     gpus_per_node: int | None = None,
                      interface: str | None = None, master_port: int | None = None,
                      window: float = DEFAULT_WINDOW_S) -> DoctorSpec:
     """Check the flags the way `submit` does; raise a one-line UsageError."""
@@ -70,7 +72,7 @@ def make_doctor_spec(*, nodes: int, folder: str, time: str = DEFAULT_TIME, parti
         raise UsageError(f"--window {window:g} is out of range", "Give 1 to 300 seconds (default 10)")
     options = [(key, check_sbatch_value(key, value, UsageError)) for key, value in
                (("partition", partition), ("account", account), ("qos", qos), ("constraint", constraint),
-                ("exclude", exclude)) if value is not None]
+                ("exclude", exclude), ("nodelist", nodelist)) if value is not None]
     folder_path = Path(folder).expanduser().absolute()
     return DoctorSpec(nodes=nodes, folder=folder_path, time_s=parse_time(time),
                       sbatch_options=tuple(options) + parse_sbatch_args(sbatch_args), gpus_per_node=gpus_per_node,
@@ -135,6 +137,11 @@ def render_table(checks: Sequence[Check]) -> str:
     return "\n".join(lines + [f"advice: {terminal(text)}" for text in advice])
 
 
+def plan_text(count: int) -> str:
+    """Which links the probes test, in words (graph.probe_plan)."""
+    return "all-to-all" if all_to_all(count) else f"ring + rank-0 host + {RANDOM_PEERS} random peers"
+
+
 def run_doctor(options: dict[str, Any], *, as_json: bool, echo: Callable[..., None]) -> int:
     """Run the checks; print the table or the JSON verdict; 0 when every check passed, else 1."""
     from ddpslurm.scheduler.run import run
@@ -149,9 +156,11 @@ def run_doctor(options: dict[str, Any], *, as_json: bool, echo: Callable[..., No
         raise DoctorError(f"the doctor's srun ran no check (exit {done.returncode}): {first}",
                           "Check the partition and node count with `sinfo -s`")
     job_dir = job_folder(spec.folder, job_id)
-    checks = judge(nodes, load_records(job_dir, nodes), spec.gpus_per_node)
+    records = load_records(job_dir, nodes)
+    checks = judge(nodes, records, spec.gpus_per_node)
     result = verdict(checks)
-    result.update(job_id=job_id, folder=str(job_dir), seconds=round(time.monotonic() - started, 1))
+    result.update(job_id=job_id, folder=str(job_dir), seconds=round(time.monotonic() - started, 1),
+                  plan=plan_text(len(nodes)), links=sum(len(rec.get("peers") or {}) for rec in records.values()))
     if as_json:
         from ddpslurm.sanitize import json_dumps
 
@@ -159,6 +168,6 @@ def run_doctor(options: dict[str, Any], *, as_json: bool, echo: Callable[..., No
     else:
         echo(render_table(checks))
         state = "all checks passed" if result["ok"] else f"failing: {', '.join(result['failing_nodes'])}"
-        echo(terminal(f"doctor job {job_id} on {len(nodes)} node(s), {result['seconds']} s: {state}; "
-                      f"records in {doctor_folder(job_dir)}/"))
+        echo(terminal(f"doctor job {job_id} on {len(nodes)} node(s) ({result['plan']}, {result['links']} links "
+                      f"tested), {result['seconds']} s: {state}; records in {doctor_folder(job_dir)}/"))
     return 0 if result["ok"] else EXIT_CHECK_FAILED

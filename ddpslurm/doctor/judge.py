@@ -141,16 +141,19 @@ def check_interface(nodes: Sequence[str], records: Mapping[str, Record], _: int 
 
 
 def check_hostname(nodes: Sequence[str], records: Mapping[str, Record], _: int | None) -> list[Check]:
-    agreed = {host: _majority([rec.get("resolution", {}).get(host) for rec in records.values()]) for host in nodes}
+    """Each node's lookups against the others' lookups of the same names (each node resolves only itself, the
+    rank-0 host and its planned peers: a name is judged by the nodes that looked it up)."""
+    seen: dict[str, list[Any]] = {}
+    for rec in records.values():
+        for host, addr in (rec.get("resolution") or {}).items():
+            seen.setdefault(host, []).append(addr)
+    agreed = {host: _majority(addrs) for host, addrs in seen.items()}
     out = []
     for node, rec in records.items():
         resolution = rec.get("resolution") or {}
-        wrong = []
-        for host in nodes:
-            addr = resolution.get(host)
-            if not isinstance(addr, str) or addr.startswith("127.") or addr != agreed[host]:
-                wrong.append(f"{host} -> {addr} (the others: {agreed[host]})")
-        out.append(_check("hostname", node, not wrong, "; ".join(wrong) or f"{len(nodes)} names agree"))
+        wrong = [f"{host} -> {addr} (the others: {agreed[host]})" for host, addr in resolution.items()
+                 if not isinstance(addr, str) or addr.startswith("127.") or addr != agreed[host]]
+        out.append(_check("hostname", node, not wrong, "; ".join(wrong) or f"{len(resolution)} names agree"))
     return out
 
 
@@ -165,11 +168,37 @@ def check_port_free(nodes: Sequence[str], records: Mapping[str, Record], _: int 
     return [_check("port_free", first, bool(bind.get("ok")), detail)]
 
 
+def _pairs_by_node(failed: Mapping[frozenset[str], str]) -> dict[str, list[tuple[str, str]]]:
+    """node -> (the other end, why) of each failed link it is an end of."""
+    mine: dict[str, list[tuple[str, str]]] = {}
+    for pair, why in failed.items():
+        for node in pair:
+            mine.setdefault(node, []).extend((other, why) for other in pair if other != node)
+    return mine
+
+
+def _links_detail(rec: Record, mine: Sequence[tuple[str, str]]) -> str:
+    """What a node's links did: the failed ones, else how many planned links it tested both ways."""
+    if mine:
+        return "; ".join(why for _, why in mine)
+    plan = rec.get("plan") or {}
+    tried, heard = len(rec.get("peers") or {}), len(rec.get("heard_from") or [])
+    expected = f" of {len(plan['in'])}" if isinstance(plan.get("in"), list) else ""
+    return f"reached {tried} planned peer(s), reached by {heard}{expected}"
+
+
 def check_links(nodes: Sequence[str], records: Mapping[str, Record], _: int | None) -> list[Check]:
-    """master_port (every node -> the rank-0 host) and peers (every pair), each failure on the blamed node."""
+    """master_port (every node -> the rank-0 host) and peers (every planned link), each failure on the blamed node.
+
+    The links tested are those of the sparse plan (graph.probe_plan): a node cut off fails every link it has
+    (its ring predecessor, its random peers, its rank-0 link), a bad link fails one; the node in most failed
+    links is the one blamed, and the two ends of a link that fails alone are both named (which side drops
+    the packets cannot be told) unless one of them cannot even reach itself.
+    """
     failed, directed = _failed_pairs(records), _failed_links(records)
     suspects = frozenset(node for node, rec in records.items() if (rec.get("self") or {"ok": True}).get("ok") is False)
     blamed = blamed_nodes(nodes, set(failed), suspects)
+    by_node, blamed_set = _pairs_by_node(failed), set(blamed)
     out = []
     first = nodes[0] if nodes else None
     for node in nodes[1:]:
@@ -178,15 +207,14 @@ def check_links(nodes: Sequence[str], records: Mapping[str, Record], _: int | No
             out.append(_check("master_port", node, True, f"{node} -> {first}:{records[node].get('port')} ok"
                               if node in records else "no record"))
             continue
-        out += [_check("master_port", side, False, reason) for side in (node, first) if side in blamed]
-    for node in records:
-        mine = [why for pair, why in failed.items() if node in pair]
-        ok = node not in blamed
-        detail = "; ".join(mine) if mine else f"reached {len(nodes) - 1} peer(s)"
+        out += [_check("master_port", side, False, reason) for side in (node, first) if side in blamed_set]
+    for node, rec in records.items():
+        ok, mine = node not in blamed_set, by_node.get(node, [])
+        detail = _links_detail(rec, mine)
         if node in suspects:
-            detail += f"; cannot connect to itself ({records[node]['self'].get('error')}): a local firewall"
-        elif not ok and len(nodes) == 2 and not suspects:
-            detail += " (cannot tell which side)"
+            detail += f"; cannot connect to itself ({rec['self'].get('error')}): a local firewall"
+        elif not ok and not suspects and all(other in blamed_set for other, _ in mine):
+            detail += " (cannot tell which side)"  # a link that fails alone: both its ends are named
         out.append(_check("peers", node, ok, detail))
     return out
 

@@ -1,10 +1,12 @@
 """What `ddpslurm doctor` runs on every node (one task per node): gather facts, test links, write a record.
 
 `python -m ddpslurm.doctor.probe --folder ROOT [--port P] [--interface IF] [--window S]`. Every node listens
-on the job's MASTER_PORT (on the rank-0 host this is also the "port free" check), connects to every other
-node's listener from the interface ddpslurm picks, and keeps listening until every peer has connected or the
-window is over. Every step is bounded by seconds, so a node cut off by a firewall is named when the window
-ends, not after an init timeout. Failures are data in the record; the probe itself exits 0.
+on the job's MASTER_PORT (on the rank-0 host this is also the "port free" check), connects to the peers the
+sparse plan gives it (`graph.probe_plan`: ring successor, rank-0 host, k random peers; all-to-all for small
+jobs) from the interface ddpslurm picks, and keeps listening until every peer the plan sends to it has
+connected or the window is over. The listen backlog and the connecting threads are sized to the plan. Every
+step is bounded by seconds, so a node cut off by a firewall is named when the window ends, not after an init
+timeout. Failures are data in the record; the probe itself exits 0.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ddpslurm.doctor.graph import RANDOM_PEERS, all_to_all, inbound, lookups, probe_plan
 from ddpslurm.env import master_port_for
 from ddpslurm.jobfolder import doctor_record_path, job_folder, write_json
 from ddpslurm.netif import choose_interface, interface_addresses
@@ -35,6 +39,9 @@ DEFAULT_WINDOW_S = 10.0  #: how long a node keeps trying to reach its peers
 SELF_TIMEOUT_S = 2.5  #: this node's connection to its own listener on its interface address
 SOFTWARE_TIMEOUT_S = 60  #: importing torch (a cold shared file system can be slow)
 RECORD_PREFIX = "ddpslurm-doctor "  #: the line each probe prints for the CLI (one JSON object follows)
+MIN_BACKLOG = 64  #: the listen backlog is the planned inbound count plus this (room for retried connections)
+HANDLER_THREADS = 16  #: connections answered at once (a peer that connects and stalls holds one, not the accept loop)
+SOMAXCONN = Path("/proc/sys/net/core/somaxconn")  #: the kernel caps every listen backlog at this
 
 
 def bounded(call: Callable[[], T], timeout: float, default: T) -> T:
@@ -61,17 +68,30 @@ def resolve(host: str) -> str:
     return bounded(lookup, LOOKUP_TIMEOUT_S, f"error: no answer in {LOOKUP_TIMEOUT_S:g} s")
 
 
+def backlog_for(expected: int) -> int:
+    """The listen backlog for `expected` planned inbound connections (they may all arrive at once)."""
+    return expected + MIN_BACKLOG
+
+
+def kernel_backlog_cap() -> int | None:
+    """net.core.somaxconn (the most any listen backlog gets here), or None when it cannot be read."""
+    with contextlib.suppress(OSError, ValueError):
+        return int(SOMAXCONN.read_text().strip())
+    return None
+
+
 class Listener:
     """A TCP listener on the master port that answers each peer with this node's name and clock."""
 
-    def __init__(self, node: str, port: int) -> None:
-        self.node, self.port, self.heard = node, port, set[str]()
+    def __init__(self, node: str, port: int, backlog: int = MIN_BACKLOG) -> None:
+        self.node, self.port, self.backlog, self.heard = node, port, backlog, set[str]()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as c10d's TCPStore does
         self.error: str | None = None
+        self.pool = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="ddpslurm-doctor-answer")
         try:
             self.sock.bind(("0.0.0.0", port))
-            self.sock.listen(64)
+            self.sock.listen(backlog)
             self.sock.settimeout(0.2)
             threading.Thread(target=self._serve, daemon=True).start()
         except OSError as error:
@@ -85,14 +105,22 @@ class Listener:
                 continue
             except OSError:
                 return
-            with conn, contextlib.suppress(OSError, ValueError):
-                conn.settimeout(CONNECT_TIMEOUT_S)
-                peer = conn.recv(512).decode("ascii", "replace").strip()
-                conn.sendall(json.dumps({"node": self.node, "time": time.time()}).encode() + b"\n")
-                self.heard.add(peer)
+            try:
+                self.pool.submit(self._answer, conn)
+            except RuntimeError:  # closed meanwhile
+                conn.close()
+                return
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError, ValueError):
+            conn.settimeout(CONNECT_TIMEOUT_S)
+            peer = conn.recv(512).decode("ascii", "replace").strip()
+            conn.sendall(json.dumps({"node": self.node, "time": time.time()}).encode() + b"\n")
+            self.heard.add(peer)
 
     def close(self) -> None:
         self.sock.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def reach(node: str, peer: str, port: int, source: str | None, deadline: float) -> dict[str, Any]:
@@ -128,7 +156,8 @@ def _why(failed: Exception, address: str, port: int) -> str:
 
 
 def reach_all(node: str, peers: Sequence[str], port: int, source: str | None, deadline: float) -> dict[str, Any]:
-    """`reach` every peer at once (threads): a slow peer costs the window once, not once per peer."""
+    """`reach` every planned peer at once (a thread each: the plan keeps them few): a slow peer costs the window
+    once, not once per peer."""
     results: dict[str, Any] = {}
 
     def one(peer: str) -> None:
@@ -192,18 +221,37 @@ def pick_interface(requested: str | None, nodes: Sequence[str], rank: int) -> di
             "addresses": addresses}
 
 
+def resolve_all(hosts: Sequence[str]) -> dict[str, str]:
+    """`resolve` each host at once (threads): the slowest lookup costs LOOKUP_TIMEOUT_S once."""
+    found: dict[str, str] = {}
+    threads = [threading.Thread(target=lambda h=host: found.__setitem__(h, resolve(h)), daemon=True) for host in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(LOOKUP_TIMEOUT_S + 1)
+    return {host: found.get(host, f"error: no answer in {LOOKUP_TIMEOUT_S:g} s") for host in hosts}
+
+
+def plan_record(nodes: Sequence[str], out: Sequence[str], into: Sequence[str], backlog: int) -> dict[str, Any]:
+    """What the record says about the plan: this node's planned links and how its listener was sized."""
+    return {"k": RANDOM_PEERS, "all_to_all": all_to_all(len(nodes)),
+            "out": list(out), "in": list(into), "backlog": backlog, "somaxconn": kernel_backlog_cap()}
+
+
 def probe(folder: Path, port: int | None, requested: str | None, window: float,
           environ: Mapping[str, str]) -> tuple[Path, dict[str, Any]]:
     """Run every check of this node; write and return its record."""
     started = time.time()
     job_id, nodes, rank, node = allocation(environ)
     port = port or master_port_for(job_id)
-    listener = Listener(node, port)
+    plan = probe_plan(nodes, job_id)
+    peers, into = list(plan.get(node, ())), inbound(plan).get(node, ())
+    expected = set(into)
+    listener = Listener(node, port, backlog_for(len(expected)))
     found: list[tuple[dict[str, str | None], int | None]] = []
     importing = threading.Thread(target=lambda: found.append(software()), daemon=True)
     importing.start()  # importing torch takes seconds: do it while the links are tested
     iface = pick_interface(requested, nodes, rank)
-    peers = [peer for peer in nodes if peer != node]
     own = iface["address"]  # a local firewall drops even this node's connection to itself (tells 2 nodes apart)
     itself = reach(node, own, port, own, time.time() + SELF_TIMEOUT_S) if own and listener.error is None else None
     links = reach_all(node, peers, port, own, started + window)
@@ -211,15 +259,16 @@ def probe(folder: Path, port: int | None, requested: str | None, window: float,
     versions, gpus = found[0] if found else ({"torch": f"import took over {SOFTWARE_TIMEOUT_S} s", "cuda": None,
                                               "nccl": None}, None)
     job_dir = job_folder(folder, job_id)
-    while not set(peers) <= listener.heard and time.time() < started + window + CONNECT_TIMEOUT_S:
-        time.sleep(0.05)  # stay reachable until every peer has tested us
+    while not expected <= listener.heard and time.time() < started + window + CONNECT_TIMEOUT_S:
+        time.sleep(0.05)  # stay reachable until every peer the plan sends here has tested us
     listener.close()
     record = {
         "schema": 1, "kind": "doctor", "job_id": job_id, "node": node, "host": socket.gethostname(),
         "node_rank": rank, "nodes": nodes, "port": port, "interface": iface,
-        "resolution": {host: resolve(host) for host in nodes},
+        "resolution": resolve_all(lookups(plan, nodes, node)),
         "port_bind": {"ok": listener.error is None, "error": listener.error}, "peers": links, "self": itself,
-        "heard_from": sorted(listener.heard & set(peers)), "versions": versions, "gpus": gpus,
+        "plan": plan_record(nodes, peers, into, listener.backlog),
+        "heard_from": sorted(listener.heard & expected), "versions": versions, "gpus": gpus,
         "shm_bytes": shm_size(), "free_bytes": space(folder), "started": started, "finished": time.time(),
     }
     path = doctor_record_path(job_dir, node)

@@ -82,7 +82,7 @@ def test_a_firewalled_node_is_named_within_60_s(slurm_cluster, firewalled: str, 
 def test_two_nodes_the_firewalled_one_is_named(slurm_cluster, firewalled: str, tmp_path: Path) -> None:
     """Two nodes, one bad link: the node that cannot even connect to itself has the firewall."""
     first = nodes_of(slurm_cluster)[0]
-    code, result = doctor(slurm_cluster, tmp_path, "--sbatch-arg", f"nodelist={first},{firewalled}", nodes=2)
+    code, result = doctor(slurm_cluster, tmp_path, "--nodelist", f"{first},{firewalled}", nodes=2)
     assert (code, result["failing_nodes"]) == (1, [firewalled]), result
 
 
@@ -146,8 +146,9 @@ def test_retries_resubmit_away_from_the_node_the_preflight_named(slurm_cluster, 
     assert (code, chain["ok"], len(chain["attempts"])) == (0, True, 2), (chain, stderr)
     first, second = chain["attempts"]
     assert firewalled in first["nodes"] and not Path(first["folder"], "attempt_0").exists()  # training never began
-    assert (first["cause"], first["exclude_nodes"], first["decision"]) == \
-        ("network_unreachable", [firewalled], "resubmitted")
+    assert (first["cause"], first["exclude_nodes"], first["decision"], first["fingerprint"]) == \
+        ("network_unreachable", [firewalled], "resubmitted", f"network_unreachable|node {firewalled}")
+    assert chain["stop"] is None
     assert second["excluded"] == [firewalled] and firewalled not in second["nodes"] and len(second["nodes"]) == 2
     assert (second["state"], second["decision"]) == ("completed", "completed")
     assert (chain["job_id"], chain["folder"]) == (second["job_id"], second["folder"])
@@ -169,3 +170,8 @@ def test_retries_never_resubmit_a_python_error(slurm_cluster, tmp_path: Path) ->
     only = chain["attempts"][0]
     assert (only["state"], only["cause"], only["retry"]) == ("failed", "user_code_exception", "stop"), only
     assert "would fail again" in only["decision"]
+    stop = chain["stop"]
+    assert (stop["reason"], stop["fingerprint"], stop["budget"]) == \
+        ("deterministic", "user_code_exception|script broken.py ValueError", 1), stop
+    shown = slurm_cluster.run([sys.executable, "-m", "ddpslurm.cli", "status", only["job_id"]], check=False)
+    assert f"stopped (deterministic): {stop['text']}" in shown.stdout, shown.stderr

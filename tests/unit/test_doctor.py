@@ -160,9 +160,16 @@ def test_srun_argv_is_pinned() -> None:
                     "--window", "10", "--port", "29500", "--interface", "ib0"]
 
 
+def test_nodelist_is_the_doctors_own_flag() -> None:
+    argv = command.srun_argv(spec(nodelist="n[01-03]"), python="/py")
+    assert "--nodelist=n[01-03]" in argv and argv.index("--nodelist=n[01-03]") < argv.index("/py")
+    with pytest.raises(UsageError, match="nodelist=n01"):  # the hint names --nodelist
+        spec(sbatch_args=["nodelist=n01"])
+
+
 @pytest.mark.parametrize("kwargs", [
     {"nodes": 0}, {"partition": "a\nb"}, {"interface": "eth0; rm -rf /"}, {"master_port": 80},
-    {"window": 0}, {"sbatch_args": ["nodes=4"]}, {"time": "soon"}, {"gpus_per_node": -1},
+    {"window": 0}, {"sbatch_args": ["nodes=4"]}, {"time": "soon"}, {"gpus_per_node": -1}, {"nodelist": "n[01-"},
 ])
 def test_bad_flags_are_usage_errors(kwargs: dict[str, Any]) -> None:
     with pytest.raises(UsageError):
