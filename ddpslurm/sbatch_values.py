@@ -17,8 +17,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ddpslurm.errors import UsageError
+from ddpslurm.errors import EnvDerivationError, UsageError
 from ddpslurm.jobfolder import DEFAULT_ROOT
+from ddpslurm.scheduler.hostlist import expand_hostlist
 
 #: what sbatch's directive reader takes as one plain token: printable ASCII but space, quotes, `\` and `#`
 _TOKEN = re.compile(r"[!$-&(-\[\]-~]*", re.ASCII)
@@ -48,12 +49,13 @@ RESERVED_SBATCH_KEYS: dict[str, str] = {
     "nodes": "--nodes", "ntasks-per-node": "--tasks-per-node", "ntasks": "--nodes/--tasks-per-node",
     "gpus-per-node": "--gpus-per-node", "cpus-per-task": "--cpus-per-task", "mem": "--mem",
     "partition": "--partition", "account": "--account", "qos": "--qos", "time": "--time",
-    "constraint": "--constraint", "exclude": "--exclude", "signal": "--signal-delay",
+    "constraint": "--constraint", "exclude": "--exclude", "nodelist": "--nodelist", "signal": "--signal-delay",
     "output": "--folder", "error": "--folder", "open-mode": "--folder", "job-name": "--job-name",
     "requeue": "--max-requeues", "no-requeue": "--max-requeues 0",
 }
 
-# Slurm --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (ASCII digits, the whole value: see above)
+# Slurm --time (sbatch(1)): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, ASCII digits, the whole value. The leading
+# field is unbounded; the ones after it are clock fields: hours 0-23 after a day, minutes and seconds 0-59.
 _TIME_FORMS = (
     (re.compile(r"([0-9]+)"), ("m",)),
     (re.compile(r"([0-9]+):([0-9]+)"), ("m", "s")),
@@ -62,6 +64,17 @@ _TIME_FORMS = (
     (re.compile(r"([0-9]+)-([0-9]+):([0-9]+)"), ("d", "h", "m")),
     (re.compile(r"([0-9]+)-([0-9]+):([0-9]+):([0-9]+)"), ("d", "h", "m", "s")),
 )
+_FIELD_MAX = {"h": 23, "m": 59, "s": 59}
+_FIELD_NAME = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+_TIME_FIX = ("Use minutes (`30`), minutes:seconds (`30:00`), hours:minutes:seconds (`2:00:00`), days-hours (`1-12`), "
+             "days-hours:minutes (`1-12:00`) or days-hours:minutes:seconds (`1-12:00:00`)")
+_TOKEN_FIX = ("Use letters, digits and the punctuation sbatch expects for this option; nothing reaches the job "
+              "script unchecked")
+_HINTS = {"time": _TIME_FIX, "exclude": "Give a Slurm hostlist such as `node[01-04,07]` (closed brackets, "
+                                         "ranges low-high), or a file of host names (a path with `/`)"}
+_HINTS["nodelist"] = _HINTS["exclude"]
+#: host lists sbatch reads for --exclude/--nodelist; a value with `/` is a file of host names
+HOSTLIST_OPTIONS = ("exclude", "nodelist")
 _UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _SBATCH_KEY = re.compile(r"[a-z][a-z0-9-]*")
 
@@ -79,6 +92,10 @@ def sbatch_value_problem(option: str, value: str) -> str | None:
     syntax = SYNTAX.get(option)
     if syntax is not None and not re.fullmatch(syntax[0], value, re.ASCII):
         return f"is not a valid sbatch --{option} (for example: {syntax[1]})"
+    if option in HOSTLIST_OPTIONS:
+        return hostlist_problem(value)
+    if option == "time":
+        return time_problem(value)[1]
     return None
 
 
@@ -88,23 +105,46 @@ def check_sbatch_value(option: str, value: str, error: type[Exception], flag: st
     if problem is None:
         return value
     shown = ascii(value) if len(value) <= 80 else ascii(value[:77]) + "..."
-    raise error(f"{flag or '--' + option} {shown} {problem}",
-                "Use letters, digits and the punctuation sbatch expects for this option; nothing reaches the "
-                "job script unchecked")
+    raise error(f"{flag or '--' + option} {shown} {problem}", _HINTS.get(option, _TOKEN_FIX))
 
 
-def parse_time(text: str) -> int:
-    """Slurm `--time` text -> seconds (`90` -> 5400, `1:30:00` -> 5400, `2-00:00` -> 172800)."""
+def time_problem(text: str) -> tuple[int, str | None]:
+    """(seconds, None) for a Slurm time limit, else (0, why it is not one). Pure."""
     value = text.strip(" ")  # spaces from quoting are harmless; a newline or a tab is not
+    if value.lower() in ("infinite", "unlimited"):
+        return 0, "asks for no time limit, and ddpslurm times the preemption signal from the limit"
     for pattern, units in _TIME_FORMS:
         match = pattern.fullmatch(value)
-        if match:
-            seconds = sum(int(num) * _UNIT_S[unit] for num, unit in zip(match.groups(), units, strict=False))
-            if seconds <= 0:
-                break
-            return seconds
-    raise UsageError(f"--time {text!r} is not a Slurm time limit",
-                     "Use minutes (`30`), `H:MM:SS` (`2:00:00`) or `D-HH:MM` (`1-12:00`)")
+        if not match:
+            continue
+        fields = [(int(num), unit) for num, unit in zip(match.groups(), units, strict=True)]
+        for position, (number, unit) in enumerate(fields):
+            if position and number > _FIELD_MAX[unit]:
+                return 0, (f"has {number} {_FIELD_NAME[unit]} where at most {_FIELD_MAX[unit]} fit "
+                           "(only the first field is unbounded)")
+        seconds = sum(number * _UNIT_S[unit] for number, unit in fields)
+        return (seconds, None) if seconds > 0 else (0, "is zero, which Slurm reads as no time limit")
+    return 0, "is not a Slurm time limit"
+
+
+def parse_time(text: str, error: type[Exception] = UsageError, flag: str = "--time") -> int:
+    """Slurm `--time` text -> seconds (`90` -> 5400, `1:30:00` -> 5400, `2-00:00` -> 172800), else `error`
+    with one line. Exactly sbatch's six forms, each field after the first within its clock range."""
+    seconds, problem = time_problem(text)
+    if problem is not None:
+        raise error(f"{flag} {text!r} {problem}", _TIME_FIX)
+    return seconds
+
+
+def hostlist_problem(value: str) -> str | None:
+    """Why `value` is no hostlist sbatch can read (`node[01-` lacks its `]`), or None. A value with `/` is a file."""
+    if "/" in value:
+        return None
+    try:
+        expand_hostlist(value)
+    except EnvDerivationError as bad:
+        return "is not a valid hostlist: " + bad.message.split(": ", 1)[-1]
+    return None
 
 
 def parse_sbatch_args(items: Iterable[str]) -> tuple[tuple[str, str], ...]:

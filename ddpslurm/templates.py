@@ -19,8 +19,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpslurm.errors import TemplateError
-from ddpslurm.sbatch_values import check_sbatch_value
+from ddpslurm.errors import TemplateError, UsageError
+from ddpslurm.launch.spec import SIGNAL_RESOLUTION_S, signal_delay_fix
+from ddpslurm.sbatch_values import check_sbatch_value, parse_time
+
+
+class TemplateUsageError(TemplateError, UsageError):
+    """A template name, option or value that is wrong on the command line: exit 2, as every usage error."""
+
+    exit_code = 2
+
 
 SOURCE_DIR = Path(__file__).resolve().parent / "template_sources"
 GOLDEN_SUFFIX = ".sbatch"
@@ -30,7 +38,6 @@ Value = int | str | tuple[str, ...]
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 _IFACE = r"[A-Za-z0-9_.-]+"
-_SLURM_TIME = re.compile(r"(?:(\d+)-(\d+)(?::(\d+))?(?::(\d+))?|(\d+)(?::(\d+))?(?::(\d+))?)")
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,7 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
           example="4"),
     Param("tasks_per_node", "processes per node when no GPUs are used", int, minimum=1, example="2"),
     Param("cpus_per_task", "CPU cores per process", int, minimum=1, example="8"),
-    Param("time", "wall-clock limit in a Slurm time format", pattern=_SLURM_TIME.pattern, example="04:00:00"),
+    Param("time", "wall-clock limit in a Slurm time format", example="04:00:00"),
     Param("partition", "partition(s), comma separated", pattern=rf"{_NAME}(,{_NAME})*", example="gpu",
           optional=True),
     Param("account", "account to charge", pattern=_NAME, example="proj123", optional=True),
@@ -71,10 +78,10 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("python", "Python interpreter", example="python3"),
     Param("log_dir", "folder for the per-job log folders", example="logs"),
     Param("checkpoint_dir", "folder for the per-job checkpoint folders", example="checkpoints"),
-    Param("nccl_socket_ifname", "NCCL_SOCKET_IFNAME (bootstrap interface)",
-          pattern=rf"\^?=?{_IFACE}(,{_IFACE})*", example="ib0"),
-    Param("nccl_ib_hca", "NCCL_IB_HCA (InfiniBand adapters)", pattern=rf"\^?=?{_IFACE}(:\d+)?(,{_IFACE}(:\d+)?)*",
-          example="mlx5"),
+    Param("nccl_socket_ifname", "NCCL_SOCKET_IFNAME (bootstrap interface; '' = NCCL's own choice)",
+          pattern=rf"\^?=?{_IFACE}(,{_IFACE})*", example="ib0", optional=True),
+    Param("nccl_ib_hca", "NCCL_IB_HCA (InfiniBand adapters; '' = every active one)",
+          pattern=rf"\^?=?{_IFACE}(:\d+)?(,{_IFACE}(:\d+)?)*", example="mlx5", optional=True),
     Param("gloo_socket_ifname", "GLOO_SOCKET_IFNAME ('' = let gloo pick the hostname's interface)",
           pattern=rf"{_IFACE}(,{_IFACE})*", example="eth0", optional=True),
 )}
@@ -89,7 +96,7 @@ _BASE_DEFAULTS: dict[str, Value] = {
     "nodes": 2, "gpus_per_node": 4, "tasks_per_node": 2, "cpus_per_task": 8, "time": "01:00:00",
     "partition": "", "account": "", "qos": "", "mem": "", "max_requeues": 3, "signal_delay": 90,
     "array": "0-2", "script": "train.py", "python": "python3", "log_dir": "logs", "checkpoint_dir": "checkpoints",
-    "nccl_socket_ifname": "ib0", "nccl_ib_hca": "mlx5", "gloo_socket_ifname": "",
+    "nccl_socket_ifname": "", "nccl_ib_hca": "", "gloo_socket_ifname": "",
 }
 
 
@@ -140,22 +147,14 @@ def get_template(name: str) -> Template:
     try:
         return TEMPLATES[name]
     except KeyError:
-        raise TemplateError(f"no template named {name!r}",
-                            f"Choose one of: {', '.join(TEMPLATES)} (`ddpslurm template --list`)") from None
+        raise TemplateUsageError(f"no template named {name!r}",
+                                 f"Choose one of: {', '.join(TEMPLATES)} (`ddpslurm template --list`)") from None
 
 
 def slurm_time_seconds(text: str) -> int:
-    """Seconds in a Slurm time limit: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
-    match = _SLURM_TIME.fullmatch(text)
-    if not match:
-        raise TemplateError(f"--time {text!r} is not a Slurm time",
-                            "Use minutes, HH:MM:SS or D-HH:MM:SS, for example --time 04:00:00")
-    d, h, dm, ds, a, b, c = (int(g) if g else None for g in match.groups())
-    if d is not None:
-        return ((d * 24 + (h or 0)) * 60 + (dm or 0)) * 60 + (ds or 0)
-    if c is not None:  # H:M:S
-        return (a * 60 + b) * 60 + c
-    return a * 60 + (b or 0)  # M or M:S
+    """Seconds in a Slurm time limit as sbatch takes it (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; the fields after
+    the first within their clock ranges), the parser `submit` and `doctor` share."""
+    return parse_time(text, TemplateUsageError)
 
 
 def validate(param: str, value: object) -> Value:
@@ -164,23 +163,23 @@ def validate(param: str, value: object) -> Value:
     fix = f"For example: {spec.option} {spec.example}"
     if spec.kind is int:
         if isinstance(value, bool) or not isinstance(value, int | str):
-            raise TemplateError(f"{spec.option} must be a whole number, got {value!r}", fix)
+            raise TemplateUsageError(f"{spec.option} must be a whole number, got {value!r}", fix)
         try:
             number = int(value)
         except ValueError:
-            raise TemplateError(f"{spec.option} must be a whole number, got {value!r}", fix) from None
+            raise TemplateUsageError(f"{spec.option} must be a whole number, got {value!r}", fix) from None
         if spec.minimum is not None and number < spec.minimum:
-            raise TemplateError(f"{spec.option} must be at least {spec.minimum}, got {number}", fix)
+            raise TemplateUsageError(f"{spec.option} must be at least {spec.minimum}, got {number}", fix)
         return number
     if not isinstance(value, str):
-        raise TemplateError(f"{spec.option} must be text, got {value!r}", fix)
+        raise TemplateUsageError(f"{spec.option} must be text, got {value!r}", fix)
     if value == "" and spec.optional:
         return value
     if param == "time":
         slurm_time_seconds(value)
     elif spec.pattern is not None and not re.fullmatch(spec.pattern, value):
-        raise TemplateError(f"{spec.option} {value!r} is not allowed in a template (letters, digits, "
-                            "'_', '.', '-' in the usual format only, so that nothing can inject shell)", fix)
+        raise TemplateUsageError(f"{spec.option} {value!r} is not allowed in a template (letters, digits, "
+                                 "'_', '.', '-' in the usual format only, so that nothing can inject shell)", fix)
     if param in SBATCH_OPTIONS:  # then the check shared with `submit`: an ASCII token in the option's sbatch syntax
         return check_sbatch_value(SBATCH_OPTIONS[param], value, TemplateError, spec.option)
     if spec.pattern is not None:
@@ -189,7 +188,8 @@ def validate(param: str, value: object) -> Value:
     # the script is printed to a terminal and its comments must stay comments), and no '%' because
     # srun would expand it in the --output patterns that contain the log folder.
     if not value or not value.isprintable() or (param.endswith("_dir") and "%" in value):
-        raise TemplateError(f"{spec.option} {value!r} is not a usable path (empty, a control character or '%')", fix)
+        raise TemplateUsageError(f"{spec.option} {value!r} is not a usable path (empty, a control character or '%')",
+                                 fix)
     return value
 
 
@@ -198,16 +198,16 @@ def resolve(template: Template, overrides: Mapping[str, object]) -> dict[str, Va
     unknown = [p for p in overrides if p not in template.params]
     if unknown:
         options = ", ".join(PARAMS[p].option if p in PARAMS else p for p in unknown)
-        raise TemplateError(f"template {template.name!r} does not take {options}",
-                            f"It takes: {', '.join(PARAMS[p].option for p in template.params)}")
+        raise TemplateUsageError(f"template {template.name!r} does not take {options}",
+                                 f"It takes: {', '.join(PARAMS[p].option for p in template.params)}")
     values = {p: validate(p, overrides.get(p, template.default(p))) for p in template.params}
-    if "signal_delay" in values:
-        limit = slurm_time_seconds(str(values["time"]))
-        if values["signal_delay"] >= limit:
-            raise TemplateError(f"--signal-delay {values['signal_delay']} leaves no time to train within "
-                                f"--time {values['time']}", "Use a time limit well above the signal delay")
-    else:
-        slurm_time_seconds(str(values["time"]))
+    limit = slurm_time_seconds(str(values["time"]))
+    delay = values.get("signal_delay")
+    if isinstance(delay, int) and delay + SIGNAL_RESOLUTION_S >= limit:
+        raise TemplateUsageError(
+            f"--signal-delay {delay} leaves no time to train within --time {values['time']} ({limit}s): Slurm may "
+            f"send the signal up to {SIGNAL_RESOLUTION_S}s earlier than asked, i.e. as the job starts",
+            signal_delay_fix(delay, limit))
     return values
 
 
@@ -256,12 +256,14 @@ def placeholders(template: Template, values: Mapping[str, Value], train_args: Se
         ifname = values["gloo_socket_ifname"]
         text["GLOO_IFNAME_LINE"] = (f"export GLOO_SOCKET_IFNAME='{ifname}'" if ifname
                                     else "# export GLOO_SOCKET_IFNAME=eth0")
-    for param in ("nccl_socket_ifname", "nccl_ib_hca"):
+    for param, example in (("nccl_socket_ifname", "ib0"), ("nccl_ib_hca", "mlx5")):
         if param in values:  # validated to [A-Za-z0-9_.:,^=-]: single quotes are enough, and keep "=" literal
-            text[param.upper()] = f"'{values[param]}'"
+            name = param.upper()
+            text[f"{name}_LINE"] = (f"export {name}='{values[param]}'" if values[param]
+                                    else f"# export {name}={example}  (set with {PARAMS[param].option})")
     for param, value in values.items():
         if param not in ("partition", "account", "qos", "mem", "script", "python", "log_dir", "checkpoint_dir",
-                         "gloo_socket_ifname"):
+                         "gloo_socket_ifname", "nccl_socket_ifname", "nccl_ib_hca"):
             text.setdefault(param.upper(), shlex.quote(str(value)))
     return text
 
@@ -299,8 +301,8 @@ def render(name: str, overrides: Mapping[str, object] | None = None, train_args:
     args = tuple(train_args)
     for arg in args:
         if not arg.isprintable():  # a newline would leave the RERENDER comment; C1/bidi would reach the terminal
-            raise TemplateError(f"training argument {arg!r} contains a newline or a control character",
-                                "Pass it on one line, in printable characters")
+            raise TemplateUsageError(f"training argument {arg!r} contains a newline or a control character",
+                                     "Pass it on one line, in printable characters")
     values = resolve(template, dict(overrides or {}))
     return substitute(template.source.read_text(encoding="utf-8"), placeholders(template, values, args), _blocks())
 

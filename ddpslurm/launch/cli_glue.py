@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpslurm.errors import DdpSlurmError, LintRefusedError, UsageError
+from ddpslurm.launch.plan import LaunchPlan
 from ddpslurm.launch.plan import plan as make_plan
 from ddpslurm.launch.spec import JobSpec, make_spec
 from ddpslurm.sanitize import terminal
@@ -55,6 +56,31 @@ def lint_gate(script: Path, mode: str, echo: Callable[..., None]) -> None:
              "(--lint error refuses such a script, --lint off skips this)", err=True)
 
 
+def check_python(spec: JobSpec, echo: Callable[..., None]) -> None:
+    """`submit --python`: refuse an interpreter that cannot import what the ranks need, before the queue wait;
+    a warning when it cannot be run here (the batch step checks it again before srun)."""
+    from ddpslurm.launch.interpreter import check_interpreter
+    from ddpslurm.launch.plan import package_parent
+
+    warning = check_interpreter(spec.python, package_parent=package_parent())
+    if warning:
+        echo(f"ddpslurm: warning: {terminal(warning)}", err=True)
+
+
+def print_dry_run(spec: JobSpec, plan: LaunchPlan, as_json: bool, echo: Callable[..., None]) -> None:
+    """`submit --dry-run`: the plan, the sbatch script and the ranks' environment, as text or one JSON object."""
+    from ddpslurm.launch import submit as submitting
+
+    if not as_json:
+        echo(submitting.dry_run_text(spec, plan), nl=False)
+        return
+    missing = [] if submitting.has_submitit() else [submitting.NO_SUBMITIT]
+    echo(json.dumps({"sbatch": None if spec.local else submitting.render_sbatch(plan),
+                     "rank_env": dict(plan.rank_env), "executor": plan.executor, "python": plan.python,
+                     "executor_params": plan.executor_params, "warnings": [*plan.warnings, *missing]},
+                    indent=1, default=str))
+
+
 def run_submit(options: dict[str, Any], *, dry_run: bool, wait: bool, as_json: bool,
                echo: Callable[..., None], retries: int = 0, lint: str = "warn") -> int:
     """Validate, lint (`lint`: error|warn|off), plan, and print (--dry-run) or submit; returns the exit status
@@ -65,7 +91,12 @@ def run_submit(options: dict[str, Any], *, dry_run: bool, wait: bool, as_json: b
     if retries and spec.local:
         raise UsageError("--retries resubmits to Slurm away from bad nodes and cannot run with --local",
                          "Drop --retries or --local")
+    if retries and spec.nodelist:
+        raise UsageError("--retries resubmits away from the blamed nodes and cannot keep --nodelist",
+                         "Drop --retries or --nodelist")
     lint_gate(spec.script, lint, echo)
+    if not dry_run:
+        check_python(spec, echo)
     if retries and not dry_run:
         return run_retries(spec, options, retries, as_json=as_json, echo=echo)
     plan = make_plan(spec)
@@ -75,12 +106,7 @@ def run_submit(options: dict[str, Any], *, dry_run: bool, wait: bool, as_json: b
         for text in plan.warnings:
             echo(f"ddpslurm: warning: {text}", err=True)
     if dry_run:
-        if as_json:
-            echo(json.dumps({"sbatch": None if spec.local else submitting.render_sbatch(plan),
-                             "rank_env": dict(plan.rank_env), "executor": plan.executor,
-                             "executor_params": plan.executor_params}, indent=1, default=str))
-        else:
-            echo(submitting.dry_run_text(spec, plan), nl=False)
+        print_dry_run(spec, plan, as_json, echo)
         return 0
     submitted = submitting.submit(spec, plan)
     folder = shlex.quote(str(submitted.folder))
@@ -90,8 +116,7 @@ def run_submit(options: dict[str, Any], *, dry_run: bool, wait: bool, as_json: b
         where = "locally (pid)" if spec.local else ""
         echo(f"Submitted job {submitted.job_id} {where}".rstrip())
         echo(f"  folder:  {submitted.folder}")
-        if not spec.local:
-            echo(f"  status:  ddpslurm status {submitted.job_id} --wait")
+        echo(f"  status:  ddpslurm status {folder if spec.local else submitted.job_id} --wait")
         echo(f"  analyze: ddpslurm analyze {folder}")
     if not (wait or spec.local):
         if as_json:

@@ -8,12 +8,12 @@ task. `--dry-run` prints it; `submit.py` executes it.
 from __future__ import annotations
 
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddpslurm import jobfolder
+from ddpslurm.launch.interpreter import batch_check_lines
 from ddpslurm.launch.spec import JobSpec
 
 PREEMPT_SIGNAL_NAME = "USR2"
@@ -53,14 +53,18 @@ OLD_TORCH_ASYNC_ERROR_ENV = ("NCCL_ASYNC_ERROR_HANDLING", "1")
 OLD_TORCH_BEFORE = (2, 2)
 
 
-def package_setup(package_parent: str | None = None) -> list[str]:
-    """sbatch lines that make the job import this very ddpslurm (a source checkout or an editable
-    install would otherwise lose to whatever `ddpslurm` the job's working directory or site-packages
-    holds). Empty for an installed wheel, which every node finds in site-packages."""
-    parent = package_parent or str(Path(__file__).resolve().parents[2])
-    if Path(parent).name in ("site-packages", "dist-packages"):
-        return []
-    return [f"export PYTHONPATH={shlex.quote(parent)}${{PYTHONPATH:+:$PYTHONPATH}}"]
+def package_parent(parent: str | None = None) -> str | None:
+    """The folder that holds this ddpslurm when it is a source checkout or an editable install (the job
+    must import it, not whatever `ddpslurm` its working directory or site-packages holds); None for an
+    installed wheel, which every node finds in site-packages."""
+    parent = parent or str(Path(__file__).resolve().parents[2])
+    return None if Path(parent).name in ("site-packages", "dist-packages") else parent
+
+
+def package_setup(parent: str | None = None) -> list[str]:
+    """sbatch lines that make the job import this very ddpslurm (see `package_parent`); empty for a wheel."""
+    found = package_parent(parent)
+    return [f"export PYTHONPATH={shlex.quote(found)}${{PYTHONPATH:+:$PYTHONPATH}}"] if found else []
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,7 @@ class LaunchPlan:
     worker: WorkerConfig
     rank_env: tuple[tuple[str, str], ...]  # (name, value or description) as --dry-run shows it
     warnings: tuple[str, ...] = ()
+    python: str = ""  # the interpreter of the batch step's supervisor and of every rank (`submit --python`)
 
 
 def srun_args(spec: JobSpec) -> tuple[str, ...]:
@@ -135,8 +140,9 @@ HANG_ENV_DEFAULTS: tuple[tuple[str, str], ...] = (("DDPSLURM_HEARTBEAT_S", "1"),
 
 def batch_setup(spec: JobSpec, python: str) -> list[str]:
     """sbatch lines before submitit's srun line: no inherited rendezvous variables, and srun run by the
-    batch-step supervisor (`ddpslurm.launch.batch`), which requeues the job after a signal."""
-    lines = [f"unset {' '.join(INHERITED_DIST_VARS)}"]
+    batch-step supervisor (`ddpslurm.launch.batch`), which requeues the job after a signal; first, one line and
+    the end of the job when `python` cannot import what the ranks need."""
+    lines = [*batch_check_lines(python), f"unset {' '.join(INHERITED_DIST_VARS)}"]
     if spec.master_port:
         lines.append(f"export MASTER_PORT={int(spec.master_port)}")
     if spec.max_requeues > 0 or spec.hang_timeout_s or spec.preflight:
@@ -159,6 +165,8 @@ def _grace_s(signal_delay_s: int) -> int:
 def _slurm_params(spec: JobSpec) -> dict[str, Any]:
     torchrun = spec.launcher == "torchrun"
     extra: dict[str, Any] = {"requeue" if spec.max_requeues > 0 else "no-requeue": True}
+    # submitit's own default `--wckey=submitit` is dropped (sites that enforce wckeys refuse unknown ones);
+    # `--sbatch-arg wckey=KEY` sets one
     for key, value in spec.sbatch_args:
         extra[key] = value if value != "" else True
     params: dict[str, Any] = {
@@ -169,14 +177,15 @@ def _slurm_params(spec: JobSpec) -> dict[str, Any]:
         "signal_delay_s": spec.signal_delay_s,
         "srun_args": list(srun_args(spec)),
         "additional_parameters": extra,
-        "setup": package_setup() + batch_setup(spec, sys.executable),
+        "setup": package_setup() + batch_setup(spec, spec.python),
+        "wckey": None,
     }
     cpus = spec.cpus_per_task
     if torchrun:  # one task per node hosts all the node's ranks
         cpus = (cpus or 1) * spec.tasks_per_node
     optional = {"cpus_per_task": cpus, "gpus_per_node": spec.gpus_per_node, "mem": spec.mem,
                 "partition": spec.partition, "account": spec.account, "qos": spec.qos,
-                "constraint": spec.constraint, "exclude": spec.exclude}
+                "constraint": spec.constraint, "exclude": spec.exclude, "nodelist": spec.nodelist}
     params.update({key: value for key, value in optional.items() if value is not None})
     return params
 
@@ -243,4 +252,5 @@ def plan(spec: JobSpec) -> LaunchPlan:
         worker=worker,
         rank_env=rank_env(spec),
         warnings=plan_warnings(spec),
+        python=spec.python,
     )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +30,7 @@ MIN_HANG_TIMEOUT_S = 10
 _IFNAME = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 
 
-def _signal_delay_fix(signal_delay_s: int, time_s: int) -> str:
+def signal_delay_fix(signal_delay_s: int, time_s: int) -> str:
     """The way out of a --signal-delay that does not fit in --time (only the possible ones)."""
     minimum_minutes = -(-(signal_delay_s + SIGNAL_RESOLUTION_S + 1) // 60)
     raise_time = f"raise --time to {minimum_minutes} (minutes) or more"
@@ -55,6 +57,7 @@ class JobSpec:
     time_s: int = 3600
     constraint: str | None = None
     exclude: str | None = None
+    nodelist: str | None = None
     sbatch_args: tuple[tuple[str, str], ...] = ()
     launcher: str = "srun"
     folder: Path = field(default_factory=lambda: Path(DEFAULT_ROOT).absolute())
@@ -66,6 +69,7 @@ class JobSpec:
     master_port: int | None = None  # None: derived from the job id on every node
     hang_timeout_s: int = 0  # 0: no hang monitor (see ddpslurm.launch.hang_monitor)
     preflight: bool = False  # the doctor's checks before the training step (ddpslurm.doctor.preflight)
+    python: str = field(default_factory=lambda: sys.executable)  # the interpreter every rank runs
 
     @property
     def world_size(self) -> int:
@@ -109,6 +113,22 @@ def check_script(script: str | os.PathLike[str]) -> Path:
     return path
 
 
+def python_path(python: str | None) -> str:
+    """--python as an absolute path (a bare name is looked up on PATH); sys.executable when not given.
+    Symbolic links are kept: a virtual environment's `bin/python` is one."""
+    if python is None:
+        return sys.executable
+    if not python or not python.isprintable():
+        raise UsageError(f"--python {python!r} is not a usable path", "Give the interpreter's path on one line")
+    if os.sep not in python:
+        found = shutil.which(python)
+        if found is None:
+            raise SubmitError(f"--python {python!r} is not on PATH",
+                              "Give the interpreter's path, e.g. --python ~/venv/bin/python")
+        python = found
+    return os.path.abspath(os.path.expanduser(python))
+
+
 def _check_numbers(*, nodes: int, tasks_per_node: int | None, gpus_per_node: int | None,
                    cpus_per_task: int | None, max_requeues: int, signal_delay_s: int, master_port: int | None) -> None:
     """The integer flags: counts at least 1 (0 allowed where it means none), a port in 1024..65535."""
@@ -142,7 +162,7 @@ def _time_limit_s(time: str, signal_delay_s: int) -> int:
         raise UsageError(
             f"--signal-delay {signal_delay_s}s leaves no time in a --time {time} ({time_s}s) job: Slurm may send "
             f"the signal up to {SIGNAL_RESOLUTION_S}s earlier than asked, i.e. before the script starts",
-            _signal_delay_fix(signal_delay_s, time_s))
+            signal_delay_fix(signal_delay_s, time_s))
     return time_s
 
 
@@ -178,6 +198,7 @@ def make_spec(
     time: str = DEFAULT_TIME,
     constraint: str | None = None,
     exclude: str | None = None,
+    nodelist: str | None = None,
     sbatch_args: Iterable[str] = (),
     launcher: str = "srun",
     folder: str | os.PathLike[str] = DEFAULT_ROOT,
@@ -189,13 +210,15 @@ def make_spec(
     master_port: int | None = None,
     hang_timeout_s: int = 0,
     preflight: bool = False,
+    python: str | None = None,
 ) -> JobSpec:
     """Validate raw flag values into a `JobSpec`. `tasks_per_node` defaults to `gpus_per_node`, else 1."""
     _check_numbers(nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node,
                    cpus_per_task=cpus_per_task, max_requeues=max_requeues, signal_delay_s=signal_delay_s,
                    master_port=master_port)
     _check_names(launcher, (("mem", mem), ("partition", partition), ("account", account), ("qos", qos),
-                            ("constraint", constraint), ("exclude", exclude), ("job-name", job_name)), interface)
+                            ("constraint", constraint), ("exclude", exclude), ("nodelist", nodelist),
+                            ("job-name", job_name)), interface)
     time_s = _time_limit_s(time, signal_delay_s)
     _check_modes(launcher=launcher, local=local, preflight=preflight, hang_timeout_s=hang_timeout_s)
     if tasks_per_node is None:
@@ -204,8 +227,9 @@ def make_spec(
     return JobSpec(
         script=check_script(script), script_args=tuple(script_args), nodes=nodes, tasks_per_node=tasks_per_node,
         gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mem=mem, partition=partition, account=account,
-        qos=qos, time_s=time_s, constraint=constraint, exclude=exclude, sbatch_args=parse_sbatch_args(sbatch_args),
+        qos=qos, time_s=time_s, constraint=constraint, exclude=exclude, nodelist=nodelist,
+        sbatch_args=parse_sbatch_args(sbatch_args),
         launcher=launcher, folder=folder_path, max_requeues=max_requeues,
         interface=interface, signal_delay_s=signal_delay_s, local=local, job_name=job_name,
-        master_port=master_port, hang_timeout_s=hang_timeout_s, preflight=preflight,
+        master_port=master_port, hang_timeout_s=hang_timeout_s, preflight=preflight, python=python_path(python),
     )

@@ -1,17 +1,20 @@
 """Execute a `LaunchPlan` through submitit (the only module of ddpslurm that imports submitit).
 
 `render_sbatch(plan)` goes through submitit's own sbatch builder, so `--dry-run` prints exactly the
-script `submit(plan)` hands to sbatch. Everything that reaches a shell is quoted by submitit
-(`shlex.quote` on every #SBATCH value and srun argument); the script path and its arguments never
-reach a shell at all: they travel inside the pickled worker.
+script `submit(plan)` hands to sbatch (without submitit installed, through ddpslurm's copy of its format).
+Everything that reaches a shell is quoted by submitit (`shlex.quote` on every #SBATCH value and srun
+argument); the script path and its arguments never reach a shell at all: they travel inside the pickled worker.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
+import shlex
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 from ddpslurm import jobfolder
 from ddpslurm._version import __version__
 from ddpslurm.errors import SubmitError
+from ddpslurm.launch.interpreter import NEEDED_MODULES
 from ddpslurm.launch.plan import ENV_DEFAULTS, LaunchPlan
 from ddpslurm.launch.spec import JobSpec
 
@@ -35,6 +39,10 @@ SBATCH_HINTS: tuple[tuple[str, str], ...] = (
     ("time limit", "Lower --time to the partition's limit (`sinfo -o '%P %l'`)"),
     ("unable to contact slurm controller", "Is slurmctld running and SLURM_CONF right? Try `sinfo`"),
 )
+
+
+NO_SUBMITIT = ("submitit is not installed in this Python: the script below is ddpslurm's rendering of its format, "
+               "and submitting needs pip install 'ddpslurm[launch]'")
 
 
 @dataclass(frozen=True)
@@ -69,14 +77,29 @@ def _executor_class(offline: bool) -> Any:
     return _OfflineSlurmExecutor
 
 
+def _python(plan: LaunchPlan) -> str:
+    """The interpreter of the ranks as submitit puts it into a shell line."""
+    return shlex.quote(plan.python or sys.executable)
+
+
+def has_submitit() -> bool:
+    """Whether submitit can be imported here (`submit` needs it; `--dry-run` renders without it)."""
+    return importlib.util.find_spec("submitit") is not None
+
+
 def _slurm_executor(plan: LaunchPlan, offline: bool = False) -> Any:
-    executor = _executor_class(offline)(folder=plan.folder, max_num_timeout=plan.max_requeues)
+    executor = _executor_class(offline)(folder=plan.folder, max_num_timeout=plan.max_requeues, python=_python(plan))
     executor.update_parameters(**plan.executor_params)
     return executor
 
 
 def render_sbatch(plan: LaunchPlan) -> str:
-    """The sbatch script submitit would submit for `plan` (nothing is written or submitted)."""
+    """The sbatch script submitit would submit for `plan` (nothing is written or submitted); without
+    submitit, the same text from ddpslurm's copy of its format (`ddpslurm.launch.sbatch_text`)."""
+    if not has_submitit():
+        from ddpslurm.launch import sbatch_text
+
+        return sbatch_text.render(plan, _python(plan))
     executor = _slurm_executor(plan, offline=True)
     return executor._make_submission_file_text(executor._submitit_command_str, "dry-run")
 
@@ -92,7 +115,10 @@ def dry_run_text(spec: JobSpec, plan: LaunchPlan) -> str:
         f"# ranks: {spec.nodes} node(s) x {spec.tasks_per_node} = {spec.world_size}, launcher {launcher}",
         f"# signal {plan.signal} (seconds before the time limit), max requeues {plan.max_requeues}, "
         f"grace {plan.worker.grace_s}s for a script that ignores the flag",
+        f"# python: {plan.python or sys.executable} (checked for {', '.join(NEEDED_MODULES)} at submission"
+        f"{'' if spec.local else ' and in the batch step'})",
         *(f"# warning: {text}" for text in plan.warnings),
+        *([f"# warning: {NO_SUBMITIT}"] if not has_submitit() else []),
     ]
     if spec.local:
         lines += [f"# local run through submitit's LocalExecutor: {json.dumps(plan.executor_params, sort_keys=True)}"]
@@ -157,7 +183,7 @@ def _submit_local(spec: JobSpec, plan: LaunchPlan) -> Submitted:
     from ddpslurm.launch.worker import Worker
 
     unix = time.time()
-    executor = LocalExecutor(folder=plan.folder, max_num_timeout=plan.max_requeues)
+    executor = LocalExecutor(folder=plan.folder, max_num_timeout=plan.max_requeues, python=_python(plan))
     executor.update_parameters(**plan.executor_params)
     job = executor.submit(Worker(plan.worker))
     folder = _write_job_record(spec, plan, str(job.job_id), unix)

@@ -1,4 +1,4 @@
-"""The one place in ddpslurm that runs Slurm commands as subprocesses.
+"""The one place in ddpslurm that runs Slurm commands (and any other program) as subprocesses.
 
 Everything else builds argv lists (pure, `commands.py`) and parses text (pure, `parse.py`). `run()`
 never sets SLURM_CONF or any other variable: a real site's login node needs none, and the caller's
@@ -108,6 +108,20 @@ def run(
         raise SlurmCommandError(args, done.returncode, done.stderr or done.stdout,
                                 f"The full command was: {' '.join(args)}")
     return done
+
+
+def run_program(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
+                ) -> subprocess.CompletedProcess[str]:
+    """Run a program that is not a Slurm command (the interpreter a job will run, asked what it imports) and
+    capture its text output; the exit status is the caller's to read.
+
+    Raises OSError when it cannot be started, subprocess.TimeoutExpired after `timeout` seconds.
+    """
+    args = [str(a) for a in argv]
+    if not args:
+        raise ValueError("run_program() needs a command")
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env=dict(env) if env is not None else None, check=False)
 
 
 def start(argv: Sequence[str]) -> subprocess.Popen[bytes]:

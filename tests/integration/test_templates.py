@@ -123,14 +123,18 @@ def test_gpu_rendering_goes_through_the_clusters_gres(slurm_cluster, tmp_path: P
 
 # --- real runs, submitted together so that they share the cluster's time ----------------------------
 
+TIME_LIMIT_STEPS = 320
 RUNS = {  # name -> (template, values, training arguments, extra sbatch options)
     "requeue": ("requeue", {}, ["--epochs", "2", "--steps-per-epoch", "15", "--step-sleep", "0.3",
                                 "--checkpoint-every", "0"], []),
     "requeue-cap": ("requeue", {"max_requeues": 0}, ["--epochs", "1", "--steps-per-epoch", "600", "--step-sleep", "0.3",
                                                       "--checkpoint-every", "0"], []),
-    # Slurm itself sends USR2 (--signal=B:USR2@110) 10-40 s into a 2-minute limit; 150 steps need >= 45 s.
-    "time-limit": ("requeue", {"time": "2", "signal_delay": 110},
-                   ["--epochs", "1", "--steps-per-epoch", "150", "--step-sleep", "0.3", "--checkpoint-every", "0"], []),
+    # Slurm itself sends USR2 (--signal=B:USR2@100) into a 3-minute limit: asked for at 80 s, and Slurm may send it
+    # up to 60 s early, so at 20-80 s (TIME_LIMIT_S - delay - 60 > 0: never before the batch shell runs). 320 steps
+    # of 0.3 s outlast the latest signal; the next attempt gets a 10-minute limit (_release_requeued).
+    "time-limit": ("requeue", {"time": "3", "signal_delay": 100},
+                   ["--epochs", "1", "--steps-per-epoch", str(TIME_LIMIT_STEPS), "--step-sleep", "0.3",
+                    "--checkpoint-every", "0"], []),
     "sweep": ("sweep", {"tasks_per_node": 2, "array": "0-1"},
               ["--epochs", "1", "--steps-per-epoch", "6", "--step-sleep", "0.5"], ["--nodelist={last_node}"]),
     "srun-cpu": ("srun-cpu", {"tasks_per_node": 2}, ["--epochs", "1", "--steps-per-epoch", "8"], []),
@@ -182,7 +186,7 @@ def _signal_at_start(cluster, job_id: str, batch_file: Path, stop: threading.Eve
 def _release_requeued(cluster, job_id: str, stop: threading.Event) -> None:
     """Once the time-limit job has requeued itself, let its next attempt start now and run to the end.
 
-    Test-only acceleration: Slurm holds a requeued job ~2 minutes (EligibleTime), and the 2-minute
+    Test-only acceleration: Slurm holds a requeued job ~2 minutes (EligibleTime), and the 3-minute
     limit that made Slurm send USR2 would signal the next attempt too; a user would give a real limit.
     """
     while not stop.wait(1):
@@ -191,11 +195,11 @@ def _release_requeued(cluster, job_id: str, stop: threading.Event) -> None:
             return
         if queued.startswith("PENDING") and "BeginTime" in queued:  # requeued, not merely waiting for nodes
             _past_the_requeue_second()
-            cluster.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=5", "StartTime=now"], check=False)
-        elif queued.startswith("RUNNING"):  # a later attempt that started with the 2-minute limit still set
+            cluster.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10", "StartTime=now"], check=False)
+        elif queued.startswith("RUNNING"):  # a later attempt that started with the 3-minute limit still set
             shown = cluster.run(["scontrol", "show", "job", "-o", job_id], check=False).stdout
-            if re.search(r"\bRestarts=[1-9]", shown) and "TimeLimit=00:02:00" in shown:
-                cluster.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=5"], check=False)
+            if re.search(r"\bRestarts=[1-9]", shown) and "TimeLimit=00:03:00" in shown:
+                cluster.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"], check=False)
 
 
 def _past_the_requeue_second() -> None:
@@ -269,20 +273,21 @@ def test_requeue_template_survives_its_time_limit(slurm_cluster, submitted) -> N
     """The real path: Slurm sends USR2 from --signal, the ranks checkpoint, the job requeues and finishes."""
     job_id, tmp_path = submitted["time-limit"]
     batch_file = tmp_path / f"ddp-requeue_{job_id}.out"
-    # Slack for a loaded 2-core machine: attempt 0 (USR2 at 10-40 s), the requeue, attempt 1 (45 s of steps).
-    state, code = _wait_gone(slurm_cluster, job_id, 300, batch_file=batch_file)
+    # Slack for a loaded 2-core machine: attempt 0 (USR2 at 20-80 s), the requeue, attempt 1 (at most ~90 s of steps).
+    state, code = _wait_gone(slurm_cluster, job_id, 420, batch_file=batch_file)
     story = _story(slurm_cluster, job_id, batch_file)
     batch = batch_file.read_text()
     assert (state, code) == ("COMPLETED", "0:0"), story
     assert batch.count("batch shell got SIGUSR2") == 1 and f"requeueing job {job_id} (restart 1" in batch, story
     assert "attempt 0: training step ended with status 0 " in batch, story  # no rank died of an early USR2
     stopped = _finals((tmp_path / "logs" / job_id / "attempt_0" / f"{job_id}_0_log.out").read_text().splitlines())
-    assert stopped and stopped[0]["status"] == "preempted" and 0 < stopped[0]["step"] < 150, (stopped, story)
+    assert stopped and stopped[0]["status"] == "preempted" and 0 < stopped[0]["step"] < TIME_LIMIT_STEPS, (stopped,
+                                                                                                           story)
     rank0 = (tmp_path / "logs" / job_id / "attempt_1" / f"{job_id}_0_log.out").read_text()
     assert f"at step {stopped[0]['step']}" in rank0, (rank0[-2000:], story)
     done = _finals([ln for f in (tmp_path / "logs" / job_id / "attempt_1").glob("*_log.out")
                     for ln in f.read_text().splitlines()])
-    assert {(r["status"], r["step"]) for r in done} == {("done", 150)}, (done, story)
+    assert {(r["status"], r["step"]) for r in done} == {("done", TIME_LIMIT_STEPS)}, (done, story)
     assert len({r["params_sha256"] for r in done}) == 1, done
 
 
@@ -326,14 +331,15 @@ def test_sweep_array_tasks_on_one_node_get_their_own_ports_and_arguments(slurm_c
     node = _last_node(slurm_cluster)
     state, code = _wait_gone(slurm_cluster, array_id, 150)
     assert (state, code) == ("COMPLETED", "0:0")
-    ports, lrs = set(), set()
+    ports, lrs, own_ids = set(), set(), set()
     for task in (0, 1):
         batch = (tmp_path / f"ddp-sweep_{array_id}_{task}.out").read_text()
         ports.add(re.search(r"master \S+:(\d+)", batch)[1])
+        own_ids.add(int(re.search(r"\(job (\d+)\)", batch)[1]))
         lrs.add(re.search(r"--lr (\S+);", batch)[1])
         finals = _finals([ln for f in (tmp_path / "logs" / f"{array_id}_{task}").glob("*_log.out")
                           for ln in f.read_text().splitlines()])
         assert sorted(r["rank"] for r in finals) == [0, 1] and len({r["params_sha256"] for r in finals}) == 1
         assert {r["host"] for r in finals} == {node}
-    assert ports == {str(10000 + (int(array_id) + t) % 20000) for t in (0, 1)}
+    assert len(own_ids) == 2 and ports == {str(10000 + job % 20000) for job in own_ids}  # each task's own job id
     assert lrs == {"0.1", "0.03"}  # each array task took its own SWEEP entry

@@ -85,6 +85,9 @@ def test_fresh_venv_without_torch_runs_analyze_html_and_triage(wheel: Path, tmp_
     assert (tmp_path / "rows.csv").read_text().count("\n") == 2
     assert subprocess.run([ddpslurm, "template", "srun-cpu"], **run).stdout.startswith("#!/bin/bash")
     (tmp_path / "train.py").write_text("print('hello')\n")
-    submit = subprocess.run([ddpslurm, "submit", "train.py", "--nodes", "1", "--dry-run"], **run)
+    dry = subprocess.run([ddpslurm, "submit", "train.py", "--nodes", "1", "--dry-run"], **run)
+    assert dry.returncode == 0 and "#SBATCH --nodes=1" in dry.stdout, dry.stderr  # a dry run needs no submitit
+    assert "pip install 'ddpslurm[launch]'" in dry.stdout + dry.stderr
+    submit = subprocess.run([ddpslurm, "submit", "train.py", "--nodes", "1", "--lint", "off"], **run)
     assert submit.returncode == 1 and submit.stderr.count("\n") == 1, submit.stderr
     assert "pip install 'ddpslurm[launch]'" in submit.stderr

@@ -1,7 +1,7 @@
 """Issue 16, item 2: no value reaches an `#SBATCH` line unless sbatch would read it as exactly that value.
 
 The reproducers of the issue (a newline in --partition injecting `touch`, `--mem $'16G\\n'`, `--mem ٦٤G`)
-are refused by `submit` (exit 2) and `template` (exit 1) with one line, through the one shared check.
+are refused by `submit` and `template` (both exit 2, a usage error) with one line, through the one shared check.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_submit_dry_run_injects_no_line(tmp_path: Path, flag: str) -> None:
 
 def test_template_refuses_the_injection(tmp_path: Path) -> None:
     done = _cli("template", "srun-gpu", "--partition", INJECT, cwd=tmp_path)
-    assert done.returncode == 1 and "touch" not in done.stdout
+    assert done.returncode == 2 and "touch" not in done.stdout  # a usage error, as in `submit`
     assert len(done.stderr.strip().splitlines()) == 1
 
 

@@ -157,6 +157,7 @@ def test_shell_port_is_ddpslurms_port(name: str, job_id: str) -> None:
 
 @pytest.mark.parametrize(("array_job", "task"), [("100", "0"), ("100", "1"), ("19999", "1"), ("2815500", "7")])
 def test_sweep_port_is_ddpslurms_array_port(array_job: str, task: str) -> None:
+    """An array task's own SLURM_JOB_ID is the key, as in ddpslurm.env (array job id + index is another job's id)."""
     from ddpslurm.env import master_port_for
 
     env = {"SLURM_JOB_ID": str(int(array_job) + int(task) + 1), "SLURM_ARRAY_JOB_ID": array_job,
@@ -169,7 +170,8 @@ def test_sweep_port_is_ddpslurms_array_port(array_job: str, task: str) -> None:
 def test_two_array_tasks_get_different_ports() -> None:
     line = _port_line("sweep")
     ports = {subprocess.run(["bash", "-c", f'{line}; echo "$MASTER_PORT"'], capture_output=True, text=True,
-                            env={"SLURM_ARRAY_JOB_ID": "5000", "SLURM_ARRAY_TASK_ID": str(t)}, check=True).stdout
+                            env={"SLURM_JOB_ID": str(5001 + t), "SLURM_ARRAY_JOB_ID": "5000",
+                                 "SLURM_ARRAY_TASK_ID": str(t)}, check=True).stdout
              for t in range(8)}
     assert len(ports) == 8
 
@@ -217,7 +219,7 @@ def test_every_template_carries_the_essentials(name: str) -> None:
     ("torchrun-cpu", ["--tee=3", "--redirects=3", "--max-restarts=0"]),
     ("requeue", ["#SBATCH --signal=B:USR2@90", "#SBATCH --requeue", "#SBATCH --open-mode=append",
                  'scontrol requeue "$SLURM_JOB_ID"', "SLURM_RESTART_COUNT", "MAX_REQUEUES=3", "/attempt_"]),
-    ("sweep", ["#SBATCH --array=0-2", "SLURM_ARRAY_JOB_ID + SLURM_ARRAY_TASK_ID", "%x_%A_%a.out"]),
+    ("sweep", ["#SBATCH --array=0-2", "export MASTER_PORT=$((10000 + SLURM_JOB_ID % 20000))", "%x_%A_%a.out"]),
     ("standalone", ["--standalone", "#SBATCH --nodes=1"]),
 ])
 def test_template_specific_settings(name: str, markers: list[str]) -> None:
@@ -300,7 +302,8 @@ def test_validate_rejects_with_one_line_and_a_fix(param: str, value: object, wor
 
 @pytest.mark.parametrize(("text", "seconds"), [
     ("30", 1800), ("5:30", 330), ("01:00:00", 3600), ("1-0", 86400), ("2-12", 2 * 86400 + 12 * 3600),
-    ("1-02:03", 86400 + 2 * 3600 + 180), ("1-02:03:04", 86400 + 7384), ("0:90", 90),
+    ("1-02:03", 86400 + 2 * 3600 + 180), ("1-02:03:04", 86400 + 7384), ("1:30", 90), ("72:00:00", 3 * 86400),
+    ("0-23:59:59", 86399),
 ])
 def test_slurm_time_seconds(text: str, seconds: int) -> None:
     assert templates.slurm_time_seconds(text) == seconds
@@ -309,7 +312,9 @@ def test_slurm_time_seconds(text: str, seconds: int) -> None:
 def test_signal_delay_must_fit_in_the_time_limit() -> None:
     with pytest.raises(TemplateError, match="signal-delay"):
         templates.render("requeue", {"time": "1", "signal_delay": 60})
-    assert "#SBATCH --signal=B:USR2@100" in templates.render("requeue", {"time": "2", "signal_delay": 100})
+    with pytest.raises(TemplateError, match="up to 60s earlier"):  # the signal may come 60 s early: at the start
+        templates.render("requeue", {"time": "2", "signal_delay": 100})
+    assert "#SBATCH --signal=B:USR2@100" in templates.render("requeue", {"time": "3", "signal_delay": 100})
 
 
 def test_unknown_template_lists_the_known_ones() -> None:
@@ -378,7 +383,7 @@ def test_cli_writes_the_output_file(tmp_path: Path) -> None:
 ])
 def test_cli_bad_values_give_one_line_without_traceback(args: list[str], words: str) -> None:
     done = _cli(*args)
-    assert done.returncode == 1
+    assert done.returncode == 2  # usage errors exit 2, as in every other command
     assert done.stdout == ""
     assert words in done.stderr
     assert "Traceback" not in done.stderr
