@@ -43,19 +43,22 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 @cli.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("script")
+@click.argument("script", type=click.Path())  # a path: shell completion offers files
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--nodes", type=int, default=1, show_default=True, help="Number of nodes.")
-@click.option("--tasks-per-node", type=int, default=None, help="Ranks per node [default: --gpus-per-node or 1].")
+@click.option("-N", "--nodes", type=int, default=1, show_default=True, help="Number of nodes.")
+@click.option("--tasks-per-node", "--ntasks-per-node", "tasks_per_node", type=int, default=None,
+              help="Ranks per node [default: --gpus-per-node or 1].")
 @click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (sbatch --gpus-per-node).")
-@click.option("--cpus-per-task", type=int, default=None, help="CPUs per rank.")
+@click.option("-c", "--cpus-per-task", type=int, default=None, help="CPUs per rank.")
 @click.option("--mem", default=None, help="Memory per node, e.g. 64G.")
-@click.option("--partition", default=None, help="Slurm partition (`sinfo -s` lists them).")
-@click.option("--account", default=None, help="Slurm account.")
-@click.option("--qos", default=None, help="Slurm QOS.")
-@click.option("--time", "time_limit", default="60", show_default=True, help="Time limit: minutes, H:MM:SS or D-HH:MM.")
-@click.option("--constraint", default=None, help="Node features (sbatch --constraint).")
-@click.option("--exclude", default=None, help="Nodes to avoid, e.g. node[03-04].")
+@click.option("-p", "--partition", default=None, help="Slurm partition (`sinfo -s` lists them).")
+@click.option("-A", "--account", default=None, help="Slurm account.")
+@click.option("-q", "--qos", default=None, help="Slurm QOS.")
+@click.option("-t", "--time", "time_limit", default="60", show_default=True,
+              help="Time limit as sbatch takes it: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S.")
+@click.option("-C", "--constraint", default=None, help="Node features (sbatch --constraint).")
+@click.option("-x", "--exclude", default=None, help="Nodes to avoid, e.g. node[03-04].")
+@click.option("-w", "--nodelist", default=None, help="Nodes to run on, e.g. node[01-02] (sbatch --nodelist).")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="KEY=VALUE",
               help="Any other sbatch option (repeatable), e.g. --sbatch-arg reservation=r1.")
 @click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun", show_default=True,
@@ -68,7 +71,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
               help="Send USR2 this many seconds before the time limit.")
 @click.option("--interface", default=None,
               help="Network interface for NCCL and gloo [default: gloo the one routing to peers, NCCL its own].")
-@click.option("--job-name", default="ddpslurm", show_default=True, help="Slurm job name.")
+@click.option("-J", "--job-name", default="ddpslurm", show_default=True, help="Slurm job name.")
+@click.option("--python", type=click.Path(), default=None, metavar="PATH",
+              help="Interpreter every rank runs; checked for torch, submitit and ddpslurm before submitting and "
+                   "again in the batch step [default: this ddpslurm's Python].")
 @click.option("--master-port", type=int, default=None,
               help="MASTER_PORT for the job [default: 10000 + job id % 20000]; the shell's own is never used.")
 @click.option("--hang-timeout", type=int, default=0, show_default=True, metavar="S",
@@ -90,25 +96,28 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node: int | None,
            gpus_per_node: int | None, cpus_per_task: int | None, mem: str | None, partition: str | None,
            account: str | None, qos: str | None, time_limit: str, constraint: str | None, exclude: str | None,
-           sbatch_args: tuple[str, ...], launcher: str, folder: str, max_requeues: int, signal_delay: int,
-           interface: str | None, job_name: str, master_port: int | None, hang_timeout: int, preflight: bool,
-           retries: int, dry_run: bool, wait: bool, local: bool, as_json: bool, lint_mode: str) -> None:
+           nodelist: str | None, sbatch_args: tuple[str, ...], launcher: str, folder: str, max_requeues: int,
+           signal_delay: int, interface: str | None, job_name: str, python: str | None, master_port: int | None,
+           hang_timeout: int, preflight: bool, retries: int, dry_run: bool, wait: bool, local: bool, as_json: bool,
+           lint_mode: str) -> None:
     """Submit a plain PyTorch DDP SCRIPT as a multi-node Slurm job (script arguments after `--`).
 
     \b
       ddpslurm submit train.py --nodes 2 --gpus-per-node 8 --time 4:00:00 -- --lr 0.1
+      ddpslurm submit train.py -N 2 -p gpu -A proj123 -t 1-00:00:00 --python ~/venv/bin/python
       ddpslurm submit train.py --nodes 2 --dry-run
       ddpslurm submit train.py --nodes 1 --tasks-per-node 2 --local
     """
-    _require_launch_extra()
+    if not dry_run:  # a dry run renders without submitit
+        _require_launch_extra()
     from ddpslurm.launch.cli_glue import run_submit
 
     code = run_submit(
         dict(script=script, script_args=script_args, nodes=nodes, tasks_per_node=tasks_per_node,
              gpus_per_node=gpus_per_node, cpus_per_task=cpus_per_task, mem=mem, partition=partition,
-             account=account, qos=qos, time=time_limit, constraint=constraint, exclude=exclude,
+             account=account, qos=qos, time=time_limit, constraint=constraint, exclude=exclude, nodelist=nodelist,
              sbatch_args=sbatch_args, launcher=launcher, folder=folder, max_requeues=max_requeues,
-             signal_delay_s=signal_delay, interface=interface, local=local, job_name=job_name,
+             signal_delay_s=signal_delay, interface=interface, local=local, job_name=job_name, python=python,
              master_port=master_port, hang_timeout_s=hang_timeout, preflight=preflight),
         dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo, retries=retries, lint=lint_mode)
     if code:
@@ -123,7 +132,8 @@ def _require_launch_extra() -> None:
 
     if importlib.util.find_spec("submitit") is None:
         raise SubmitError("submit needs submitit, which this installation lacks",
-                          "pip install 'ddpslurm[launch]' (analyze, triage, status and template work without it)")
+                          "pip install 'ddpslurm[launch]' (analyze, triage, status, template and submit --dry-run "
+                          "work without it)")
 
 
 @cli.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -133,14 +143,23 @@ def _require_launch_extra() -> None:
 def status(job: str, wait: bool, as_json: bool) -> None:
     """Show a job's state, its steps, exit codes, nodes and requeue count.
 
-    JOB is a job id or a ddpslurm job folder (`.../job_<jobid>/`). Exit status: 0 shown (with --wait:
-    the job completed), 1 unknown job or no Slurm, 3 with --wait: the job ended in failure.
+    JOB is a job id or a ddpslurm job folder (`.../job_<jobid>/`), also of a `submit --local` job (read from
+    its folder; its id is looked up under ./ddpslurm_jobs). Exit status: 0 shown (with --wait: the job
+    completed), 1 unknown job or no Slurm, 3 with --wait: the job ended in failure.
     """
+    from collections.abc import Callable
+
+    from ddpslurm.launch.local_status import local_job_folder, local_status, wait_local_job
     from ddpslurm.sanitize import json_dumps
     from ddpslurm.scheduler.status import JobStatus, exit_code_for, job_status, progress_line, render_text, wait_for_job
 
+    local = local_job_folder(job)  # a `submit --local` job: its folder, not Slurm, knows its state
+
+    def waited(on_update: Callable[[JobStatus], None]) -> JobStatus:
+        return wait_local_job(local, on_update) if local else wait_for_job(job, on_update=on_update)
+
     if not wait:
-        result = job_status(job)
+        result = local_status(local) if local else job_status(job)
     elif as_json or not sys.stdout.isatty():
         last: list[str] = [""]
 
@@ -150,13 +169,13 @@ def status(job: str, wait: bool, as_json: bool) -> None:
                 click.echo(line)
             last.append(line)
 
-        result = wait_for_job(job, on_update=show_line)
+        result = waited(show_line)
     else:
         from rich.live import Live
         from rich.text import Text
 
         with Live(Text("querying Slurm..."), refresh_per_second=4, transient=True) as live:
-            result = wait_for_job(job, on_update=lambda s: live.update(Text(render_text(s))))
+            result = waited(lambda s: live.update(Text(render_text(s))))
     from ddpslurm.launch.retries import chain_lines, chain_of_job
 
     chain = chain_of_job(result.job_id, result.folder)  # `submit --retries`: the whole chain this job is part of
@@ -170,20 +189,29 @@ def status(job: str, wait: bool, as_json: bool) -> None:
 
 
 
+def _template_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of `ddpslurm template NAME`."""
+    from ddpslurm.templates import TEMPLATES
+
+    return [name for name in TEMPLATES if name.startswith(incomplete)]
+
+
 @cli.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("name", required=False)
+@click.argument("name", required=False, shell_complete=_template_names)
 @click.argument("train_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--list", "list_only", is_flag=True, help="List the templates with a one-line description.")
-@click.option("--nodes", type=int, default=None, help="Number of nodes.")
+@click.option("-N", "--nodes", type=int, default=None, help="Number of nodes.")
 @click.option("--gpus-per-node", type=int, default=None, help="GPUs per node, one rank each (0: no GPU request).")
-@click.option("--tasks-per-node", type=int, default=None, help="Processes per node when no GPUs are used.")
-@click.option("--cpus-per-task", type=int, default=None, help="CPU cores per task.")
-@click.option("--partition", default=None, help="Partition(s), comma separated.")
-@click.option("--account", default=None, help="Account to charge.")
-@click.option("--qos", default=None, help="Quality of service.")
+@click.option("--tasks-per-node", "--ntasks-per-node", "tasks_per_node", type=int, default=None,
+              help="Processes per node when no GPUs are used.")
+@click.option("-c", "--cpus-per-task", type=int, default=None, help="CPU cores per task.")
+@click.option("-p", "--partition", default=None, help="Partition(s), comma separated.")
+@click.option("-A", "--account", default=None, help="Account to charge.")
+@click.option("-q", "--qos", default=None, help="Quality of service.")
 @click.option("--mem", default=None, help="Memory per node, e.g. 64G (0: all).")
-@click.option("--time", "time_limit", default=None, help="Time limit: minutes, H:MM:SS or D-HH:MM:SS.")
-@click.option("--job-name", default=None, help="Slurm job name.")
+@click.option("-t", "--time", "time_limit", default=None,
+              help="Time limit as sbatch takes it: M, M:S, H:M:S, D-H, D-H:M or D-H:M:S.")
+@click.option("-J", "--job-name", default=None, help="Slurm job name.")
 @click.option("--max-requeues", type=int, default=None, help="requeue: how often the job may requeue itself.")
 @click.option("--signal-delay", type=int, default=None, help="requeue: seconds before the time limit for USR2.")
 @click.option("--checkpoint-dir", default=None, help="requeue: folder for the per-job checkpoint folders.")
@@ -191,8 +219,9 @@ def status(job: str, wait: bool, as_json: bool) -> None:
 @click.option("--script", default=None, help="Your training script (TRAIN_SCRIPT).")
 @click.option("--python", default=None, help="Python interpreter with torch.")
 @click.option("--log-dir", default=None, help="Folder for the per-job log folders.")
-@click.option("--nccl-socket-ifname", default=None, help="GPU templates: NCCL_SOCKET_IFNAME, e.g. ib0.")
-@click.option("--nccl-ib-hca", default=None, help="GPU templates: NCCL_IB_HCA, e.g. mlx5.")
+@click.option("--nccl-socket-ifname", default=None,
+              help="GPU templates: NCCL_SOCKET_IFNAME, e.g. ib0 [default: unset, NCCL picks].")
+@click.option("--nccl-ib-hca", default=None, help="GPU templates: NCCL_IB_HCA, e.g. mlx5 [default: unset, all active].")
 @click.option("--gloo-socket-ifname", default=None, help="CPU templates: GLOO_SOCKET_IFNAME.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write to FILE, not stdout.")
 @click.option("--regenerate", is_flag=True, help="Rewrite sbatch_templates/ (the golden files) in a source checkout.")
@@ -242,8 +271,10 @@ def template(name: str | None, train_args: tuple[str, ...], list_only: bool, out
 @cli.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("inputs", nargs=-1, required=True, metavar="PATH_OR_JOBID...")
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as one JSON object (same as --format json).")
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True,
-              help="Report format; markdown suits a support ticket.")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default=None,
+              help="Report format; markdown suits a support ticket.  [default: text]")
+@click.option("--width", type=click.IntRange(20, 10_000), default=None, metavar="N",
+              help="Wrap the text report at N columns [default: the terminal's; not wrapped in a pipe].")
 @click.option("--signatures", "signature_dirs", multiple=True, metavar="DIR",
               help="Extra folder of *.toml failure signatures (also $DDPSLURM_SIGNATURES).")
 @click.option("--attempt", default=None, metavar="N|all", help="Which attempt of a requeued job [default: the last].")
@@ -252,18 +283,20 @@ def template(name: str | None, train_args: tuple[str, ...], list_only: bool, out
 @click.option("--folder", "folders", multiple=True, metavar="ROOT", help="Where job folders are, for a JOBID.")
 @click.option("--html", "html_file", default=None, metavar="FILE",
               help="Also write a self-contained HTML report (per-rank timeline, verdict, evidence) to FILE.")
-def analyze(inputs: tuple[str, ...], as_json: bool, fmt: str, signature_dirs: tuple[str, ...], attempt: str | None,
-            jobs: int | None, folders: tuple[str, ...], html_file: str | None) -> None:
+def analyze(inputs: tuple[str, ...], as_json: bool, fmt: str | None, width: int | None,
+            signature_dirs: tuple[str, ...], attempt: str | None, jobs: int | None, folders: tuple[str, ...],
+            html_file: str | None) -> None:
     """Tell why a multi-node job failed: the cause and the first failing rank.
 
-    PATH is a job folder, a torchrun --log-dir, a folder of slurm-*.out files, or log files; a JOBID
-    (all digits) finds ./ddpslurm_jobs/job_<id> (or under --folder) and adds sacct's view. Exit 0 when a
-    diagnosis was made (even `unknown`), 1 when the input cannot be read, 2 on a usage error.
+    PATH is a job folder, a torchrun --log-dir, a folder of slurm-*.out files, or log files; `-` reads a
+    log from standard input, and a pipe (`<(ssh n1 cat log)`) is read too; a JOBID (all digits) finds
+    ./ddpslurm_jobs/job_<id> (or under --folder) and adds sacct's view. Exit 0 when a diagnosis was made
+    (even `unknown`), 1 when the input cannot be read, 2 on a usage error.
     """
-    from ddpslurm.analyze.command import run_analyze
+    from ddpslurm.analyze.command import output_format, run_analyze
 
-    code = run_analyze(inputs, output="json" if as_json else fmt, signature_dirs=signature_dirs, attempt=attempt,
-                       jobs=jobs, folders=folders, echo=click.echo, html_file=html_file)
+    code = run_analyze(inputs, output=output_format(as_json, fmt, width), signature_dirs=signature_dirs,
+                       attempt=attempt, jobs=jobs, folders=folders, echo=click.echo, html_file=html_file, width=width)
     if code:
         sys.exit(code)
 
@@ -330,6 +363,7 @@ def triage(paths: tuple[str, ...], since: str | None, csv_file: str | None, as_j
 @click.option("--time", "time_limit", default="5", show_default=True, help="Time limit of the doctor's job.")
 @click.option("--constraint", default=None, help="Node features (sbatch --constraint).")
 @click.option("--exclude", default=None, help="Nodes to avoid, e.g. node[03-04].")
+@click.option("-w", "--nodelist", default=None, help="Nodes to check, e.g. node[01-02] (sbatch --nodelist).")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="KEY=VALUE", help="Any other option (repeatable).")
 @click.option("--gpus-per-node", type=int, default=None, help="GPUs each node must show.")
 @click.option("--interface", default=None, help="The interface NCCL/gloo will use [default: the one ddpslurm picks].")

@@ -25,6 +25,7 @@ from ddpslurm.analyze.read.discover import (
     scan_skips,
     select_attempt,
 )
+from ddpslurm.analyze.read.streams import Streams, read_streams
 from ddpslurm.analyze.report.render import fill, render
 from ddpslurm.analyze.rules.loading import load_signatures
 from ddpslurm.analyze.rules.signatures import SignatureSet
@@ -43,9 +44,12 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
 def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, progress: bool = False,
                   signature_dirs: Sequence[str | Path] = (), attempt: str | int | None = None,
                   signatures: SignatureSet | None = None) -> Diagnosis:
-    """Read the logs under `paths` and say why the job failed (see DESIGN.md, Analyze)."""
-    with without_cycle_collection():
-        return _analyze_paths(paths, workers=workers, progress=progress, signature_dirs=signature_dirs,
+    """Read the logs under `paths` and say why the job failed (see DESIGN.md, Analyze). A path `-` is standard
+    input, and a fifo or pipe (/dev/fd/N) is read as it comes (`read.streams`)."""
+    if not paths:
+        raise AnalyzeInputError("no path given", "give a job folder, log files, or a job id")
+    with without_cycle_collection(), read_streams(paths) as streams:  # `-`, pipes: read into temporary copies
+        return _analyze_paths(streams, workers=workers, progress=progress, signature_dirs=signature_dirs,
                               attempt=attempt, signatures=signatures)
 
 
@@ -65,13 +69,13 @@ def without_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _analyze_paths(paths: Sequence[str | Path], *, workers: int | None, progress: bool,
+def _analyze_paths(streams: Streams, *, workers: int | None, progress: bool,
                    signature_dirs: Sequence[str | Path], attempt: str | int | None,
                    signatures: SignatureSet | None) -> Diagnosis:
-    if not paths:
-        raise AnalyzeInputError("no path given", "give a job folder, log files, or a job id")
     sigs = signatures or load_signatures(signature_dirs)
-    discovery = discover_all(paths)
+    discovery = discover_all(streams.paths, streams.shown)
+    discovery.skipped[:0] = streams.skipped
+    paths = streams.names()
     sources = select_attempt(discovery.sources, attempt)
     records = [s for s in sources if is_record(s)]
     logs = [s for s in sources if not is_record(s)]
@@ -110,20 +114,27 @@ def _analyze_paths(paths: Sequence[str | Path], *, workers: int | None, progress
     if empty:
         diagnosis.notes.append(empty)
     apply_skipped(diagnosis, discovery.skipped + scan_skips(summaries))
+    diagnosis.notes.extend(scan_notes(summaries))
+    return diagnosis
+
+
+def scan_notes(summaries: Sequence[FileSummary]) -> list[str]:
+    """What the diagnosis says of how the scan went: a worker that died, lines cut, streams not compared."""
+    notes = []
     rescanned = sum(1 for s in summaries if s.rescanned)
     if rescanned:
-        diagnosis.notes.append(f"a scan worker process ended abruptly (killed: out of memory?); the main process read "
-                               f"the {rescanned} file(s) whose results had not come back")
+        notes.append(f"a scan worker process ended abruptly (killed: out of memory?); the main process read "
+                     f"the {rescanned} file(s) whose results had not come back")
     truncated = sum(s.truncated_lines for s in summaries)
     if truncated:
-        diagnosis.notes.append(f"truncated {truncated} overlong line(s)")
+        notes.append(f"truncated {truncated} overlong line(s)")
     untallied = [s.file for s in summaries if s.streams_untallied]
     if untallied:
-        diagnosis.notes.append(
+        notes.append(
             f"where each rank's lines end was not compared in {', '.join(untallied[:3])}"
             f"{f' and {len(untallied) - 3} more' if len(untallied) > 3 else ''} (srun --label logs over "
             f"{stream_ends.MAX_BYTES >> 20} MB): a rank that went silent there is found by its peers' lines alone")
-    return diagnosis
+    return notes
 
 
 def last_attempt_only(file_events: list[Event]) -> list[Event]:

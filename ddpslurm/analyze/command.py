@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ddpslurm.analyze.read.streams import STDIN
 from ddpslurm.errors import UsageError
 
 
@@ -25,9 +26,22 @@ def resolve_inputs(args: Sequence[str], folders: Sequence[str]) -> tuple[list[Pa
     return paths, job_id
 
 
+def output_format(as_json: bool, fmt: str | None, width: int | None) -> str:
+    """The report format `--json` and `--format` ask for (text when neither); asking for two is a usage error, and
+    so is `--width` with a format that is not wrapped."""
+    if as_json and fmt not in (None, "json"):
+        raise UsageError(f"--json and --format {fmt} ask for two formats", "give one of them")
+    output = "json" if as_json else fmt or "text"
+    if width is not None and output != "text":
+        raise UsageError(f"--width applies to the text report, not to --format {output}", "leave --width out")
+    return output
+
+
 def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[str], attempt: str | None,
-                jobs: int | None, folders: Sequence[str], echo, html_file: str | None = None) -> int:
-    """Analyze and print in `output` format (text | markdown | json), and the HTML report to `html_file`."""
+                jobs: int | None, folders: Sequence[str], echo, html_file: str | None = None,
+                width: int | None = None) -> int:
+    """Analyze and print in `output` format (text | markdown | json) at `width` columns (text), and the HTML
+    report to `html_file`."""
     from ddpslurm.analyze.api import add_accounting, analyze_paths
     from ddpslurm.analyze.report.text import json_pieces, render_text, to_markdown
 
@@ -36,6 +50,8 @@ def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1", "use --jobs 1 for a single process")
     paths, job_id = resolve_inputs(inputs, folders)
+    if STDIN in inputs and sys.stdin.isatty():
+        echo("ddpslurm: reading a log from standard input: paste it, then press Ctrl-D", err=True)
     diagnosis = analyze_paths(paths, workers=jobs, progress=output == "text" and sys.stderr.isatty(),
                               signature_dirs=signature_dirs, attempt=attempt)
     if job_id is not None:
@@ -51,6 +67,6 @@ def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[
     elif output == "markdown":
         echo(to_markdown(diagnosis), nl=False)
     else:
-        render_text(diagnosis)
+        render_text(diagnosis, width=width)
     return 0
 

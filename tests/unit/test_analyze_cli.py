@@ -34,11 +34,14 @@ def test_empty_folder(tmp_path: Path) -> None:
     assert "no log files found" in line
 
 
-def test_fifo_is_refused(tmp_path: Path) -> None:
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
-    line = one_error_line(run(str(fifo)), 1)
-    assert "not a regular file" in line
+def test_socket_is_refused(tmp_path: Path) -> None:
+    """A fifo given is read as it comes (test_analyze_io.py); a socket cannot be opened and read: one line."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(tmp_path / "sock"))
+        line = one_error_line(run(str(tmp_path / "sock")), 1)
+    assert "not a regular file, folder or pipe" in line
 
 
 def test_only_binary_garbage(tmp_path: Path) -> None:

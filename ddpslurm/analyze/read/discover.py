@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -107,11 +107,13 @@ def discover(paths: Sequence[str | Path]) -> list[SourceFile]:
     return discover_all(paths).sources
 
 
-def discover_all(paths: Sequence[str | Path]) -> Discovery:
-    """The files to analyze and the skipped paths. A path given that cannot be read is an AnalyzeInputError."""
+def discover_all(paths: Sequence[str | Path], shown: Mapping[str, str] | None = None) -> Discovery:
+    """The files to analyze and the skipped paths. A path given that cannot be read is an AnalyzeInputError.
+    `shown`: the copies of streams (`read.streams`) among `paths`, each with the name its lines are shown under."""
     found = Discovery()
     seen: set[tuple[int, int]] = set()
-    base = _common_parent(paths)
+    shown = shown or {}
+    base = _common_parent([p for p in paths if str(p) not in shown])
     for given in paths:
         path = Path(given)
         st = _stat_given(given)
@@ -121,11 +123,13 @@ def discover_all(paths: Sequence[str | Path]) -> Discovery:
             key = (st.st_dev, st.st_ino)
             if key not in seen:
                 seen.add(key)
-                found.sources.append(_source(str(path), path.name, _relative(path, base), st.st_size))
-                found.explicit.add(str(path))
+                name = shown.get(str(path))
+                relative = PurePath(path.name) if name is not None else _relative(path, base)
+                found.sources.append(_source(str(path), path.name, relative, st.st_size, name))
+                found.explicit.add(name or str(path))
         else:
-            raise AnalyzeInputError(f"{given}: not a regular file or folder (a fifo, socket or device)",
-                                    "give a log file or a folder of logs")
+            raise AnalyzeInputError(f"{given}: not a regular file, folder or pipe (a socket or device)",
+                                    "give a log file or a folder of logs, or `-` to read standard input")
     return found
 
 
@@ -347,7 +351,8 @@ def _stat_ahead(entry: os.DirEntry) -> None:
         pass
 
 
-def _source(path: str, name: str, relative: PurePath | tuple[str, ...], size: int) -> SourceFile:
+def _source(path: str, name: str, relative: PurePath | tuple[str, ...], size: int,
+            display: str | None = None) -> SourceFile:
     info = path_info(relative)
     kind = info.kind
     hang_kind = next((k for pattern, k in _HANG_FILES if pattern.fullmatch(name)), None)
@@ -356,7 +361,7 @@ def _source(path: str, name: str, relative: PurePath | tuple[str, ...], size: in
     elif name.endswith(".json") and name != ".json" and kind == "log":
         kind = "json"
     path = sys.intern(path)  # the one string of this file's name its events and summary share (events.loaded_event)
-    return SourceFile(path=path, display=path, rank=info.rank, host=info.host, local_rank=info.local_rank,
+    return SourceFile(path=path, display=display or path, rank=info.rank, host=info.host, local_rank=info.local_rank,
                       attempt=info.attempt, kind=kind, size=size, task_file=info.task_file)
 
 

@@ -24,25 +24,39 @@ READ_DEADLINE = 300.0
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in (8, 9, 10, 12, 13, 27)) + b"\x7f"
 
 
-#: a run of NULs this long is a hole (what a node crash leaves at the end of a log on NFS/Lustre), not binary data
-_NUL_RUN = re.compile(rb"\x00{16,}")
+#: NUL bytes, each run of them one match: a crashed node leaves zero-filled holes (blocks the file system allocated and
+#: the dead node never wrote) inside and at the end of its logs on NFS/Lustre, and a log can carry a stray NUL
+_NUL_RUNS = re.compile(rb"\x00+")
+#: more NUL runs than one per this many bytes of a head are NULs woven through the data (binary structure, UTF-16),
+#: not holes in a text log
+NUL_RUN_SPACING = 64
 
 
 def is_binary(head: bytes) -> bool:
-    """Heuristic: NUL bytes or mostly non-text bytes in the first block, zero-filled holes aside."""
+    """Heuristic: whether a file's first block is binary data, not a text log. NUL runs are holes and left out
+    (a head of holes alone is text: its log is read on past them), unless they are woven through the data; then
+    mostly non-text bytes make it binary: control bytes, or some control bytes and many bytes that are not UTF-8."""
     if b"\x00" in head:
-        head = _NUL_RUN.sub(b"", head)
+        if len(_NUL_RUNS.findall(head)) > max(4, len(head) // NUL_RUN_SPACING):
+            return True
+        head = head.replace(b"\x00", b"")
     if not head:
         return False
-    if head.count(b"\x00") > max(1, len(head) // 100):
+    control = (len(head) - len(head.translate(None, _CONTROL_BYTES))) / len(head)
+    if control > 0.1:
         return True
-    control = len(head) - len(head.translate(None, _CONTROL_BYTES))
-    return control / len(head) > 0.1
+    if control < 0.03:  # text, in any 8-bit encoding (Latin-1, CP1251 letters are not UTF-8)
+        return False
+    invalid = head.decode("utf-8", "replace").count("\ufffd")  # compressed or random data: most high bytes
+    return invalid / len(head) > 0.2
 
 
 class ReadDeadline(OSError):
     """A file took longer than READ_DEADLINE seconds to read: the rest is left unread (and reported)."""
 
+
+#: how far back from a file's end `ends_with_newline` looks past a hole of NULs for the last byte written
+HOLE_LOOKBACK = 64 << 20
 
 #: how a log is opened: never blocking on a pseudo-file, never becoming a controlling terminal
 READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
@@ -104,10 +118,22 @@ class Reader:
         self.pos = os.lseek(self.fd, offset, os.SEEK_SET)
 
     def ends_with_newline(self) -> bool:
-        """Whether the file's last byte (as it was opened) is a line end; an empty file has no cut line."""
-        if self.last_byte is not None:
+        """Whether the file's last byte (as it was opened) other than a NUL (a hole a crashed node left at its end)
+        is a line end; an empty file, or one of NULs only, has no cut line."""
+        if self.last_byte is not None and self.last_byte != 0:
             return self.last_byte == 10
-        return self.size == 0 or os.pread(self.fd, 1, self.size - 1) == b"\n"
+        if self.last_byte is None and self.size:
+            last = os.pread(self.fd, 1, self.size - 1)
+            if last != b"\x00":
+                return last == b"\n"
+        end = self.size
+        while end > max(0, self.size - HOLE_LOOKBACK):
+            start = max(0, end - (64 << 10))
+            piece = os.pread(self.fd, end - start, start).rstrip(b"\x00")
+            if piece:
+                return piece[-1:] == b"\n"
+            end = start
+        return True
 
     def tell(self) -> int:
         return self.pos

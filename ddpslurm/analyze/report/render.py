@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ddpslurm.analyze.diagnose.combiner import Verdict, one_rank_job
@@ -13,9 +14,15 @@ from ddpslurm.analyze.diagnose.resolve import is_host_name, plausible_world
 from ddpslurm.analyze.diagnose.timeline import JobTimeline
 from ddpslurm.analyze.model import NO_FAILURE, Diagnosis, Event, Evidence, FileSummary, RankRow, TimelineRow
 from ddpslurm.analyze.parse.timestamps import format_time
+from ddpslurm.analyze.parse.tracebacks import in_library
 from ddpslurm.analyze.rules.signatures import SignatureSet
 
 MAX_EVIDENCE = 8
+#: an evidence line's text is kept whole up to this (a line event holds at most 2000 characters): the end of a long
+#: NCCL line is what tells the peer and the error
+MAX_TEXT = 2000
+#: how much of a clipped text's end is kept (NCCL's `Call to recv from 10.0.3.7<43012> failed : Broken pipe`)
+CLIP_TAIL = 64
 #: how the combiner decided -> the note the report adds
 DECIDED_BY = {
     "systemic": "no single rank: {reason}",
@@ -103,8 +110,13 @@ def _ordering_note(verdict: Verdict, tl: JobTimeline) -> str:
     failures = [e for rt in tl.ranks.values() for e in rt.failures]
     if failures and not any(e.time is not None for e in failures):
         return " (No timestamps in the logs: ordered by causal evidence.)"
-    if failures and verdict.decided_by in ("weight", "only") and len(tl.ranks) > 1:
-        return " (Times were missing or not comparable for some ranks: ordered by the weight of the evidence.)"
+    if failures and verdict.decided_by == "weight" and len(tl.ranks) > 1:  # `only`: nothing to order it against
+        untimed = sorted(r for r, rt in tl.ranks.items() if rt.own_failures
+                         and all(e.time is None for e in rt.own_failures))
+        if not untimed:
+            return " (The ranks' failure times are not comparable: ordered by the weight of the evidence.)"
+        shown = ", ".join(map(str, untimed[:5])) + (f" and {len(untimed) - 5} more" if len(untimed) > 5 else "")
+        return f" (Rank(s) {shown} logged their failure without a time: ordered by the weight of the evidence.)"
     return ""
 
 
@@ -113,20 +125,54 @@ def _notes(verdict: Verdict) -> list[str]:
         return [DECIDED_BY[verdict.decided_by].format(reason=verdict.reasons[0] if verdict.reasons else "?")]
     if verdict.rank is None or verdict.decided_by == "job":
         return []
-    return [f"rank {verdict.rank} was singled out because {'; '.join(verdict.reasons)}"]
+    reasons = list(dict.fromkeys(own_reason(r, verdict.rank) for r in verdict.reasons))
+    return [f"rank {verdict.rank} was singled out because {'; '.join(reasons)}"]
+
+
+def own_reason(reason: str, rank: int) -> str:
+    """A reason for singling `rank` out, said of it (`it`, `its`) rather than naming the rank again."""
+    reason = re.sub(rf"^rank {rank} reported it itself\b", "it reported the failure itself", reason)
+    return re.sub(rf"^rank {rank}('s|\b)", lambda m: "its" if m[1] else "it", reason)
 
 
 def to_evidence(e: Event) -> Evidence:
-    return Evidence(file=e.file, line=e.line, rank=e.rank, time=format_time(e.time), text=e.text[:500])
+    return Evidence(file=e.file, line=e.line, rank=e.rank, time=format_time(e.time), text=clip(shown_text(e), MAX_TEXT))
+
+
+def clip(text: str, size: int) -> str:
+    """`text` in at most `size` characters, its start and its end kept: the end of an error line is often what
+    matters (NCCL's `Call to recv from 10.0.3.7<43012> failed : Broken pipe`, after a long explanation)."""
+    if len(text) <= size:
+        return text
+    tail = min(CLIP_TAIL, size // 3)
+    return f"{text[:size - tail - 5]} ... {text[len(text) - tail:]}"
+
+
+#: the traceback field of torchelastic's failure summary when the child left no error file: a pointer to the docs
+_ELASTIC_BOILERPLATE = re.compile(r"^\s*(?:traceback\s*:\s*)?To enable traceback see:", re.I)
+
+
+def shown_text(e: Event) -> str:
+    """The text a report shows for an event: its line, except for an entry of torchelastic's failure summary that
+    holds only the pointer to its docs, which is said as what the entry tells (its exit code, pid and time)."""
+    if e.kind != "elastic_failure" or not _ELASTIC_BOILERPLATE.match(e.text):
+        return e.text
+    code, pid, when = e.get("exitcode"), e.get("pid"), e.get("time")
+    said = f"exited with exit code {code}" if code and not code.startswith("-") else \
+        f"was killed by signal {code[1:]}" if code else "failed"
+    return (f"torchelastic: the worker {said}{f' (pid {pid})' if pid else ''}{f' at {when}' if when else ''}, "
+            f"no traceback recorded (@record on main records one)")
 
 
 def evidence(tl: JobTimeline, summaries: Sequence[FileSummary], verdict: Verdict) -> list[Evidence]:
-    """The decisive line, the culprit's other errors, the votes' lines, one line per victim kind, Slurm's."""
+    """The decisive line, the culprit's other errors, the votes' lines, one line per victim kind, Slurm's. The copies
+    of one line in several files (the .err, the exit record, the rank's log) are all kept here, for `--json`; the
+    text and Markdown reports show each piece once (`report.text.pieces`)."""
     picked: list[Event] = [verdict.chosen] if verdict.chosen is not None else []
     if verdict.rank is not None:
         picked += [e for e in tl.rank(verdict.rank).own_failures if e is not verdict.chosen][:2]
     picked += verdict.support
-    kinds: set[str] = set()
+    kinds: set[object] = set()
     for rt in tl.ranks.values():
         for e in rt.failures:
             if e.role == "victim" and e.kind not in kinds and len(picked) < MAX_EVIDENCE:
@@ -142,8 +188,30 @@ def evidence(tl: JobTimeline, summaries: Sequence[FileSummary], verdict: Verdict
         for s in summaries:
             for i, line in enumerate(s.tail):
                 out.append(Evidence(file=s.file, line=max(1, s.lines - len(s.tail) + 1 + i), rank=None, time=None,
-                                    text=line[:500]))
+                                    text=clip(line, 500)))
     return out[:MAX_EVIDENCE]
+
+
+@dataclass(frozen=True)
+class ShownEvidence(Evidence):
+    """An evidence line with the frame of the script that raised it (a traceback's last frame, when it is not in
+    torch or another library: `train.py:52 in step`). The JSON keeps the five keys of DESIGN.md (Evidence's
+    `to_dict`)."""
+
+    frame: str | None = None
+
+
+def _unique(events: list[Event]) -> list[Evidence]:
+    seen: set[tuple[str, int]] = set()
+    out: list[Evidence] = []
+    for e in events:
+        if (e.file, e.line) not in seen:
+            seen.add((e.file, e.line))
+            where = e.get("where")
+            out.append(ShownEvidence(file=e.file, line=e.line, rank=e.rank, time=format_time(e.time),
+                                     text=clip(shown_text(e), MAX_TEXT),
+                                     frame=where if where and not in_library(where) else None))
+    return out
 
 
 def untied_peers(tl: JobTimeline) -> list[str]:
@@ -172,16 +240,6 @@ def is_address(text: str) -> bool:
     return True
 
 
-def _unique(events: list[Event]) -> list[Evidence]:
-    seen: set[tuple[str, int]] = set()
-    out = []
-    for e in events:
-        if (e.file, e.line) not in seen:
-            seen.add((e.file, e.line))
-            out.append(to_evidence(e))
-    return out
-
-
 def rank_rows(tl: JobTimeline, verdict: Verdict) -> list[RankRow]:
     """One row per rank seen or launched (bounded by facts), with its role and first error."""
     facts = tl.facts
@@ -196,7 +254,8 @@ def rank_rows(tl: JobTimeline, verdict: Verdict) -> list[RankRow]:
         rt = tl.ranks.get(r)
         first = _first_error(rt or tl.rank(r), verdict)
         rows.append(RankRow(rank=r, host=(rt.host if rt else None) or facts.rank_host.get(r),
-                            role=_role(r, rt, first, verdict), first_error=first.text[:300] if first else None))
+                            role=_role(r, rt, first, verdict),
+                            first_error=clip(shown_text(first), 300) if first else None))
     return rows
 
 
@@ -205,7 +264,8 @@ def _first_error(rt: Any, verdict: Verdict) -> Event | None:
     if verdict.rank == rt.rank and verdict.chosen is not None and verdict.chosen.rank in (rt.rank, None):
         return verdict.chosen
     timed = sorted(rt.failures, key=lambda e: (e.time is None, e.time or 0.0, e.file, e.line))
-    return timed[0] if timed else None
+    said = [e for e in timed if shown_text(e) is e.text]  # torchelastic's pointer to its docs says least
+    return said[0] if said else timed[0] if timed else None
 
 
 def _role(rank: int, rt: Any, first: Event | None, verdict: Verdict) -> str:
@@ -225,7 +285,7 @@ def timeline_rows(tl: JobTimeline, rows: list[RankRow]) -> list[TimelineRow]:
         first = rt.first_failure if rt is not None else None
         out.append(TimelineRow(rank=row.rank, host=row.host, role=row.role,
                                first_failure_time=first.time if first is not None else None,
-                               first_failure_text=first.text[:300] if first is not None else None,
+                               first_failure_text=clip(shown_text(first), 300) if first is not None else None,
                                last_time=rt.last_time if rt is not None else None,
                                exit_status=rt.exit_status if rt is not None else None))
     return out

@@ -6,9 +6,10 @@ import os
 import re
 import textwrap
 from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 from ddpslurm import sanitize
-from ddpslurm.analyze.model import NO_FAILURE, Diagnosis, RankRow
+from ddpslurm.analyze.model import NO_FAILURE, Diagnosis, Evidence, RankRow
 
 #: `[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]` -> `[pair.cc:553]`
 _SOURCE_PATH = re.compile(r"\[(?:[^\]\s]*/)?([^/\]\s]+\.(?:cc|cpp|cu|c|h|hpp|py):\d+)\]")
@@ -27,10 +28,6 @@ def one_line(text: str | None) -> str:
     return " ".join(_GLOG_HEADER.sub("", _SOURCE_PATH.sub(r"[\1]", safe(text).strip())).split())
 
 
-def _crop(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
-
-
 def evidence_root(files: Sequence[str]) -> str:
     """The folder all evidence files are under ('' when they share none), so rows can show short paths."""
     folders = [os.path.dirname(f) for f in files if f]
@@ -41,6 +38,28 @@ def evidence_root(files: Sequence[str]) -> str:
     except ValueError:  # absolute and relative paths mixed
         return ""
     return "" if root in ("", os.sep) else root
+
+
+class Piece(NamedTuple):
+    """One piece of evidence as the reports show it: its first copy, a time (the first copy's, else a copy's), the
+    script's frame that raised it, and where its other copies are (`file:line`)."""
+
+    evidence: Evidence
+    time: str | None
+    frame: str | None
+    also: tuple[str, ...]
+
+
+def pieces(evidence: Sequence[Evidence]) -> list[Piece]:
+    """The evidence lines, each piece once: lines of one rank with the same text (one exception in the task's .err,
+    its exit record and its rank log) are copies of the first."""
+    groups: dict[tuple[int | None, str], list[Evidence]] = {}
+    for ev in evidence:
+        groups.setdefault((ev.rank, one_line(ev.text)), []).append(ev)
+    return [Piece(first, next((c.time for c in (first, *copies) if c.time), None),
+                  next((f for c in (first, *copies) if (f := getattr(c, "frame", None))), None),
+                  tuple(f"{c.file}:{c.line}" for c in copies))
+            for first, *copies in groups.values()]
 
 
 def to_json(diagnosis: Diagnosis) -> str:
@@ -99,17 +118,47 @@ def _shape(text: str | None) -> str:
     return re.sub(r"\d+", "N", text or "")
 
 
-def render_text(diagnosis: Diagnosis, console=None) -> None:
-    """Print the report with rich (to stdout by default): the verdict, its evidence, the ranks, what to do."""
+def render_text(diagnosis: Diagnosis, console=None, width: int | None = None) -> None:
+    """Print the report with rich (to stdout by default): the verdict, its evidence, the ranks, what to do.
+
+    Log text is never cut: on a terminal, or at `width` columns (`--width`, `$COLUMNS`), long lines wrap; anywhere
+    else (a pipe, a file) each line is written whole, for grep and for a ticket."""
     from rich.console import Console
 
-    console = console or Console(highlight=False, soft_wrap=False)
+    if console is None:
+        width = width or _columns()
+        console = Console(highlight=False, soft_wrap=False, width=width)
+        if width is None and not console.is_terminal:
+            console = Console(highlight=False, soft_wrap=True, width=UNBOUNDED)
     _print_verdict(console, diagnosis)
     if diagnosis.evidence:
         _print_evidence(console, diagnosis)
     if diagnosis.ranks:
         _print_ranks(console, diagnosis)
     _print_advice(console, diagnosis)
+
+
+#: the width of a report nothing bounds (a pipe): wide enough that no line wraps
+UNBOUNDED = 1 << 20
+
+
+def _columns() -> int | None:
+    """$COLUMNS, when it is set to a width."""
+    value = os.environ.get("COLUMNS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def _wrapped(console, text: str, indent: str, style: str = "") -> None:
+    """`text` at `indent`, wrapped to the console's width (nothing is cut); one line where it is unbounded."""
+    from rich.text import Text
+
+    if console.width >= UNBOUNDED:
+        console.print(Text(indent + text, style=style), soft_wrap=True)
+        return
+    lines = textwrap.wrap(text, width=max(20, console.width - 1), initial_indent=indent, subsequent_indent=indent
+                          + "  ", break_on_hyphens=False) or [indent]
+    for line in lines:
+        console.print(Text(line, style=style), soft_wrap=True)
 
 
 def _print_verdict(console, d: Diagnosis) -> None:
@@ -132,64 +181,80 @@ def _print_verdict(console, d: Diagnosis) -> None:
 
 
 def _print_evidence(console, d: Diagnosis) -> None:
-    """Each evidence line: where it is (under the files' common folder), its rank and time, its text."""
+    """Each piece of evidence once: where it is (under the files' common folder), its rank and time, its text, the
+    frame that raised it, and where its copies are."""
     from rich.text import Text
 
     root = evidence_root([ev.file for ev in d.evidence])
     console.print(Text("\nEvidence", style="bold underline"))
     if root:
-        console.print(Text(f"  in {safe(root)}{os.sep}", style="dim"), soft_wrap=True)
-    for ev in d.evidence:
-        where = Text("  ")
-        where.append(f"{safe(os.path.relpath(ev.file, root) if root else ev.file)}:{ev.line}", style="cyan")
+        _wrapped(console, f"in {safe(root)}{os.sep}", "  ", "dim")
+    short = (lambda f: os.path.relpath(f, root) if root and f.startswith(root) else f)  # noqa: E731
+    for ev, time, frame, also in pieces(d.evidence):
+        where = f"{safe(short(ev.file))}:{ev.line}"
         if ev.rank is not None:
-            where.append(f"  rank {ev.rank}", style="magenta")
-        if ev.time:
-            where.append(f"  {safe(ev.time)}", style="dim")
-        console.print(where, no_wrap=True, overflow="ellipsis")
-        console.print(Text("    " + one_line(ev.text)), no_wrap=True, overflow="ellipsis")
+            where += f"  rank {ev.rank}"
+        if time:
+            where += f"  {safe(time)}"
+        _wrapped(console, where, "  ", "cyan")
+        _wrapped(console, one_line(ev.text), "    ")
+        if frame:
+            _wrapped(console, f"raised at {safe(frame)}", "    ", "magenta")
+        if also:
+            _wrapped(console, "also in " + ", ".join(safe(short(a.rsplit(':', 1)[0])) + ":" + a.rsplit(':', 1)[1]
+                                                     for a in also), "    ", "dim")
 
 
 def _print_ranks(console, d: Diagnosis) -> None:
-    """The ranks' table, runs of alike ranks collapsed (at most MAX_ROWS rows), the first error cut to fit."""
+    """The ranks' table, runs of alike ranks collapsed (at most MAX_ROWS rows); rank, host and role are never cut,
+    the first error wraps in its cell (on one line where the width is unbounded)."""
     from rich.table import Table
     from rich.text import Text
 
     console.print(Text("\nRanks", style="bold underline"))
     groups = collapse_rows(d.ranks)
-    rows = [(label, _hosts(d.ranks, label, row), _role(row, count), row) for label, row, count in groups[:MAX_ROWS]]
-    table = Table(show_lines=False)
+    rows = [(label, _hosts(d.ranks, label, row), _role(row, count), one_line(row.first_error) or "-", row)
+            for label, row, count in groups[:MAX_ROWS]]
     names = ("rank", "host", "role")
     widths = [max([len(name)] + [len(r[index]) for r in rows]) for index, name in enumerate(names)]
+    longest = max([len("first error")] + [len(r[3]) for r in rows])
+    bounded = console.width < UNBOUNDED
+    room = max(20, min(longest, console.width - sum(widths) - 13)) if bounded else longest  # borders: 13 cells
+    table = Table(show_lines=False)
     for name, width in zip(names, widths, strict=True):
-        table.add_column(name, no_wrap=True, width=width)
-    room = max(24, console.width - sum(widths) - 13)  # 4 columns: borders and padding take 13 cells
-    table.add_column("first error", no_wrap=True, width=room)
-    for label, hosts, role, row in rows:
+        table.add_column(name, no_wrap=True, width=width, min_width=width)
+    table.add_column("first error", no_wrap=not bounded, width=room, overflow="fold")
+    for label, hosts, role, error, row in rows:
         style = {"culprit": "bold red", "victim": "yellow", "ok": "green"}.get(row.role, "")
-        table.add_row(Text(label), Text(hosts), Text(role, style=style),
-                      Text(_crop(one_line(row.first_error) or "-", room)))
+        table.add_row(Text(label), Text(hosts), Text(role, style=style), Text(error))
     if len(groups) > MAX_ROWS:
         table.add_row(Text("..."), Text(""), Text(f"{len(groups) - MAX_ROWS} more groups"), Text(""))
-    console.print(table)
+    needed = sum(widths) + room + 13
+    if needed > console.width:  # rank, host and role do not fit: the table runs past the width rather than cut them
+        from rich.console import Console
+
+        console = Console(file=console.file, width=needed, highlight=False, color_system=console.color_system,
+                          force_terminal=console.is_terminal)
+    console.print(table, width=needed, crop=False)
 
 
 def _print_advice(console, d: Diagnosis) -> None:
-    """What to do, whether to retry, the nodes to exclude, and the analysis's notes."""
+    """What to do, whether to retry, the nodes to exclude, and the analysis's notes (each once)."""
     from rich.text import Text
 
+    width = min(console.width, 100)
     if d.advice:
         console.print(Text("\nWhat to do", style="bold underline"))
         for item in d.advice:
-            console.print(Text(textwrap.fill(safe(item), width=max(40, console.width - 1), initial_indent="  - ",
-                                             subsequent_indent="    ")))
+            console.print(Text(textwrap.fill(safe(item), width=max(40, width - 1), initial_indent="  - ",
+                                             subsequent_indent="    ")), soft_wrap=True)
     retry = {"requeue": "yes, resubmitting may succeed", "stop": "no, fix the cause first",
              "unknown": "unknown"}.get(d.retry, d.retry)
     console.print(Text(f"Retry: {safe(retry)}"))
     if d.exclude_nodes:
-        console.print(Text(f"Exclude nodes: --exclude={','.join(safe(n) for n in d.exclude_nodes)}"))
-    for note in d.notes:
-        console.print(Text(f"note: {safe(note)}", style="dim"))
+        console.print(Text(f"Exclude nodes: --exclude={','.join(safe(n) for n in d.exclude_nodes)}"), soft_wrap=True)
+    for note in dict.fromkeys(d.notes):
+        _wrapped(console, f"note: {safe(note)}", "", "dim")
 
 
 def _md(text: str | None) -> str:
@@ -205,17 +270,21 @@ def to_markdown(diagnosis: Diagnosis) -> str:
            _md(d.summary), ""]
     if d.evidence:
         out += ["### Evidence", "", "```"]
-        for ev in d.evidence:
+        for ev, time, frame, also in pieces(d.evidence):
             who = f" [rank {ev.rank}]" if ev.rank is not None else ""
-            when = f" {ev.time}" if ev.time else ""
+            when = f" {time}" if time else ""
             out.append(sanitize.code_text(f"{ev.file}:{ev.line}{who}{when}: {one_line(ev.text)}"))
+            if frame:
+                out.append(sanitize.code_text(f"    raised at {frame}"))
+            if also:
+                out.append(sanitize.code_text(f"    also in {', '.join(also)}"))
         out += ["```", ""]
     if d.ranks:
         out += ["### Ranks", "", "| rank | host | role | first error |", "|---|---|---|---|"]
         groups = collapse_rows(d.ranks)
         for label, row, count in groups[:MAX_ROWS]:
             role = _role(row, count)
-            error = _md(one_line(row.first_error or "-")[:160])
+            error = _md(one_line(row.first_error or "-"))
             out.append(f"| {label} | {_md(_hosts(d.ranks, label, row))} | {_md(role)} | {error} |")
         if len(groups) > MAX_ROWS:
             out.append(f"| ... | | {len(groups) - MAX_ROWS} more groups | see `--json` |")
