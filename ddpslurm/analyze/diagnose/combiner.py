@@ -41,6 +41,10 @@ LOST_PEER_CAUSES = ("infiniband_error", "network_unreachable", "nccl_internal_er
 #: of these, the reports of a transfer with an established peer that broke (NCCL's IB completion errors, its
 #: "remote process exited or there was a network error"), as opposed to a connection that never came up
 BROKEN_TRANSFER_CAUSES = ("infiniband_error", "nccl_internal_error")
+#: what a rank reports once the step's teardown reaches it (srun's kill of the step, --kill-on-bad-exit): its
+#: DataLoader workers die under it. Reported after the others failed waiting for it, it is that teardown's mark
+#: on a rank that was already behind, as a broken transfer is (a worker dying first makes its rank fail first)
+TEARDOWN_CONSEQUENCE_CAUSES = (*BROKEN_TRANSFER_CAUSES, "dataloader_worker_killed")
 JOB_DECISIVE = 50.0  # a Slurm job line this heavy (time limit, preemption, scancel) ends the job by itself
 
 
@@ -363,12 +367,13 @@ def _verdict(c: Candidate, votes: list[Vote], tl: JobTimeline, how: str, confide
 
 
 def _lost_after_the_wait(c: Candidate, tl: JobTimeline) -> Vote | None:
-    """What the others say of a rank whose own failure is a broken transfer reported only after the other ranks had
-    failed waiting for a collective (their watchdog timeouts): the peers it lost had aborted after waiting for it,
-    so its report is the consequence and their pointer (it was absent from the timeouts, it was behind) is the
-    cause. "After": in comparable time, else in srun's order of the tasks' ends. None when its failure is not a lost
-    peer, or came first, or nothing orders it."""
-    if c.rank is None or c.cause not in BROKEN_TRANSFER_CAUSES:
+    """What the others say of a rank whose own failure is a broken transfer (or a DataLoader worker's death: the
+    teardown reaching it) reported only after the other ranks had failed waiting for a collective (their watchdog
+    timeouts): the peers it lost had aborted after waiting for it, so its report is the consequence and their
+    pointer (it was absent from the timeouts, it was behind) is the cause. "After": in comparable time, else in
+    srun's order of the tasks' ends. None when its failure is not of those causes, or came first, or nothing
+    orders it."""
+    if c.rank is None or c.cause not in TEARDOWN_CONSEQUENCE_CAUSES:
         return None  # (a connect that failed is no lost peer: it never had one)
     pointer = [v for v in c.votes if not v.own and v.cause in WAITING_CAUSES]
     failures = tl.rank(c.rank).failures
