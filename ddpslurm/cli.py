@@ -338,7 +338,8 @@ def lint(scripts: tuple[str, ...], fmt: str, as_json: bool, ignore: tuple[str, .
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--since", default=None, metavar="DATE", help="Only jobs submitted at or after DATE (ISO, UTC).")
 @click.option("--csv", "csv_file", default=None, metavar="FILE", help="Also write one row per job to FILE (CSV).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: jobs, by_cause, nodes, drain, rows.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: job_count, jobs (one row each), by_cause, nodes, drain.")
 @click.option("--jobs", type=click.IntRange(1, MAX_ANALYZE_JOBS), default=None,
               help="Job folders analyzed at once [default: CPU count].")
 @click.option("--no-sacct", is_flag=True, help="Do not ask sacct for each job's user and partition.")
@@ -346,13 +347,15 @@ def triage(paths: tuple[str, ...], since: str | None, csv_file: str | None, as_j
            no_sacct: bool) -> None:
     """Analyze many failed jobs: which causes dominate, which nodes keep being blamed.
 
-    PATH is a job folder, or a folder of job folders such as ./ddpslurm_jobs. Prints the jobs per cause,
-    the node table (jobs run, jobs that blamed it, their causes; worst first) and a suggested drain list.
-    A job that cannot be read is a row with cause `unknown` and the reason.
+    PATH is a job folder, a Slurm output file (slurm-1234.out), or a folder of job folders such as
+    ./ddpslurm_jobs. Prints the jobs (the 50 most recent), the jobs per cause, the node table (jobs run,
+    jobs that blamed it, their causes; worst first) and a suggested drain list. A job that cannot be read
+    is a row with cause `unknown` and the reason. A progress bar goes to stderr when it is a terminal.
     """
     from ddpslurm.triage import run_triage
 
-    click.echo(run_triage(paths, since=since, csv=csv_file, as_json=as_json, workers=jobs, accounting=not no_sacct))
+    click.echo(run_triage(paths, since=since, csv=csv_file, as_json=as_json, workers=jobs, accounting=not no_sacct,
+                          progress=sys.stderr))
 
 
 @cli.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,14 +7,15 @@ so the CLI starts without it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ddpslurm import jobfolder, sanitize
 from ddpslurm.errors import AnalyzeInputError, DdpSlurmError, UsageError
@@ -25,9 +26,13 @@ LOG_SUFFIXES = (".out", ".err", ".log", ".txt", ".json")
 NODE_CAUSES = frozenset({"gpu_hardware", "infiniband_error", "node_failure"})
 #: sacct fields triage asks for (the job's own line: JobIDRaw without a step suffix)
 SACCT_FIELDS = ("JobIDRaw", "User", "Partition", "NodeList")
-COLUMNS = ("job", "path", "job_id", "cause", "first_failing_rank", "first_failing_host", "confidence", "retry",
-           "exclude_nodes", "nodes", "submitted", "first_failure", "last_seen", "user", "partition", "reason")
+COLUMNS = ("job", "path", "job_id", "array_task", "cause", "first_failing_rank", "first_failing_host", "confidence",
+           "retry", "exclude_nodes", "nodes", "submitted", "first_failure", "last_seen", "user", "partition", "reason")
 _JOB_ID_IN_NAME = re.compile(r"(?:^|_)(\d+)$")
+#: a plain Slurm output file (sbatch's default `slurm-%j.out`, `slurm-%A_%a.out` for an array task)
+_SLURM_OUTPUT = re.compile(r"^slurm-(\d+)(?:_(\d+))?\.(?:out|err|log)$")
+#: jobs listed one per line in the text report (most recent first); the rest are in --json and --csv
+MAX_JOB_LINES = 50
 
 
 def parse_since(text: str | None) -> float | None:
@@ -53,7 +58,8 @@ def is_job_folder(folder: Path) -> bool:
 
 
 def job_folders(paths: Iterable[str | Path]) -> list[Path]:
-    """The jobs under PATHs: a job folder or log file as is; a folder of job folders -> its sub-folders.
+    """The jobs under PATHs: a job folder or log file as is; a folder of job folders -> its sub-folders;
+    a folder of several jobs' Slurm output files (sbatch's working directory) -> those files.
 
     A path that does not exist or cannot be listed is kept: its row will say why.
     """
@@ -63,10 +69,23 @@ def job_folders(paths: Iterable[str | Path]) -> list[Path]:
             if path.is_dir() and not is_job_folder(path):
                 jobs.extend(sorted(p for p in path.iterdir() if p.is_dir()))
                 continue
+            if path.is_dir() and (outputs := slurm_outputs(path)):
+                jobs.extend(outputs)
+                continue
         except OSError:
             pass
         jobs.append(path)
     return list(dict.fromkeys(jobs))
+
+
+def slurm_outputs(folder: Path) -> list[Path]:
+    """The `slurm-<id>[_<task>].out` files of a folder that is not a ddpslurm job folder, when they are of two
+    or more jobs (one row each); else [] (the folder is one job)."""
+    if jobfolder.job_record_path(folder).is_file():
+        return []
+    found = {p: m.groups() for p in folder.iterdir() if p.suffix == ".out" and (m := _SLURM_OUTPUT.match(p.name))}
+    outputs = sorted(found, key=lambda p: (int(found[p][0]), int(found[p][1] or -1)))
+    return outputs if len(outputs) > 1 else []
 
 
 def submit_record(folder: Path) -> dict[str, Any]:
@@ -89,13 +108,23 @@ def job_time(folder: Path) -> float | None:
         return None
 
 
-def job_id_of(folder: Path, record: Mapping[str, Any]) -> str | None:
-    """The Slurm job id: ddpslurm.json's, else a trailing number of the folder name (`job_1234`)."""
+def job_ids(folder: Path, record: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(Slurm job id, array task): ddpslurm.json's id, else a Slurm output file's name (`slurm-771204_3.out`
+    -> 771204, task 3), else a trailing number of the folder name (`job_1234`), else the Slurm output files
+    in the folder when they all name one job."""
     job_id = str(record.get("job_id") or "")
     if job_id.isdigit():
-        return job_id
-    match = _JOB_ID_IN_NAME.search(folder.name)
-    return match.group(1) if match else None
+        return job_id, None
+    if match := _SLURM_OUTPUT.match(folder.name):
+        return match.group(1), match.group(2)
+    if match := _JOB_ID_IN_NAME.search(folder.name):
+        return match.group(1), None
+    try:
+        names = [p.name for p in folder.iterdir()] if folder.is_dir() else []
+    except OSError:
+        return None, None
+    found = {m.groups() for name in names if (m := _SLURM_OUTPUT.match(name))}
+    return found.pop() if len(found) == 1 else (None, None)
 
 
 def _iso(seconds: float | None) -> str | None:
@@ -110,8 +139,9 @@ def empty_row(folder: Path) -> dict[str, Any]:
     record = submit_record(folder) if folder.is_dir() else {}
     spec = record.get("spec") if isinstance(record.get("spec"), dict) else {}
     submitted = record.get("submit_unix")
+    job_id, task = job_ids(folder, record)
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
-    row.update(job=folder.name, path=str(folder), job_id=job_id_of(folder, record), cause="unknown",
+    row.update(job=folder.name, path=str(folder), job_id=job_id, array_task=task, cause="unknown",
                exclude_nodes=[], nodes=[], partition=spec.get("partition"), reason="",
                submitted=_iso(float(submitted)) if isinstance(submitted, (int, float)) else None)
     return row
@@ -146,9 +176,12 @@ def analyze_job(folder: Path) -> dict[str, Any]:
         reason = f"cannot read {folder}: {error.strerror or error}"
     except Exception as error:  # one broken job must not end the fleet report
         reason = f"analysis failed: {type(error).__name__}: {error}"
-    row = empty_row(folder) if _listable(folder) else {**dict.fromkeys(COLUMNS), "job": folder.name,
-                                                         "path": str(folder), "cause": "unknown",
-                                                         "exclude_nodes": [], "nodes": []}
+    if _listable(folder):
+        row = empty_row(folder)
+    else:
+        job_id, task = job_ids(folder, {})
+        row = {**dict.fromkeys(COLUMNS), "job": folder.name, "path": str(folder), "job_id": job_id,
+               "array_task": task, "cause": "unknown", "exclude_nodes": [], "nodes": []}
     row["reason"] = sanitize.terminal(reason)
     return row
 
@@ -160,13 +193,40 @@ def _listable(folder: Path) -> bool:
         return False
 
 
-def analyze_jobs(folders: Sequence[Path], workers: int | None = None) -> list[dict[str, Any]]:
-    """Rows for all jobs, in the order given, analyzed by up to `workers` processes (default: CPU count)."""
+def analyze_jobs(folders: Sequence[Path], workers: int | None = None,
+                 advance: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+    """Rows for all jobs, in the order given, analyzed by up to `workers` processes (default: CPU count);
+    `advance` is called once per job done."""
     workers = max(1, min(workers or os.cpu_count() or 1, len(folders)))
-    if workers == 1:
-        return [analyze_job(folder) for folder in folders]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(analyze_job, folders, chunksize=1))
+    rows: list[dict[str, Any]] = []
+    results: Iterable[dict[str, Any]]
+    with contextlib.ExitStack() as stack:
+        if workers == 1:
+            results = map(analyze_job, folders)
+        else:
+            results = stack.enter_context(ProcessPoolExecutor(max_workers=workers)).map(analyze_job, folders,
+                                                                                        chunksize=1)
+        for result in results:
+            rows.append(result)
+            if advance is not None:
+                advance()
+    return rows
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, stream: TextIO | None) -> Iterator[Callable[[], None] | None]:
+    """A transient bar of jobs analyzed on `stream` (stderr) when it is a terminal and there are several jobs;
+    else None: nothing is written to a pipe or a file."""
+    if stream is None or total < 2 or not stream.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress("triage: analyzing jobs", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=Console(file=stream), transient=True) as bar:
+        task = bar.add_task("triage", total=total)
+        yield lambda: bar.advance(task)
 
 
 def parse_sacct_users(text: str) -> dict[str, dict[str, Any]]:
@@ -259,14 +319,16 @@ def drain_list(table, nodes) -> list[str]:
 
 
 def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The `--json` object: {"jobs", "by_cause", "nodes", "drain", "rows"}."""
+    """The `--json` object: {"job_count", "jobs" (one row per job), "by_cause", "nodes", "drain", "rows"};
+    `rows` is the same list as `jobs`, kept for scripts written before `jobs` held the rows (deprecated)."""
     table = frame(rows)
     nodes = node_table(table) if len(table) else frame([]).iloc[0:0]
     node_rows = [] if not len(table) else [
         {"node": r.node, "jobs": int(r.jobs), "blamed": int(r.blamed), "causes": dict(r.causes)}
         for r in nodes.itertuples()]
-    return {"jobs": len(table), "by_cause": cause_counts(table) if len(table) else {}, "nodes": node_rows,
-            "drain": drain_list(table, nodes) if len(table) else [], "rows": [dict(r) for r in rows]}
+    jobs = [dict(r) for r in rows]
+    return {"job_count": len(jobs), "jobs": jobs, "by_cause": cause_counts(table) if len(table) else {},
+            "nodes": node_rows, "drain": drain_list(table, nodes) if len(table) else [], "rows": jobs}
 
 
 def write_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
@@ -274,6 +336,8 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
     table = frame(rows)
     for column in ("exclude_nodes", "nodes"):
         table[column] = table[column].map(lambda names: " ".join(names or []))
+    # pandas makes an int column with a missing value float (11.0): write whole numbers, empty when missing
+    table["first_failing_rank"] = table["first_failing_rank"].map(_whole)
     try:
         table.to_csv(path, index=False)
     except OSError as failed:
@@ -281,12 +345,20 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> None:
                             "give --csv a file in an existing folder you can write") from None
 
 
+def _whole(value: object) -> str:
+    """A rank for the CSV: `11`, never `11.0` (pandas makes an int column with a gap float); empty if missing."""
+    if value is None or value != value:  # None or NaN
+        return ""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
 def render_text(result: Mapping[str, Any], max_nodes: int = 20) -> str:
-    """Counts by cause, the node table (worst first) and the suggested drain list, terminal-safe."""
-    rows = result["rows"]
+    """Counts by cause, the jobs (most recent first), the node table (worst first) and the suggested drain
+    list, terminal-safe."""
+    rows = result["jobs"]
     unreadable = sum(1 for r in rows if r.get("reason"))
-    lines = [f"{result['jobs']} job(s) analyzed" + (f", {unreadable} could not be read" if unreadable else "")]
-    lines += ["", "cause                       jobs"]
+    lines = [f"{result['job_count']} job(s) analyzed" + (f", {unreadable} could not be read" if unreadable else "")]
+    lines += ["", *job_lines(rows), "", "cause                       jobs"]
     lines += [f"{sanitize.terminal(c):<27} {n:>4}" for c, n in result["by_cause"].items()]
     lines += ["", f"{'node':<24} {'jobs':>4} {'blamed':>6}  causes (of the jobs that blamed it)"]
     for node in result["nodes"][:max_nodes]:
@@ -302,9 +374,34 @@ def render_text(result: Mapping[str, Any], max_nodes: int = 20) -> str:
     return "\n".join(lines)
 
 
+def _recency(row: Mapping[str, Any]) -> tuple[str, int]:
+    """Sort key, most recent last: submit time, else the last log line's, else the first failure's; then job id."""
+    when = row.get("submitted") or row.get("last_seen") or row.get("first_failure") or ""
+    job_id = str(row.get("job_id") or "")
+    return str(when), int(job_id) if job_id.isdigit() else -1
+
+
+def job_lines(rows: Sequence[Mapping[str, Any]], limit: int = MAX_JOB_LINES) -> list[str]:
+    """One line per job (job id, cause, first failing rank and host, confidence, folder), the `limit` most
+    recent first, then how many more there are; every field terminal-safe."""
+    def cell(value: object) -> str:
+        return "-" if value is None or value == "" else sanitize.terminal(value)
+
+    lines = [f"{'job id':<14} {'cause':<27} {'rank':>6}  {'host':<20} {'confidence':<10}  folder"]
+    for row in sorted(rows, key=_recency, reverse=True)[:limit]:
+        job_id = cell(row.get("job_id")) + (f"_{cell(row['array_task'])}" if row.get("array_task") else "")
+        lines.append(f"{job_id:<14} {cell(row.get('cause')):<27} {cell(row.get('first_failing_rank')):>6}  "
+                     f"{cell(row.get('first_failing_host')):<20} {cell(row.get('confidence')):<10}  "
+                     f"{cell(row.get('path'))}")
+    if len(rows) > limit:
+        lines.append(f"... {len(rows) - limit} more job(s): see --json or --csv")
+    return lines
+
+
 def run_triage(paths: Sequence[str], *, since: str | None = None, csv: str | None = None, as_json: bool = False,
-               workers: int | None = None, accounting: bool = True) -> str:
-    """What `ddpslurm triage` prints: analyze every job under `paths` (newer than `since`), write the CSV."""
+               workers: int | None = None, accounting: bool = True, progress: TextIO | None = None) -> str:
+    """What `ddpslurm triage` prints: analyze every job under `paths` (newer than `since`), write the CSV;
+    a progress bar goes to `progress` (stderr) when it is a terminal."""
     after = parse_since(since)
     folders = job_folders(paths)
     if not folders:
@@ -312,7 +409,8 @@ def run_triage(paths: Sequence[str], *, since: str | None = None, csv: str | Non
                                 f"give job folders, or a folder of job folders such as ./{jobfolder.DEFAULT_ROOT}")
     if after is not None:
         folders = [f for f in folders if (t := job_time(f)) is None or t >= after]
-    rows = analyze_jobs(folders, workers)
+    with progress_bar(len(folders), progress) as advance:
+        rows = analyze_jobs(folders, workers, advance)
     if accounting:
         add_accounting(rows)
     if csv:

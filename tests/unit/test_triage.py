@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import csv as csvlib
 import json
 import os
+import pty
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -17,6 +20,7 @@ from ddpslurm.triage import (
     COLUMNS,
     analyze_jobs,
     job_folders,
+    job_ids,
     merge_accounting,
     node_table,
     parse_sacct_users,
@@ -27,6 +31,8 @@ from ddpslurm.triage import (
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = sorted(p for p in (REPO / "analyzer" / "cases").glob("lab-*") if (p / "label.json").is_file())
+#: a plain Slurm output file (srun --label) whose rank 9 on host a2 fails: cause dataloader_worker_killed
+SLURM_OUT = REPO / "analyzer" / "cases" / "dataloader-worker-killed-rank9-torch23-srun-label" / "slurm-61004.out"
 
 
 def ddpslurm(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -50,13 +56,14 @@ def lab_triage(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
 
 def test_every_lab_case_is_one_row_with_its_labelled_cause(lab_triage: tuple[dict, Path]) -> None:
     result, _ = lab_triage
-    assert result["jobs"] == len(LAB) == len(result["rows"])
-    assert [r["job"] for r in result["rows"]] == [c.name for c in LAB]
+    assert result["job_count"] == len(LAB) == len(result["jobs"])
+    assert result["rows"] == result["jobs"]  # `rows`: the deprecated alias older scripts read
+    assert [r["job"] for r in result["jobs"]] == [c.name for c in LAB]
     labels = {c.name: json.loads((c / "label.json").read_text()) for c in LAB}
-    wrong = {r["job"]: r["cause"] for r in result["rows"]
+    wrong = {r["job"]: r["cause"] for r in result["jobs"]
              if r["cause"] != labels[r["job"]]["cause"] and not labels[r["job"]].get("pending")}
     assert wrong == {}
-    assert result["by_cause"] == dict(Counter(r["cause"] for r in result["rows"]))
+    assert result["by_cause"] == dict(Counter(r["cause"] for r in result["jobs"]))
     assert list(result["by_cause"].values()) == sorted(result["by_cause"].values(), reverse=True)
 
 
@@ -65,15 +72,15 @@ def test_the_csv_loads_in_pandas_with_one_row_per_job(lab_triage: tuple[dict, Pa
     table = pd.read_csv(csv)
     assert list(table.columns) == list(COLUMNS)
     assert len(table) == len(LAB) and table["job"].is_unique
-    first = result["rows"][0]
+    first = result["jobs"][0]
     assert table.loc[0, "nodes"] == " ".join(first["nodes"]) and table.loc[0, "cause"] == first["cause"]
 
 
 def test_the_node_table_counts_jobs_and_blames_from_the_rows(lab_triage: tuple[dict, Path]) -> None:
     result, _ = lab_triage
     for node in result["nodes"]:
-        ran = [r for r in result["rows"] if node["node"] in r["nodes"]]
-        blamed = [r for r in result["rows"]
+        ran = [r for r in result["jobs"] if node["node"] in r["nodes"]]
+        blamed = [r for r in result["jobs"]
                   if node["node"] in {r["first_failing_host"], *r["exclude_nodes"]}]
         assert (node["jobs"], node["blamed"]) == (len(ran), len(blamed))
         assert node["causes"] == dict(Counter(r["cause"] for r in blamed))
@@ -131,7 +138,7 @@ def test_since_keeps_jobs_submitted_at_or_after_the_date(tmp_path: Path) -> None
         (tmp_path / name / "ddpslurm.json").write_text(json.dumps({"job_id": name[4:], "submit_unix": stamp}))
     done = ddpslurm("triage", str(tmp_path), "--since", "2026-11-20", "--json", "--no-sacct")
     assert done.returncode == 0, done.stderr
-    assert [r["job"] for r in json.loads(done.stdout)["rows"]] == ["job_2"]
+    assert [r["job"] for r in json.loads(done.stdout)["jobs"]] == ["job_2"]
     bad = ddpslurm("triage", str(tmp_path), "--since", "last tuesday")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "is not a date" in bad.stderr
 
@@ -180,3 +187,88 @@ def test_an_empty_folder_or_an_unwritable_csv_is_one_line_and_exit_1(tmp_path: P
     unwritable = ddpslurm("triage", case, "--no-sacct", "--csv", str(tmp_path / "missing" / "rows.csv"))
     assert unwritable.returncode == 1 and unwritable.stderr.count("\n") == 1
     assert "cannot write the CSV" in unwritable.stderr
+
+
+def test_the_csv_writes_ranks_as_whole_numbers_and_empty_when_missing(lab_triage: tuple[dict, Path]) -> None:
+    result, csv = lab_triage
+    with csv.open(newline="") as handle:
+        ranks = [line["first_failing_rank"] for line in csvlib.DictReader(handle)]
+    assert ranks == ["" if r["first_failing_rank"] is None else str(r["first_failing_rank"]) for r in result["jobs"]]
+    assert "" in ranks and any(r.isdigit() for r in ranks)  # a missing rank is what made pandas write `11.0`
+
+
+def test_text_lists_the_most_recent_jobs_and_says_how_many_more(tmp_path: Path) -> None:
+    for job_id in range(901, 954):  # sbatch's working directory: 53 jobs' slurm-<id>.out
+        shutil.copy(SLURM_OUT, tmp_path / f"slurm-{job_id}.out")
+    done = ddpslurm("triage", str(tmp_path), "--no-sacct", "--jobs", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "53 job(s) analyzed"
+    header = next(i for i, line in enumerate(lines) if line.startswith("job id"))
+    assert lines[header].split() == ["job", "id", "cause", "rank", "host", "confidence", "folder"]
+    table = lines[header + 1:header + 51]
+    assert [line.split()[0] for line in table] == [str(i) for i in range(953, 903, -1)]
+    assert table[0].split() == ["953", "dataloader_worker_killed", "9", "a2", "high", str(tmp_path / "slurm-953.out")]
+    assert lines[header + 51] == "... 3 more job(s): see --json or --csv"
+
+
+def test_the_job_table_is_terminal_safe() -> None:
+    evil = {**row("j", "node_failure", "bad\x1b]0;pwned\x07host", []), "job_id": "7", "first_failing_rank": 2,
+            "confidence": "high", "path": "/jobs/x\x1b[2J\ny"}
+    lines = render_text(summary([evil])).splitlines()
+    (line,) = [line for line in lines if line.startswith("7 ")]
+    assert "\x1b" not in line and "\x07" not in line
+    assert line.split() == ["7", "node_failure", "2", "badhost", "high", "/jobs/x", "y"]
+
+
+def test_a_slurm_output_file_keeps_its_job_id_and_array_task(tmp_path: Path) -> None:
+    plain, task = tmp_path / "slurm-771204.out", tmp_path / "array" / "slurm-771204_3.out"
+    task.parent.mkdir()
+    shutil.copy(SLURM_OUT, plain)
+    shutil.copy(SLURM_OUT, task)
+    done = ddpslurm("triage", str(plain), str(task), "--json", "--no-sacct")
+    assert done.returncode == 0, done.stderr
+    assert [(r["job_id"], r["array_task"], r["cause"]) for r in json.loads(done.stdout)["jobs"]] == [
+        ("771204", None, "dataloader_worker_killed"), ("771204", "3", "dataloader_worker_killed")]
+    text = ddpslurm("triage", str(task), "--no-sacct").stdout.splitlines()
+    assert any(line.split()[:3] == ["771204_3", "dataloader_worker_killed", "9"] for line in text)
+
+
+@pytest.mark.parametrize(("name", "ids"), [("slurm-771204.out", ("771204", None)),
+                                           ("slurm-771204_3.out", ("771204", "3")),
+                                           ("slurm-88.err", ("88", None)), ("job_12", ("12", None)),
+                                           ("notes.out", (None, None)), ("slurm-x.out", (None, None))])
+def test_job_ids_from_the_name(tmp_path: Path, name: str, ids: tuple) -> None:
+    assert job_ids(tmp_path / name, {}) == ids
+    assert job_ids(tmp_path / name, {"job_id": "5"}) == ("5", None)  # ddpslurm.json's id comes first
+
+
+def run_on_a_terminal(*args: str) -> tuple[subprocess.CompletedProcess[str], bytes]:
+    """`ddpslurm ARGS` with stderr on a pseudo-terminal: the process and what reached the terminal."""
+    master, slave = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "ddpslurm.cli", *args], stdout=subprocess.PIPE, stderr=slave,
+                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm"})
+    finally:
+        os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:  # EIO: the terminal's other end is closed and all was read
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    return done, seen
+
+
+def test_progress_is_shown_on_a_terminal_stderr_only() -> None:
+    cases = [str(c) for c in LAB[:3]]
+    piped = ddpslurm("triage", *cases, "--no-sacct", "--jobs", "1")
+    assert piped.returncode == 0 and piped.stderr == ""
+    done, terminal = run_on_a_terminal("triage", *cases, "--no-sacct", "--jobs", "1")
+    assert done.returncode == 0
+    assert b"triage: analyzing jobs" in terminal and b"/3" in terminal
+    assert done.stdout == piped.stdout  # the report itself is unchanged, and free of the bar
