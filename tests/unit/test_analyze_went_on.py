@@ -188,3 +188,15 @@ def test_a_site_rule_adds_to_the_shipped_ones(tmp_path, sigs):
     rules = load_went_on([shipped_dir(), tmp_path])
     assert rules.says("lab: alive at 12:00") == "lab-heartbeat"
     assert rules.says("step 10 loss 1.0") == sigs.went_on.says("step 10 loss 1.0") == "training-progress"
+
+
+def test_ddpslurm_s_own_notice_printed_into_a_traceback_is_not_its_exception(tmp_path, sigs):
+    """The rank's signal thread may print its notice while the main thread prints a traceback: the notice is no
+    exception line, and the traceback's own exception is still read."""
+    lines = ["Traceback (most recent call last):",
+             "ddpslurm: rank 5 got SIGTERM: the script should checkpoint and return (ddpslurm.preemption_requested())",
+             '  File "/work/train.py", line 9, in <module>', "    main()",
+             "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.3]:38018"]
+    events = events_of(tmp_path, sigs, "\n".join(lines) + "\n", rank=5)
+    assert [(e.signature, e.text[:12]) for e in events if e.cause is not None] == [("gloo-closed-by-peer",
+                                                                                    "RuntimeError")]

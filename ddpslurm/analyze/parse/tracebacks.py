@@ -17,7 +17,7 @@ from ddpslurm.analyze.rules.digit_shape import shape
 _START = "Traceback (most recent call last):"
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _FOREIGN = re.compile(r"^(?:[\w.-]+:\d+:\d+ \[\d+\] |[IWEF]\d{4} \d\d:|\[[IWEF] |\[\d{4}-\d\d-\d\d |"
-                      r"(?:INFO|WARNING|ERROR|DEBUG):[\w.]+:|srun: |slurmstepd: )")
+                      r"(?:INFO|WARNING|ERROR|DEBUG):[\w.]+:|srun: |slurmstepd: |ddpslurm(?: batch)?: )")
 _EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)")
 #: a frame line (its indentation may be gone: a timestamp prefix strips the blanks after it)
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?')
