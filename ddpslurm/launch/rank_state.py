@@ -86,9 +86,13 @@ class RankState:
 
     def end_script(self, arrivals: list[tuple[int, float]]) -> bool:
         """The script has returned: from now on no signal ends the rank. Whether a preemption signal came
-        while it ran (`arrivals`, the handlers' notes: one the dispatcher has not handled yet counts too)."""
+        while it ran (`arrivals`, the handlers' notes: one the dispatcher has not handled yet counts too); never
+        after a terminal record (`hang`): the rank was leaving already, a signal record would requeue the job."""
         with self._lock:
             self.script_ended = True
+            sealed = self._sealed
+        if sealed:  # a terminal record (the hang monitor's) came first: the signal is the teardown that followed
+            return False
         first = next(((signum, unix) for signum, unix in list(arrivals) if signum in WATCHED), None)
         if self.signal_unix is None and first is not None:
             self.signal_unix, self.signal_name = first[1], signal.Signals(first[0]).name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -532,3 +533,17 @@ def test_flight_recorder_is_on_by_default_and_dumps_into_the_attempt_folder(
     environ = dict(preset)
     flight_recorder_defaults(environ, Path("ATTEMPT"), torch_version)
     assert environ == expected
+
+
+def test_a_sigterm_after_the_hang_record_leaves_no_signal_record(tmp_path):
+    """The hang monitor's `hang` record seals the rank; srun's teardown SIGTERM that reaches it while its script
+    unwinds (a peer left first) must not leave a signal record, which would make the batch step requeue."""
+    from ddpslurm.launch.rank_state import RankState
+
+    paths = {"exit": tmp_path / "rank_1.exit.json", "signal": tmp_path / "rank_1.signal.json"}
+    state = RankState(SimpleNamespace(grace_s=30), SimpleNamespace(rank=1, job_id="7"), 0, paths,
+                      SimpleNamespace(stop=lambda timeout=2.0: None))
+    assert state.exit_record("hang", 124, final=True, reason="hang_monitor")
+    assert state.end_script([(signal.SIGTERM, time.time())]) is False
+    assert not paths["signal"].exists()
+    assert json.loads(paths["exit"].read_text())["status"] == "hang"
