@@ -123,14 +123,12 @@ def _int(name: str, value: str, minimum: int = 0) -> int:
 STEP_PORT_STRIDE = 7919
 
 
-def master_port_for(job_id: str, array_job_id: str | None = None, array_task_id: str | None = None,
-                    step_id: str | None = None) -> int:
+def master_port_for(job_id: str, step_id: str | None = None) -> int:
     """The default MASTER_PORT: 10000 + (SLURM_JOB_ID + 7919 x step) % 20000 (step: the numeric SLURM_STEP_ID,
     0 for the batch's first srun and for none).
 
-    `array_job_id` and `array_task_id` do not enter the port (an array task's own SLURM_JOB_ID is unique
-    among running jobs; their sum is not); they are still accepted, for callers that pass them."""
-    del array_job_id, array_task_id
+    An array task is keyed by its own SLURM_JOB_ID, unique among running jobs (array job id + task id is not:
+    it can be another job's id)."""
     key = _int("SLURM_JOB_ID", job_id)
     step = int(step_id) if step_id and step_id.isdigit() else 0
     return PORT_BASE + (key + STEP_PORT_STRIDE * step) % PORT_SPAN
@@ -204,7 +202,7 @@ def derive_dist_env(environ: Mapping[str, str]) -> DistEnv:
                 for field in ("step_id", "restart_count", "array_job_id", "array_task_id", "distribution")}
     port = _preset_port(environ)
     if port is None:
-        port = master_port_for(job_id, optional["array_job_id"], optional["array_task_id"], optional["step_id"])
+        port = master_port_for(job_id, optional["step_id"])
     master_addr = environ.get("MASTER_ADDR", "").strip()
     if not master_addr:
         master_addr = hostnames[rank_zero_node(tasks_per_node, optional["distribution"])]

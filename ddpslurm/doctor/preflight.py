@@ -33,8 +33,7 @@ def training_port(environ: Mapping[str, str]) -> int:
     preset = environ.get("MASTER_PORT", "").strip()
     if preset.isdigit():
         return int(preset)
-    return master_port_for(environ.get("SLURM_JOB_ID", "0"), environ.get("SLURM_ARRAY_JOB_ID"),
-                           environ.get("SLURM_ARRAY_TASK_ID"), TRAINING_STEP_ID)
+    return master_port_for(environ.get("SLURM_JOB_ID", "0"), TRAINING_STEP_ID)
 
 
 def preflight_argv(environ: Mapping[str, str], folder: str, python: str = sys.executable) -> list[str]:

@@ -164,7 +164,7 @@ def test_sweep_port_is_ddpslurms_array_port(array_job: str, task: str) -> None:
            "SLURM_ARRAY_TASK_ID": task}
     done = subprocess.run(["bash", "-c", f'{_port_line("sweep")}; echo "$MASTER_PORT"'], capture_output=True,
                           text=True, env=env, check=True)
-    assert int(done.stdout) == master_port_for(env["SLURM_JOB_ID"], array_job, task)
+    assert int(done.stdout) == master_port_for(env["SLURM_JOB_ID"])
 
 
 def test_two_array_tasks_get_different_ports() -> None:
