@@ -32,6 +32,10 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _JSON_RISKY = re.compile(r"[\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 #: Markdown punctuation that can start markup (CommonMark lets any ASCII punctuation be backslash-escaped)
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|#~!{}])")
+#: what a Markdown renderer links without any markup (GFM's extended autolinks: `www.`, a scheme's `x://`, an
+#: e-mail address, `mailto:`/`xmpp:`; GitLab's and others' any `scheme://`): up to a space, a backtick or a table's `|`
+_BARE_LINK = re.compile(r"(?:\b[A-Za-z][A-Za-z0-9+.-]*://|\bwww\.|\b(?:mailto|xmpp):|[\w.+-]+@[\w-]+\.[\w-])"
+                        r"[^\s`|<>]*", re.ASCII)
 
 
 def _show_surrogate(match: re.Match[str]) -> str:
@@ -66,9 +70,29 @@ def _has_8bit_introducer(value: str) -> bool:
     return any(ch in value for ch in "\x90\x98\x9b\x9d\x9e\x9f")
 
 
+def _link_end(text: str, start: int, end: int) -> int:
+    """Where a bare link ends for the reader: without a sentence's trailing punctuation, and without a closing
+    parenthesis it did not open (`see [here](http://x/y).`: the link is `http://x/y`)."""
+    while end > start:
+        last = text[end - 1]
+        unopened = last == ")" and text.count("(", start, end) < text.count(")", start, end)
+        if last not in ".,:;!?'\"" and not unopened:
+            break
+        end -= 1
+    return end
+
+
 def markdown(text: object) -> str:
-    """Single-line text for a Markdown ticket: terminal-safe, and every markup character escaped."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", terminal(text))
+    """Single-line text for a Markdown ticket: terminal-safe, every markup character escaped, and each bare URL or
+    e-mail address in a code span, where no renderer makes it a live link."""
+    value = terminal(text)
+    out, at = [], 0
+    for link in _BARE_LINK.finditer(value):
+        end = _link_end(value, link.start(), link.end())
+        out += [_MARKDOWN_SPECIAL.sub(r"\\\1", value[at:link.start()]), f"`{value[link.start():end]}`"]
+        at = end
+    out.append(_MARKDOWN_SPECIAL.sub(r"\\\1", value[at:]))
+    return "".join(out)
 
 
 def code_text(text: object) -> str:

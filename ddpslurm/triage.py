@@ -2,7 +2,7 @@
 
 Each job folder is analyzed on its own (in parallel, one process per core); a folder that cannot be read
 becomes a row with cause `unknown` and the reason, never a crash. pandas is imported here only, lazily,
-so the CLI starts without it.
+so the CLI starts without it; a plain `pip install ddpslurm` has none, and triage says which extra brings it.
 """
 
 from __future__ import annotations
@@ -148,13 +148,15 @@ def empty_row(folder: Path) -> dict[str, Any]:
 
 
 def diagnosis_row(folder: Path, diagnosis: Any) -> dict[str, Any]:
-    """One job's row from its Diagnosis: verdict, nodes seen, time of the first failure and last line."""
+    """One job's row from its Diagnosis: verdict, nodes seen, time of the first failure line and of the last line (a
+    failure the timeline places by the line before it, which has no time of its own, gives no failure time)."""
     from ddpslurm.analyze.report.html_timeline import rank_marks
+    from ddpslurm.analyze.report.timeline_rows import FAILURE_LINE_TIMES
 
     row = empty_row(folder)
     marks = rank_marks(diagnosis)
     hosts = [m.host for m in marks if m.host != "?"] + list(diagnosis.exclude_nodes)
-    failures = [m.time for m in marks if m.time is not None]
+    failures = [m.time for m in marks if m.time is not None and m.placed in FAILURE_LINE_TIMES]
     seen = [m.last_time for m in marks if m.last_time is not None] + failures
     row.update(cause=diagnosis.cause, first_failing_rank=diagnosis.first_failing_rank,
                first_failing_host=diagnosis.first_failing_host, confidence=diagnosis.confidence,
@@ -273,6 +275,22 @@ def merge_accounting(rows: list[dict[str, Any]], known: Mapping[str, Mapping[str
         row["partition"] = info["partition"] or row.get("partition")
 
 
+#: the one-line answer to a triage where pandas is missing (a plain `pip install ddpslurm`)
+PANDAS_HINT = "pip install 'ddpslurm[triage]' (analyze, status, template and submit work without it)"
+
+
+def require_pandas() -> None:
+    """Refuse, in one line naming the pip command, where pandas cannot be found (before any job is analyzed)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("pandas") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise DdpSlurmError("triage needs pandas, which this installation lacks", PANDAS_HINT)
+
+
 def frame(rows: Sequence[Mapping[str, Any]]):
     """The rows as a pandas DataFrame, one row per job, in COLUMNS order."""
     import pandas as pd
@@ -311,10 +329,13 @@ def node_table(table):
 
 
 def drain_list(table, nodes) -> list[str]:
-    """Nodes worth draining: named in some job's exclude_nodes, or blamed for a node-level cause."""
+    """Nodes worth draining: named in some job's exclude_nodes, or blamed for a node-level cause by a job whose
+    diagnosis does not say it fails the same way on resubmission (`retry: stop`: a set-up fault such as an IB
+    completion with status 4, analyzer/ib_status.toml, which the next node with the same set-up repeats)."""
     excluded = {n for names in table["exclude_nodes"] for n in names or []}
-    node_level = {n for n, causes in zip(nodes["node"], nodes["causes"], strict=True)
-                  if NODE_CAUSES & set(causes)}
+    node_level = {n for cause, retry, row in zip(table["cause"], table["retry"], table.to_dict("records"),
+                                                 strict=True)
+                  if cause in NODE_CAUSES and retry != "stop" for n in blamed_nodes(row)}
     return [n for n in nodes["node"] if n in excluded | node_level]
 
 
@@ -402,6 +423,7 @@ def run_triage(paths: Sequence[str], *, since: str | None = None, csv: str | Non
                workers: int | None = None, accounting: bool = True, progress: TextIO | None = None) -> str:
     """What `ddpslurm triage` prints: analyze every job under `paths` (newer than `since`), write the CSV;
     a progress bar goes to `progress` (stderr) when it is a terminal."""
+    require_pandas()
     after = parse_since(since)
     folders = job_folders(paths)
     if not folders:

@@ -14,6 +14,7 @@ from ddpslurm.analyze.model import Diagnosis, Event, FileSummary, SourceFile
 from ddpslurm.analyze.parse import stream_ends
 from ddpslurm.analyze.parse.records import record_events
 from ddpslurm.analyze.parse.scan import scan_files
+from ddpslurm.analyze.parse.tag_hosts import settle_hosts
 from ddpslurm.analyze.parse.years import assumed_year, settle_years
 from ddpslurm.analyze.read.discover import (
     apply_skipped,
@@ -108,7 +109,7 @@ def _analyze_paths(streams: Streams, *, workers: int | None, progress: bool,
     if logs and all(s.binary for s in summaries) and not records:
         raise AnalyzeInputError(f"{', '.join(map(str, paths))}: only binary files, no text logs",
                                 "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
-    diagnosis = diagnose(settle_years(events, year, written), sources, summaries, sigs, facts)  # in place
+    diagnosis = diagnose(settle_hosts(settle_years(events, year, written)), sources, summaries, sigs, facts)
     diagnosis.notes.extend(record_notes)
     empty = empty_logs_note(discovery.explicit, summaries)
     if empty:

@@ -22,7 +22,8 @@ ROLES = ("culprit", "victim", "either")
 #: kinds whose lines record a fact of the run (an interface picked, a pid's NCCL rank, an ncclras report, progress,
 #: a launcher's rank announcement, a connect c10d retries, an exception the process went on after), never a
 #: failure: the scanner gives them no cause, the timeline no failure
-FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce", "connect_retry", "went_on")
+FACT_KINDS = ("interface", "nccl_rank_map", "ras_report", "progress", "rank_announce", "connect_retry", "went_on",
+              "hostlist")
 RETRY = ("requeue", "stop", "unknown")
 #: the cause of a job whose every rank ended normally: no failure, not a failure nobody recognised
 NO_FAILURE = "none"
@@ -215,6 +216,21 @@ class TimelineRow:
     first_failure_text: str | None
     last_time: float | None
     exit_status: str | None
+    #: how `first_failure_time` was read where the line itself has no time (report.timeline_rows); None: its own
+    placed: str | None = None
+
+
+@dataclass(frozen=True)
+class HostEvent:
+    """A line a host wrote (its GPU driver, its OOM killer, slurmstepd), for the HTML timeline's axis."""
+
+    time: float | None
+    host: str | None
+    rank: int | None
+    kind: str
+    file: str
+    line: int
+    text: str
 
 
 @dataclass
@@ -239,6 +255,7 @@ class Diagnosis:
     #: not part of the JSON schema: per-rank times and Slurm's job-level events, for the HTML timeline
     timeline: list[TimelineRow] = field(default_factory=list)
     job_events: list[Evidence] = field(default_factory=list)
+    host_events: list[HostEvent] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Exactly the `--json` object of DESIGN.md."""

@@ -239,7 +239,7 @@ def test_markdown_shows_markup_in_log_text_as_text(tmp_path: Path) -> None:
     (tmp_path / "1_0_log.err").write_text("ValueError: [bold]loud[/] see [here](http://e.example/x) <b>b</b>\n")
     out = analyze(str(tmp_path), "--format", "markdown").stdout.decode()
     row = next(line for line in out.splitlines() if line.startswith("| 0 "))
-    assert r"\[bold\]loud\[/\]" in row and r"\[here\](http://e.example/x)" in row and r"\<b\>" in row
+    assert r"\[bold\]loud\[/\]" in row and r"\[here\](`http://e.example/x`)" in row and r"\<b\>" in row
 
 
 # --- NUL runs -----------------------------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
-"""`analyze --html` in a real headless Chromium: every lab case renders with its culprit marked.
+"""`analyze --html` in a real headless Chromium: every lab case renders with its culprit marked, in a 700 px window.
 
 Chromium (Debian's `chromium`, installed by scripts/setup) loads each report from a file, runs its
-parser, and hands back the DOM it built (`--dump-dom`) and a screenshot; the assertions read that DOM.
+parser, and hands back the DOM it built (`--dump-dom`), the boxes its layout gave the timeline's elements
+(getBoundingClientRect) and screenshots; the assertions read that DOM, those boxes and the screenshots' pixels.
 """
 
 from __future__ import annotations
 
+import base64
+import itertools
 import json
 import os
 import select
@@ -107,6 +110,18 @@ class Browser:
         result = self.call("Runtime.evaluate", session=self.session, returnByValue=True, expression=expression)
         return result["result"].get("value")
 
+    def window(self, width: int, height: int = 900) -> None:
+        """Lay the page out as in a window `width` px wide."""
+        self.call("Emulation.setDeviceMetricsOverride", session=self.session, width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)
+
+    def screenshot(self, x: float, y: float, width: float, height: float) -> bytes:
+        """A PNG of the page's area at (x, y) (document pixels), which the window shows (the page laid out as it
+        is: a capture beyond the window would lay it out again, taller and without a scroll bar)."""
+        shot = self.call("Page.captureScreenshot", session=self.session, format="png", captureBeyondViewport=False,
+                         clip={"x": x, "y": y, "width": width, "height": height, "scale": 1})
+        return base64.b64decode(shot["data"])
+
     def close(self) -> None:
         os.close(self._to)
         self.process.terminate()
@@ -168,17 +183,76 @@ def rank_span(label: str) -> range:
     return range(int(low), int(high or low) + 1)
 
 
+#: what the page script hands back: the window, the page's width, the SVG's box, and each drawn element's box, its
+#: class, its time (data-time) and the role of its run
+GEOMETRY = """JSON.stringify((() => {
+  const box = e => { const r = e.getBoundingClientRect();
+    return {left: r.left, right: r.right, top: r.top + scrollY, bottom: r.bottom + scrollY, width: r.width,
+            height: r.height, cx: r.left + r.width / 2, cy: r.top + scrollY + r.height / 2}; };
+  const svg = document.querySelector('svg.timeline');
+  const timed = [...svg.querySelectorAll('[data-time]')].map(e => ({...box(e), cls: e.getAttribute('class') || '',
+    tag: e.tagName, time: parseFloat(e.dataset.time), role: (e.closest('g.run') || {dataset: {}}).dataset.role}));
+  const culprit = document.getElementById('culprit');
+  const label = svg.querySelector('text.culprit-label');
+  return {inner: innerWidth, page: document.documentElement.scrollWidth, svg: box(svg), timed,
+          marks: [...svg.querySelectorAll('.mark')].map(e => ({...box(e), id: e.id})),
+          culprit: culprit && box(culprit), label: label && {...box(label), text: label.textContent},
+          guide: [...svg.querySelectorAll('.culprit-guide')].map(box),
+          hosts: [...svg.querySelectorAll('.host-event')].map(e => ({...box(e), host: e.dataset.host})),
+          rows: [...svg.querySelectorAll('g.node')].map(e => ({...box(e), host: e.dataset.host})),
+          breaks: [...svg.querySelectorAll('.axis-break')].map(e => ({...box(e), idle: parseFloat(e.dataset.idle)})),
+          ticks: [...svg.querySelectorAll('text.tick')].map(e => ({...box(e), text: e.textContent}))};
+})())"""
+NARROW = 700
+
+
+def geometry(browser: Browser) -> dict:
+    """The page script's answer, the timeline scrolled into the window first (where a screenshot sees it)."""
+    browser.evaluate("document.querySelector('svg.timeline').scrollIntoView({block: 'start'})")
+    return json.loads(browser.evaluate(GEOMETRY))
+
+
+def anchor(element: dict) -> float:
+    """The x its time is drawn at: a dot's or a diamond's middle, a bar's left end (its earliest time)."""
+    return element["left"] + 2.5 if element["tag"] == "rect" else element["cx"]
+
+
+def check_layout(shape: dict, culprit_rank: int | None) -> None:
+    """What every report must show in a 700 px window: nothing wider than the window, times left to right, the
+    culprit's mark the biggest, named beside it, and its rule where it is."""
+    assert shape["inner"] == NARROW and shape["page"] <= NARROW, shape["page"]
+    assert shape["svg"]["left"] >= 0 and shape["svg"]["right"] <= NARROW
+    timed = sorted(shape["timed"], key=lambda e: e["time"])
+    xs = [anchor(e) for e in timed]
+    assert all(b >= a - 3 for a, b in itertools.pairwise(xs)), [(e["time"], anchor(e)) for e in timed]
+    assert all(shape["svg"]["left"] <= x <= shape["svg"]["right"] for x in xs)
+    ticks = shape["ticks"]
+    assert all(a["right"] <= b["left"] for a, b in itertools.pairwise(ticks)), ticks  # no label overlaps
+    if culprit_rank is None:
+        return
+    culprit, label = shape["culprit"], shape["label"]
+    others = [m for m in shape["marks"] if m["id"] != "culprit"]
+    assert culprit["height"] >= 16 and all(culprit["height"] > m["height"] for m in others)
+    assert label["text"] == f"rank {culprit_rank}" or label["text"].startswith(f"rank {culprit_rank}-")
+    assert abs(label["cy"] - culprit["cy"]) < 6 and min(abs(label["left"] - culprit["right"]),
+                                                        abs(culprit["left"] - label["right"])) < 12
+    for rule in shape["guide"]:
+        assert abs(rule["cx"] - culprit["cx"]) < 1.5 and rule["height"] > culprit["height"]
+
+
 @pytest.mark.parametrize("case", LAB_CASES, ids=[c.name for c in LAB_CASES])
 def test_every_lab_case_renders_in_chromium_with_its_culprit_marked(case: Path, tmp_path: Path,
                                                                     browser: Browser) -> None:
     diagnosis = diagnosis_of(case)
     page = tmp_path / "report.html"
     write_html(diagnosis, page)
+    browser.window(NARROW)
     dom = Dom(browser.dom(page))
     (svg,) = dom.select("svg", "timeline")
     assert len(dom.select("g", "node")) == len(hosts_drawn(diagnosis))
     assert {e["attrs"]["data-host"] for e in dom.select("g", "node")} == hosts_drawn(diagnosis)
     assert dom.by_id("cause")[0]["text"] == diagnosis.cause
+    check_layout(geometry(browser), diagnosis.first_failing_rank)
     culprit = dom.by_id("culprit")
     if diagnosis.first_failing_rank is None:
         assert culprit == [] and dom.by_id("first-failing-rank")[0]["text"] == "none (no single rank)"
@@ -188,6 +262,83 @@ def test_every_lab_case_renders_in_chromium_with_its_culprit_marked(case: Path, 
     (run,) = [p for p in mark["parents"] if "run" in p["classes"]]
     assert diagnosis.first_failing_rank in rank_span(run["attrs"]["data-ranks"])
     assert dom.by_id("first-failing-rank")[0]["text"] == str(diagnosis.first_failing_rank)
+
+
+def rgb_at(png: bytes, x: float, y: float) -> tuple[int, int, int]:
+    """The colour of the pixel at (x, y) of a PNG (8-bit RGB or RGBA, not interlaced, as Chromium writes them)."""
+    width, height, raw = png_pixels(png)
+    channels = {2: 3, 6: 4}[png[25]]
+    assert png[24] == 8 and png[28] == 0
+    stride = width * channels
+    rows, previous = [], bytearray(stride)
+    for row in range(min(height, int(y) + 1)):
+        kind, line = raw[row * (stride + 1)], bytearray(raw[row * (stride + 1) + 1:(row + 1) * (stride + 1)])
+        for i in range(stride):
+            left = line[i - channels] if i >= channels else 0
+            up, corner = previous[i], previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + left) & 255
+            elif kind == 2:
+                line[i] = (line[i] + up) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (left + up) // 2) & 255
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                line[i] = (line[i] + (left if pa <= pb and pa <= pc else up if pb <= pc else corner)) & 255
+        rows.append(line)
+        previous = line
+    at = int(x) * channels
+    return tuple(rows[int(y)][at:at + 3])
+
+
+CULPRIT_RGB, VICTIM_RGB = (0xd3, 0x2f, 0x2f), (0xf3, 0x9c, 0x12)
+
+
+def screenshot_colours(browser: Browser, shape: dict, points: list[dict]) -> list[tuple[int, int, int]]:
+    svg = shape["svg"]
+    png = browser.screenshot(svg["left"], svg["top"], svg["width"], svg["height"])
+    return [rgb_at(png, p["cx"] - svg["left"], p["cy"] - svg["top"]) for p in points]
+
+
+def test_a_straggler_culprit_shows_first_in_a_screenshot_of_a_narrow_window(tmp_path: Path, browser: Browser) -> None:
+    """lab-collective_timeout-1: rank 4 sleeps while the others' collectives time out; its only failure line is the
+    teardown's SIGTERM. It is drawn where it fell silent, left of every rank that timed out waiting for it, and the
+    screenshot shows the culprit's red at its place and the victims' orange at theirs."""
+    case = REPO / "analyzer" / "cases" / "lab-collective_timeout-1"
+    diagnosis = diagnosis_of(case)
+    write_html(diagnosis, tmp_path / "report.html")
+    browser.window(NARROW)
+    browser.dom(tmp_path / "report.html")
+    shape = geometry(browser)
+    victims = [e for e in shape["timed"] if e.get("role") == "victim" and "mark" in e["cls"].split()]
+    assert victims and all(shape["culprit"]["right"] < v["left"] for v in victims)
+    assert shape["culprit"]["cx"] - shape["svg"]["left"] < shape["svg"]["width"] / 2
+    colours = screenshot_colours(browser, shape, [shape["culprit"], *victims])
+    assert colours[0] == CULPRIT_RGB and all(c == VICTIM_RGB for c in colours[1:]), colours
+
+
+def test_an_xid_before_the_failure_is_on_the_culprits_node_row_past_a_human_break(tmp_path: Path,
+                                                                                    browser: Browser) -> None:
+    """A journal's `NVRM: Xid 79 ... fallen off the bus` ten minutes before the watchdogs fire: a diamond on the
+    culprit node's row, a break labelled in minutes between it and the ranks' failures, and the culprit (whose CUDA
+    error has no time) still the biggest mark, red in the screenshot, named beside it."""
+    case = REPO / "analyzer" / "cases" / "gpu-hardware-xid79-fell-off-bus-rank12-journal-srun-label"
+    diagnosis = diagnosis_of(case)
+    write_html(diagnosis, tmp_path / "report.html")
+    browser.window(NARROW)
+    browser.dom(tmp_path / "report.html")
+    shape = geometry(browser)
+    check_layout(shape, diagnosis.first_failing_rank)
+    (row,) = [r for r in shape["rows"] if r["host"] == diagnosis.first_failing_host]
+    assert shape["hosts"] and all(row["top"] <= h["cy"] <= row["bottom"] for h in shape["hosts"])
+    victims = [e for e in shape["timed"] if e.get("role") == "victim" and "mark" in e["cls"].split()]
+    (cut,) = shape["breaks"]
+    assert cut["idle"] > 600 and all(h["cx"] < cut["cx"] < min(v["left"] for v in victims) for h in shape["hosts"])
+    assert row["top"] <= shape["culprit"]["cy"] <= row["bottom"]
+    assert shape["ticks"][0]["text"] == "+0" and all("min" in t["text"] for t in shape["ticks"][1:])
+    (colour,) = screenshot_colours(browser, shape, [shape["culprit"]])
+    assert colour == CULPRIT_RGB
 
 
 def png_pixels(data: bytes) -> tuple[int, int, bytes]:

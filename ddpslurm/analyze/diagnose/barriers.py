@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ddpslurm.analyze.diagnose.knowledge import group, weight
 from ddpslurm.analyze.diagnose.resolve import expand_ranks, plausible_world
 from ddpslurm.analyze.diagnose.timeline import JobTimeline
 from ddpslurm.analyze.diagnose.votes import Vote, bounded_world, small_int
@@ -23,7 +24,8 @@ def barrier_counts(tl: JobTimeline) -> list[Vote]:
     named = [e for e in events if e.kind == "barrier" and e.get("ranks")]
     if named:
         ranks = sorted({r for e in named for r in expand_ranks(e.get("ranks", ""), 1 << 16)})
-        return [Vote("monitored barrier", 45.0 / len(ranks), "named by monitoredBarrier as not passing it", rank=r,
+        return [Vote("monitored barrier", weight("monitored barrier", "named_shared") / len(ranks),
+                     "named by monitoredBarrier as not passing it", rank=r,
                      host=tl.facts.rank_host.get(r), cause="collective_timeout", evidence=tuple(named[:2]))
                 for r in ranks]
     counted = [e for e in events if e.kind == "store_barrier" and e.get("worker_count") and e.get("world_size")]
@@ -45,13 +47,10 @@ def _unique_id_root(stores: list[Event], tl: JobTimeline) -> list[Vote]:
     if root is None or root in {e.rank for e in waits}:
         return []
     waiters = len({e.rank for e in waits})
-    return [Vote("unique id", 35.0, f"{waiters} ranks setting up the job's NCCL communicator waited in the store for "
+    return [Vote("unique id", weight("unique id"),
+                 f"{waiters} ranks setting up the job's NCCL communicator waited in the store for "
                  "the ncclUniqueId this rank, its root, never posted", rank=root, host=tl.facts.rank_host.get(root),
                  cause="rendezvous_timeout", evidence=tuple(waits[:2]))]
-
-
-#: Slurm ends of an attempt after which the job may run again (requeue): an earlier attempt is visible
-REQUEUE_MARKS = ("preempted", "slurm_time_limit", "node_failure")
 
 
 def _store_counts(counted: list[Event], tl: JobTimeline) -> list[Vote]:
@@ -61,21 +60,24 @@ def _store_counts(counted: list[Event], tl: JobTimeline) -> list[Vote]:
     if count is None or size is None:
         return []
     if launched and size != launched:
-        return [Vote("store barrier", 60.0, f"the store expects {size} ranks but {launched} were launched: "
+        return [Vote("store barrier", weight("store barrier", "world_disagrees"),
+                     f"the store expects {size} ranks but {launched} were launched: "
                      "WORLD_SIZE disagrees with the ranks launched", cause="rank_config_mismatch",
                      evidence=tuple(counted[:3]))]
     invalid = sorted({r for e in counted if (r := small_int(e.get("rank"))) is not None and r >= size})
     # a rank number the world cannot have runs with a wrong RANK or WORLD_SIZE (when nobody is missing)
     if invalid and count >= size:
-        return [Vote("store barrier", 45.0 / len(invalid), f"rank {r} waits in a store barrier of world size {size}, "
+        return [Vote("store barrier", weight("store barrier", "impossible_rank_shared") / len(invalid),
+                     f"rank {r} waits in a store barrier of world size {size}, "
                      "a rank that world cannot have", rank=r, host=tl.facts.rank_host.get(r),
                      cause="rank_config_mismatch", evidence=tuple(counted[:3])) for r in invalid]
     if count > size:
-        stale = tl.facts.attempt > 0 or any(j.cause in REQUEUE_MARKS for j in tl.job_events)
+        stale = tl.facts.attempt > 0 or any(j.cause in group("requeue_marks") for j in tl.job_events)
         why = (f"{count} workers joined a store expecting {size}" +
                (": an earlier attempt of the job (requeued) left its count in the store" if stale
                 else ": more processes were launched than the world size says"))
-        return [Vote("store barrier", 60.0, why, cause="stale_rendezvous_state" if stale else "rank_config_mismatch",
+        return [Vote("store barrier", weight("store barrier", "too_many"),
+                     why, cause="stale_rendezvous_state" if stale else "rank_config_mismatch",
                      evidence=tuple(counted[:3]))]
     world = bounded_world(tl) or size
     if size > plausible_world(len(tl.facts.present), max(tl.facts.present, default=-1) + 1):
@@ -87,16 +89,17 @@ def _store_counts(counted: list[Event], tl: JobTimeline) -> list[Vote]:
                    [r for r in missing if tl.rank(r).stopped_early]
         missing = narrowed or missing
     if not missing:
-        return [Vote("store barrier", 20.0, f"only {count} of {size} ranks reached the store barrier",
+        return [Vote("store barrier", weight("store barrier", "too_few"),
+                     f"only {count} of {size} ranks reached the store barrier",
                      cause="rendezvous_timeout", evidence=tuple(counted[:3]))]
-    return [Vote("store barrier", 30.0 / len(missing), f"only {count} of {size} ranks reached the store barrier and "
+    return [Vote("store barrier", weight("store barrier", "missing_shared") / len(missing),
+                 f"only {count} of {size} ranks reached the store barrier and "
                  f"rank {r} is not among those that report it", rank=r, host=tl.facts.rank_host.get(r),
                  cause="rendezvous_timeout", evidence=tuple(counted[:3])) for r in missing]
 
 
 #: errors c10d raises in a rank that is connected to the store (a connect failure is kind `socket`)
 STORE_CLIENT_KINDS = ("store_barrier", "exception")
-STORE_CAUSES = ("rendezvous_timeout", "network_unreachable")
 
 
 def _store_keys(stores: list[Event], tl: JobTimeline) -> list[Vote]:
@@ -104,24 +107,21 @@ def _store_keys(stores: list[Event], tl: JobTimeline) -> list[Vote]:
     keyed = [e for e in stores if small_int(e.get("key_rank")) is not None and e.rank is not None]
     selfish = sorted({e.rank for e in keyed if small_int(e.get("key_rank")) == e.rank})  # type: ignore[misc]
     if selfish:
-        return [Vote("store keys", 45.0 / len(selfish), "it waits for its own rank's key: its RANK disagrees with the "
+        return [Vote("store keys", weight("store keys", "own_key_shared") / len(selfish),
+                     "it waits for its own rank's key: its RANK disagrees with the "
                      "rank it was launched as", rank=r, host=tl.facts.rank_host.get(r), cause="rank_config_mismatch",
                      evidence=tuple(e for e in keyed if e.rank == r)[:2]) for r in selfish]
     if not keyed:
         return []
     (target, _n), *_ = Counter(small_int(e.get("key_rank")) for e in keyed).most_common(1)
     assert target is not None
-    reached = [e for e in tl.rank(target).failures if e.kind in STORE_CLIENT_KINDS and e.cause in STORE_CAUSES]
+    reached = [e for e in tl.rank(target).failures if e.kind in STORE_CLIENT_KINDS and e.cause in group("store")]
     cause = "rank_config_mismatch" if reached else "rendezvous_timeout"
     why = ("every rank waits for its key although it reached the store itself: its RANK is not the one it was "
            "launched as" if reached else "every rank waits in the store for its key")
-    return [Vote("store keys", 35.0, why, rank=target, host=tl.facts.rank_host.get(target), cause=cause,
+    return [Vote("store keys", weight("store keys", "awaited"),
+                 why, rank=target, host=tl.facts.rank_host.get(target), cause=cause,
                  evidence=tuple(keyed[:2] + reached[:1]))]
-
-
-#: what NCCL's init weighs against its missing ranks: as monitoredBarrier's named ranks (45), as decisive as the
-#: barrier it is (every rank of the communicator blocks in ncclCommInitRank until all have joined)
-NCCL_INIT_WAIT_WEIGHT = 45.0
 
 
 #: the facts NCCL logs as it sets a process up (NCCL_DEBUG=INFO): a rank that logged one reached NCCL
@@ -161,7 +161,8 @@ def stuck_in_nccl_init(tl: JobTimeline) -> list[Vote]:
         return []  # (world is at most twice the ranks that logged NCCL lines: the range is bounded by the input)
     ended = next((e.cause for e in tl.job_events if e.cause), None)
     until = f" until Slurm ended the job ({ended})" if ended else ""
-    return [Vote("stuck in NCCL init", NCCL_INIT_WAIT_WEIGHT / len(missing), f"{waiting} of {world} ranks set NCCL up "
+    return [Vote("stuck in NCCL init", weight("stuck in NCCL init", "missing_shared") / len(missing),
+                 f"{waiting} of {world} ranks set NCCL up "
                  f"and none finished its init (no Init COMPLETE), waiting{until}; rank {r} logged no NCCL line",
                  rank=r, host=tl.facts.rank_host.get(r), cause="rendezvous_timeout", evidence=tuple(last))
             for r in missing]

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from ddpslurm.analyze.diagnose.knowledge import weight
 from ddpslurm.analyze.diagnose.resolve import expand_ranks
 from ddpslurm.analyze.diagnose.timeline import JobTimeline
-from ddpslurm.analyze.diagnose.votes import Vote, bounded_world, loud, rank_list, small_int
+from ddpslurm.analyze.diagnose.votes import DEATH_REPORT_KINDS, Vote, bounded_world, loud, rank_list, small_int
 from ddpslurm.analyze.model import Event
 
 
@@ -34,10 +35,39 @@ def timeout_reporters(tl: JobTimeline) -> list[Vote]:
             missing = [r for r in missing if r in tl.ranks or r in tl.facts.present]
         absent = [r for r in missing if r not in tl.ranks or not loud(tl.ranks[r])] or missing
         if absent and len(absent) * 2 <= world:
-            votes += [Vote("absent from timeouts", 30.0 / len(absent), f"rank {r} is absent from the {len(reporters)} "
+            votes += [Vote("absent from timeouts", weight("absent from timeouts", "absent_shared") / len(absent),
+                           f"rank {r} is absent from the {len(reporters)} "
                            "ranks whose watchdog timed out", rank=r, host=tl.facts.rank_host.get(r),
                            cause="collective_timeout", evidence=tuple(reports[:3])) for r in absent]
     return votes
+
+
+#: what a watchdog line says of the work it timed out: equal on every rank, the ranks timed out alike
+_WORK_FIELDS = ("guid", "pg", "seq", "op", "last_enqueued", "last_completed")
+
+
+def timed_out_alike(tl: JobTimeline) -> list[Vote]:
+    """Every rank of the job reported its watchdog timing out the same work (each rank's lines name the same process
+    groups, work numbers, operations and last works) and none failed of its own: the job hung in that collective as
+    a whole. A job-level finding, no rank: it outweighs the step's teardown line (`STEP ... CANCELLED`, what srun's
+    --kill-on-bad-exit prints once the first rank exits), which says how the job ended, not why."""
+    world = bounded_world(tl)
+    if not world or world < 2 or len(tl.ranks) < world:
+        return []
+    works: dict[int, set[tuple[str | None, ...]]] = {}
+    for r in range(world):
+        rt = tl.ranks.get(r)
+        if rt is None or any(e.role in ("culprit", "either") and e.kind not in DEATH_REPORT_KINDS
+                             for e in rt.own_failures):
+            return []
+        works[r] = {(e.signature, *(e.get(f) for f in _WORK_FIELDS)) for e in rt.failures
+                    if e.kind == "watchdog_timeout"}
+    first = works[0]
+    if not first or any(w != first for w in works.values()):
+        return []
+    reports = [e for e in tl.ranks[0].failures if e.kind == "watchdog_timeout"]
+    return [Vote("timed out alike", weight("timed out alike"), f"all {world} ranks timed out in the same collective, "
+                 "none failed of its own", cause="collective_timeout", evidence=tuple(reports[:2]))]
 
 
 def _lowest_completed(reports: list[Event], tl: JobTimeline) -> list[Vote]:
@@ -61,7 +91,8 @@ def _lowest_completed(reports: list[Event], tl: JobTimeline) -> list[Vote]:
         if len(behind) * 2 > len(done):
             continue
         where = f" in process group {group}" if group is not None else ""
-        votes += [Vote("lowest completed", 30.0 / len(behind), f"its last completed collective ({lowest}){where} is "
+        votes += [Vote("lowest completed", weight("lowest completed", "behind_shared") / len(behind),
+                       f"its last completed collective ({lowest}){where} is "
                        "behind the other ranks'", rank=r, host=tl.facts.rank_host.get(r), cause="collective_timeout",
                        evidence=tuple(e for e in lines if e.rank == r)[:2]) for r in behind]
     return votes
@@ -129,12 +160,14 @@ def _mismatch_votes(group: str | None, seq: str, first: dict[int, Event], called
     told = "; ".join(f"{_call_text(call)} on rank{'s' if len(ranks) > 1 else ''} {rank_list(ranks)}"
                      for call, ranks in kinds)
     evidence = tuple(first[ranks[0]] for _call, ranks in kinds)[:4]
-    votes = [Vote("mismatched collectives", 35.0, f"the ranks timed out in {where} in different collectives: {told}",
+    votes = [Vote("mismatched collectives", weight("mismatched collectives"),
+                  f"the ranks timed out in {where} in different collectives: {told}",
                   cause="collective_mismatch", evidence=evidence)]
     odd = kinds[0][1]
     if len(kinds) == 2 and len(odd) == 1 and len(kinds[1][1]) >= 2:
         r = odd[0]
-        votes.append(Vote("odd collective", 40.0, f"in {where} it waited in {_call_text(kinds[0][0])} while "
+        votes.append(Vote("odd collective", weight("odd collective", "in_timeouts"),
+                          f"in {where} it waited in {_call_text(kinds[0][0])} while "
                           f"{len(kinds[1][1])} other ranks waited in {_call_text(kinds[1][0])}", rank=r,
                           host=tl.facts.rank_host.get(r), cause="collective_mismatch",
                           evidence=(first[r], first[kinds[1][1][0]])))
@@ -170,7 +203,8 @@ def _never_issued(reports: list[Event], tl: JobTimeline) -> list[Vote]:
         if not behind or len(behind) * 2 > len(lasts):
             continue
         waiting = tuple(e for e in reports if e.get("pg") == group and _work(e.get("seq")) == work)[:1]
-        votes += [Vote("never issued", 30.0 / len(behind), f"its last enqueued collective in process group {group} is "
+        votes += [Vote("never issued", weight("never issued", "behind_shared") / len(behind),
+                       f"its last enqueued collective in process group {group} is "
                        f"#{lasts[r]}, before #{work}, the one {len(lasts) - len(behind)} other rank(s) waited in",
                        rank=r, host=tl.facts.rank_host.get(r), cause="collective_timeout",
                        evidence=(told[(group, r)], *waiting)) for r in behind]
@@ -186,24 +220,20 @@ def _work(value: str | None) -> int | None:
     return int(value) if value is not None and value.lstrip("-").isdigit() and len(value) < 19 else None
 
 
-#: A stack dumped by the hang monitor shows the rank's state at the hang itself, not an inference from its peers'
-#: words: weighed like a rank's own decisive failure (50-100), above srun's first death (40; under a hang every
-#: rank exits 124 at once, so srun's order says nothing) and the pointers of victims (8-30).
-HANG_STACK_WEIGHT = 70.0
-MISMATCH_STACK_WEIGHT = 50.0
-
-
 def hang_stacks(tl: JobTimeline) -> list[Vote]:
     """The hang monitor's stack dumps (analyze/stacks.py): ranks whose main thread is outside any collective while
     others wait in one are the stuck ones (collective_timeout); with every rank in a collective but not the same
     one, the minority's ranks (collective_mismatch), or no single rank on a tie; all in one collective, no single
-    rank (collective_timeout)."""
+    rank (collective_timeout). A dumped stack shows the rank's state at the hang itself, not an inference from its
+    peers' words: weighed like a rank's own decisive failure, above srun's first death (under a hang every rank
+    exits 124 at once, so srun's order says nothing) and the pointers of victims."""
     stacks = {e.rank: e for e in tl.events if e.kind == "stack" and e.rank is not None}
     if len(stacks) < 2:
         return []
     outside = sorted(r for r, e in stacks.items() if e.get("in_collective") == "no")  # type: ignore[type-var]
     if outside and len(outside) < len(stacks):
-        return [Vote("hang stacks", HANG_STACK_WEIGHT / len(outside), f"its stack is outside any collective "
+        return [Vote("hang stacks", weight("hang stacks", "outside_shared") / len(outside),
+                     f"its stack is outside any collective "
                      f"({stacks[r].get('stuck_frame')}) while {len(stacks) - len(outside)} other rank(s) wait in one",
                      rank=r, host=stacks[r].host or tl.facts.rank_host.get(r), cause="collective_timeout",
                      evidence=(stacks[r],), own=True) for r in outside]
@@ -211,23 +241,20 @@ def hang_stacks(tl: JobTimeline) -> list[Vote]:
     if outside:
         return []
     if len(counts) == 1:
-        return [Vote("hang stacks", MISMATCH_STACK_WEIGHT / 2, f"every rank dumped waits in {next(iter(counts))}: a "
+        return [Vote("hang stacks", weight("hang stacks", "all_alike"),
+                     f"every rank dumped waits in {next(iter(counts))}: a "
                      "collective that never completes, no rank outside it", cause="collective_timeout",
                      evidence=tuple(list(stacks.values())[:2]))]
     (_, most), (_, second) = counts.most_common(2)
     if most == second:
-        return [Vote("hang stacks", MISMATCH_STACK_WEIGHT, "the ranks wait in different collectives: "
+        return [Vote("hang stacks", weight("hang stacks", "mismatch"), "the ranks wait in different collectives: "
                      + ", ".join(sorted(str(c) for c in counts)), cause="collective_mismatch",
                      evidence=tuple(list(stacks.values())[:3]))]
     minority = sorted(r for r, e in stacks.items() if counts[e.get("collective")] < most)  # type: ignore[type-var]
-    return [Vote("hang stacks", MISMATCH_STACK_WEIGHT / len(minority), f"it waits in {stacks[r].get('collective')} "
+    return [Vote("hang stacks", weight("hang stacks", "minority_shared") / len(minority),
+                 f"it waits in {stacks[r].get('collective')} "
                  f"while most ranks wait in {counts.most_common(1)[0][0]}", rank=r, host=stacks[r].host,
                  cause="collective_mismatch", evidence=(stacks[r],), own=True) for r in minority]
-
-
-#: The flight recorder's view equals the stacks' in strength: the backend's own record of what each rank issued.
-FR_BEHIND_WEIGHT = HANG_STACK_WEIGHT
-FR_MISMATCH_WEIGHT = 55.0
 
 
 def flight_recorder(tl: JobTimeline) -> list[Vote]:
@@ -248,7 +275,8 @@ def flight_recorder(tl: JobTimeline) -> list[Vote]:
         if low < top:
             behind = sorted(r for r, s in seqs.items() if s == low)
             ahead = next(e for r, e in ranks.items() if seqs[r] == top)
-            votes += [Vote("flight recorder", FR_BEHIND_WEIGHT / len(behind), f"its last collective in process group "
+            votes += [Vote("flight recorder", weight("flight recorder", "behind_shared") / len(behind),
+                           f"its last collective in process group "
                            f"{group} is #{low} while {sum(s > low for s in seqs.values())} other rank(s) issued up to "
                            f"#{top} ({ahead.get('collective')})", rank=r,
                            host=ranks[r].host or tl.facts.rank_host.get(r), cause="collective_timeout",
@@ -261,12 +289,14 @@ def flight_recorder(tl: JobTimeline) -> list[Vote]:
         (common, most), (_, second) = kinds.most_common(2)
         if most == second:
             shown = ", ".join(sorted(f"{name} {sizes}" for name, sizes in kinds))
-            votes.append(Vote("flight recorder", FR_MISMATCH_WEIGHT, f"at collective #{top} of process group {group} "
+            votes.append(Vote("flight recorder", weight("flight recorder", "mismatch"),
+                              f"at collective #{top} of process group {group} "
                               f"the ranks issued different collectives: {shown}", cause="collective_mismatch",
                               evidence=tuple(list(ranks.values())[:3])))
             continue
         minority = sorted(r for r, kind in issued.items() if kinds[kind] < most)
-        votes += [Vote("flight recorder", FR_MISMATCH_WEIGHT / len(minority), f"at collective #{top} of process group "
+        votes += [Vote("flight recorder", weight("flight recorder", "minority_shared") / len(minority),
+                       f"at collective #{top} of process group "
                        f"{group} it issued {issued[r][0]} {issued[r][1]} while most ranks issued {common[0]} "
                        f"{common[1]}", rank=r, host=ranks[r].host or tl.facts.rank_host.get(r),
                        cause="collective_mismatch", evidence=(ranks[r],), own=True) for r in minority]
@@ -286,17 +316,17 @@ def desync_reports(tl: JobTimeline) -> list[Vote]:
     if not named:
         return []
     counts = Counter(other for other, _e in named.values()).most_common()
-    votes = [Vote("mismatch reports", 40.0, f"{len(named)} rank(s) found a collective that differs from another "
+    votes = [Vote("mismatch reports", weight("mismatch reports"),
+                  f"{len(named)} rank(s) found a collective that differs from another "
                   "rank's", cause="collective_mismatch", evidence=tuple(e for _o, e in named.values())[:3])]
     top, n = counts[0]
     if n >= 2 and (len(counts) == 1 or n > counts[1][1]):
-        votes.append(Vote("odd collective", 45.0, f"named as running a different collective by {n} of the "
+        votes.append(Vote("odd collective", weight("odd collective", "in_reports"),
+                          f"named as running a different collective by {n} of the "
                           f"{len(named)} ranks that report the mismatch", rank=top, host=tl.facts.rank_host.get(top),
                           cause="collective_mismatch", evidence=tuple(e for o, e in named.values() if o == top)[:3]))
     return votes
 
-
-DESYNC_VERDICT_WEIGHT = 50.0  # torch read every rank's last collective from the store: above a rank's absence (30)
 
 
 def desync_verdicts(tl: JobTimeline) -> list[Vote]:
@@ -309,8 +339,10 @@ def desync_verdicts(tl: JobTimeline) -> list[Vote]:
         return []
     world = max(bounded_world(tl) or 0, named[-1] + 1)
     if len(named) >= world:
-        return [Vote("desync report", 20.0, f"torch's desync report lists every rank ({world}) at one collective: "
+        return [Vote("desync report", weight("desync report", "every_rank"),
+                     f"torch's desync report lists every rank ({world}) at one collective: "
                      "they all waited in it", cause="collective_timeout", evidence=tuple(told[:2]))]
     why = f"torch's desync report lists rank(s) {rank_list(named)} as the lagging ones that held the others up"
-    return [Vote("desync report", DESYNC_VERDICT_WEIGHT / len(named), why, rank=r, host=tl.facts.rank_host.get(r),
+    return [Vote("desync report", weight("desync report", "named_shared") / len(named),
+                 why, rank=r, host=tl.facts.rank_host.get(r),
                  cause="collective_timeout", evidence=tuple(told[:3])) for r in named]

@@ -3,11 +3,11 @@
 1. Slurm ending the job (time limit, preemption, scancel, node failure) is the verdict unless a rank's own
    failure comes before it in comparable time.
 2. Ranks whose own failure is decisive (their own error, srun's first dead task, a rank that vanished) are
-   ordered by time where their clocks compare (stronger evidence wins within `TIME_TOLERANCE`), else by the
+   ordered by time where their clocks compare (stronger evidence wins within `time_tolerance`), else by the
    weight of all votes for them. Several ranks failing alike at once is *systemic*: no single rank. A rank whose
    own failure is a lost peer is that peer's victim when a rank on the peer's node died on its own; a broken
    transfer reported after the others timed out waiting is their abort (the rank is the one they waited for).
-3. Without a decisive own failure, the rank with the most vote weight, if it stands out (`MARGIN`) from the
+3. Without a decisive own failure, the rank with the most vote weight, if it stands out (`margin`) from the
    next; a tie is "no single rank", never a guess.
 4. Confidence comes from how the answer was reached and the margin.
 """
@@ -16,36 +16,19 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ddpslurm.analyze.diagnose.barriers import REQUEUE_MARKS
-from ddpslurm.analyze.diagnose.own_reports import HOST_REPORT_SCALE
+from ddpslurm.analyze.diagnose.clocks import Offset, clock_note, host_offsets
+from ddpslurm.analyze.diagnose.knowledge import group, threshold, weight
 from ddpslurm.analyze.diagnose.peers import peer_host
 from ddpslurm.analyze.diagnose.producers import Vote, all_votes
 from ddpslurm.analyze.diagnose.resolve import is_host_name
 from ddpslurm.analyze.diagnose.timeline import JobTimeline
-from ddpslurm.analyze.model import Event
+from ddpslurm.analyze.model import CAUSES, Event
 from ddpslurm.analyze.parse.timestamps import comparable
 
-TIME_TOLERANCE = 1.0  # seconds: closer than this, the stronger evidence wins (1-second clocks)
-SYSTEMIC_WINDOW = 5.0  # seconds: ranks failing alike within this window failed together
-STRONG_OWN = 40.0  # own-failure weight that makes a rank a decisive candidate
-MARGIN = 1.25  # the top candidate must outweigh the next by this factor to be named without time
-MIN_WEIGHT = 10.0  # less than this names nobody
-#: what victims report while they wait for a late rank: it says nothing of why that rank was late
-WAITING_CAUSES = ("collective_timeout", "rendezvous_timeout")
-#: what a rank reports when a peer stops answering, whatever stopped it: a dead process's queue pairs and sockets go
-#: quiet like a dead link's (IB completion errors, closed connections, NCCL's "remote process exited or there was a
-#: network error"), and the ranks waiting on it time out
-LOST_PEER_CAUSES = ("infiniband_error", "network_unreachable", "nccl_internal_error", *WAITING_CAUSES)
-#: of these, the reports of a transfer with an established peer that broke (NCCL's IB completion errors, its
-#: "remote process exited or there was a network error"), as opposed to a connection that never came up
-BROKEN_TRANSFER_CAUSES = ("infiniband_error", "nccl_internal_error")
-#: what a rank reports once the step's teardown reaches it (srun's kill of the step, --kill-on-bad-exit): its
-#: DataLoader workers die under it. Reported after the others failed waiting for it, it is that teardown's mark
-#: on a rank that was already behind, as a broken transfer is (a worker dying first makes its rank fail first)
-TEARDOWN_CONSEQUENCE_CAUSES = (*BROKEN_TRANSFER_CAUSES, "dataloader_worker_killed")
-JOB_DECISIVE = 50.0  # a Slurm job line this heavy (time limit, preemption, scancel) ends the job by itself
+#: Thresholds and cause groups are analyzer/combiner.toml's (knowledge.py): `threshold("margin")`,
+#: `group("waiting")`. A vote's producer is known by what it is (`vote.info`: ends_job, node_report, ...).
 
 
 @dataclass
@@ -78,8 +61,9 @@ class Candidate:
     def cause(self) -> str | None:
         """The cause of its own decisive vote; else what the others conclude about it beyond "it was late";
         else its own weaker error; else whatever names a cause."""
-        pools = ([v for v in self.votes if v.own and v.weight >= STRONG_OWN],
-                 [v for v in self.votes if not v.own and v.cause not in WAITING_CAUSES],
+        strong, waiting = threshold("strong_own"), group("waiting")
+        pools = ([v for v in self.votes if v.own and v.weight >= strong],
+                 [v for v in self.votes if not v.own and v.cause not in waiting],
                  [v for v in self.votes if v.own], self.votes)
         for pool in pools:
             named = [v for v in pool if v.cause not in (None, "unknown")]
@@ -101,13 +85,16 @@ class Verdict:
     chosen: Event | None
     support: list[Event]
     votes: list[Vote]
+    notes: list[str] = field(default_factory=list)  # what the report should say of how it was read (clocks)
 
 
 def combine(tl: JobTimeline, node_causes: frozenset[str] = frozenset()) -> Verdict:
     """Weigh every producer's votes for the job in `tl`; `node_causes` live on a node (causes.toml
     `node_level`): when no single rank failed of one, the node the evidence singles out is still named."""
-    votes = final_votes(all_votes(tl), tl)
+    offsets = host_offsets(tl.events, tl.world_size, threshold("time_tolerance"))
+    votes = final_votes(on_one_clock(all_votes(tl), offsets, tl), tl)
     verdict = _combine(tl, votes)
+    verdict.notes += [note] if (note := clock_note(offsets)) else []
     if verdict.rank is None and verdict.decided_by == "none":
         _name_the_sole_rank(verdict, tl)
     if verdict.rank is None and verdict.cause not in node_causes:
@@ -118,6 +105,20 @@ def combine(tl: JobTimeline, node_causes: frozenset[str] = frozenset()) -> Verdi
     if verdict.host is not None and not is_host_name(verdict.host):
         verdict.host = None  # an address or a container id no record maps to a node
     return verdict
+
+
+def on_one_clock(votes: list[Vote], offsets: dict[str, Offset], tl: JobTimeline) -> list[Vote]:
+    """The votes of ranks on a host whose clock is off (clocks.py), their times moved onto the other hosts' clock;
+    only to order them (the evidence keeps its times)."""
+    if not offsets:
+        return votes
+    short = {h.split(".")[0]: o for h, o in offsets.items()}
+    out = []
+    for v in votes:
+        host = v.host or (tl.facts.rank_host.get(v.rank) if v.rank is not None else None)
+        o = short.get(host.split(".")[0]) if host and v.rank is not None and v.time is not None else None
+        out.append(replace(v, time=v.time - o.seconds) if o is not None and v.time_family == o.family else v)
+    return out
 
 
 def _name_the_sole_rank(verdict: Verdict, tl: JobTimeline) -> None:
@@ -141,7 +142,7 @@ def one_rank_job(tl: JobTimeline) -> bool:
 
 def _named_lost_peer(verdict: Verdict) -> bool:
     """The verdict's node is the one the victims named as the peer they lost, and nothing says why it went away."""
-    return verdict.host is not None and any(v.producer == "named peer" and v.rank is None and v.host == verdict.host
+    return verdict.host is not None and any(v.info.names_lost_peer and v.rank is None and v.host == verdict.host
                                             for v in verdict.votes)
 
 
@@ -150,28 +151,22 @@ def _combine(tl: JobTimeline, votes: list[Vote]) -> Verdict:
     job = _job_verdict(votes, candidates, tl)
     if job is not None:
         return job
-    strong = [c for c in candidates if c.own_weight >= STRONG_OWN]
+    strong = [c for c in candidates if c.own_weight >= threshold("strong_own")]
     if strong:
         return _among_strong(strong, candidates, votes, tl)
     return _by_weight(candidates, votes, tl)
-
-
-#: Slurm's ends of a job that need not say why it stopped: a time limit or a cancel that ends ranks blocked in a
-#: collective init is how the wait ended, not why it failed
-WAIT_ENDS = ("slurm_time_limit", "slurm_cancelled")
-#: producers that name the rank the others waited for in a communicator's setup (NCCL's init, its unique id)
-WAIT_NAMERS = ("stuck in NCCL init", "unique id")
 
 
 def final_votes(votes: list[Vote], tl: JobTimeline) -> list[Vote]:
     """Drop a Slurm end of an attempt (preemption, time limit, node failure) after which the job ran again, and a
     time limit or cancel that ended ranks waiting in a communicator's setup (NCCL's init, its unique id) for a rank
     that never came (the vote naming that rank says why they waited)."""
-    ran_again = any(v.cause == "stale_rendezvous_state" for v in votes)  # a later attempt met the old state
-    waited = any(v.producer in WAIT_NAMERS for v in votes)
-    return [v for v in votes if not (v.producer == "slurm" and (
-        (v.cause in REQUEUE_MARKS and (ran_again or tl.went_on_after(v.evidence[0])))
-        or (waited and v.cause in WAIT_ENDS)))]
+    again, requeue, wait_ends = group("ran_again"), group("requeue_marks"), group("wait_ends")
+    ran_again = any(v.cause in again for v in votes)  # a later attempt met the old state
+    waited = any(v.info.names_awaited for v in votes)
+    return [v for v in votes if not (v.info.ends_job and (
+        (v.cause in requeue and (ran_again or tl.went_on_after(v.evidence[0])))
+        or (waited and v.cause in wait_ends)))]
 
 
 def _candidates(votes: list[Vote], tl: JobTimeline) -> list[Candidate]:
@@ -180,15 +175,16 @@ def _candidates(votes: list[Vote], tl: JobTimeline) -> list[Candidate]:
     for v in votes:
         if v.rank is not None:
             by_rank.setdefault(v.rank, Candidate(v.rank, v.host or tl.facts.rank_host.get(v.rank))).votes.append(v)
+    strong = threshold("strong_own")
     on_host_index: dict[str, list[Candidate]] = defaultdict(list)
     for c in by_rank.values():
         if c.host:
             on_host_index[c.host.split(".")[0]].append(c)
     for v in votes:
-        if v.rank is not None or v.host is None or v.producer == "slurm":
+        if v.rank is not None or v.host is None or v.info.ends_job:
             continue
         # a node's report joins a rank of that node that failed decisively itself; weak ranks do not absorb it
-        on_host = [c for c in on_host_index.get(v.host.split(".")[0], []) if c.own_weight >= STRONG_OWN]
+        on_host = [c for c in on_host_index.get(v.host.split(".")[0], []) if c.own_weight >= strong]
         ranks = tl.facts.ranks_of_host(v.host)
         if on_host:
             for c in on_host:
@@ -209,17 +205,18 @@ def _same_host(a: str | None, b: str | None) -> bool:
 
 def _job_verdict(votes: list[Vote], candidates: list[Candidate], tl: JobTimeline) -> Verdict | None:
     """Slurm's own end of the job, unless a rank's decisive failure came before it in comparable time."""
-    slurm = [v for v in votes if v.producer == "slurm" and v.weight >= JOB_DECISIVE]
+    slurm = [v for v in votes if v.info.ends_job and v.weight >= threshold("job_decisive")]
     if not slurm:
         return None
     top = max(slurm, key=lambda v: (v.weight, -(v.time or 0.0)))
+    strong, tolerance = threshold("strong_own"), threshold("time_tolerance")
     for c in candidates:
         t = c.own_time
-        if c.own_weight >= STRONG_OWN and t and top.time is not None and comparable(t[1], top.time_family) \
-                and t[0] < top.time - TIME_TOLERANCE:
+        if c.own_weight >= strong and t and top.time is not None and comparable(t[1], top.time_family) \
+                and t[0] < top.time - tolerance:
             return None
-    host = top.host if top.cause == "node_failure" else None
-    return Verdict(cause=top.cause or "unknown", rank=None, host=host, confidence="high", decided_by="job",
+    # (only a node failure's Slurm line names a host: own_reports.job_events)
+    return Verdict(cause=top.cause or "unknown", rank=None, host=top.host, confidence="high", decided_by="job",
                    reasons=[top.why], chosen=top.evidence[0], support=[], votes=votes)
 
 
@@ -235,14 +232,23 @@ def _among_strong(strong: list[Candidate], candidates: list[Candidate], votes: l
                                f"{len(systemic)} ranks failed the same way at about the same time")
     timed = _earliest(strong)
     if timed is not None:
-        winner, clear = timed
-        return _verdict(winner, votes, tl, "time", "high" if clear or len(strong) == 1 else "medium")
+        winner, near = timed
+        tied = _tied_by_priority(winner, [c for c in near if c is not winner])
+        if tied:
+            return _no_single_rank(tied, votes, tl, "tie", _tie_reason(
+                tied, f"{len(tied)} ranks failed within the clocks' 1 s resolution"))
+        return _verdict(winner, votes, tl, "time", "high" if len(near) == 1 or len(strong) == 1 else "medium")
     ranked = sorted(strong, key=lambda c: (-c.weight, _tiebreak(c)))
     if len(ranked) == 1:
-        return _verdict(ranked[0], votes, tl, "only", "high" if ranked[0].own_weight >= 50 else "medium")
+        return _verdict(ranked[0], votes, tl, "only",
+                        "high" if ranked[0].own_weight >= threshold("only_high") else "medium")
     first, second = ranked[0], ranked[1]
-    if first.weight < second.weight * MARGIN and first.cause == second.cause:
+    if first.weight < second.weight * threshold("margin") and first.cause == second.cause:
         return _no_single_rank(ranked[:2], votes, tl, "tie", "several ranks failed alike and nothing orders them")
+    tied = _tied_by_priority(first, [c for c in ranked[1:] if c.cause != first.cause])
+    if tied:
+        return _no_single_rank(tied, votes, tl, "tie", _tie_reason(
+            tied, f"{len(tied)} ranks reported their own failures, of different causes, and nothing orders them"))
     return _verdict(first, votes, tl, "weight", "medium")
 
 
@@ -251,13 +257,14 @@ def _less_lost_peers(strong: list[Candidate], tl: JobTimeline) -> list[Candidate
     candidate failed on its own, of a cause no lost peer produces (a segfault, an OOM, an exception): the peer's
     death explains their reports. That candidate gets a vote for each (its reason names them). Not when the
     report came first in comparable time, nor when the dead candidate's own failure names a peer too."""
-    dead = [d for d in strong if d.host and d.cause not in (*LOST_PEER_CAUSES, None, "unknown")
+    lost_peer = group("lost_peer")
+    dead = [d for d in strong if d.host and d.cause not in (*lost_peer, None, "unknown")
             and not _own_peers(d, tl)]
     if not dead:
         return strong
     kept, lost = [], defaultdict(list)
     for c in strong:
-        peers = _own_peers(c, tl) if c.cause in LOST_PEER_CAUSES else set()
+        peers = _own_peers(c, tl) if c.cause in lost_peer else set()
         peer = next(iter(peers)) if len(peers) == 1 else None
         killers = [d for d in dead if peer is not None and _same_host(d.host, peer) and not _came_first(c, d)]
         if not killers:
@@ -269,7 +276,8 @@ def _less_lost_peers(strong: list[Candidate], tl: JobTimeline) -> list[Candidate
         reporters = lost.get(id(d), [])
         if reporters:
             names = ", ".join(str(c.rank) if c.rank is not None else str(c.host) for c in reporters[:5])
-            d.votes.append(Vote("lost peer", 8.0 + 4.0 * len(reporters),
+            d.votes.append(Vote("lost peer", weight("lost peer", "base") + weight("lost peer", "per_reporter")
+                                * len(reporters),
                                 f"rank(s) {names}{' and more' if len(reporters) > 5 else ''} on other nodes lost "
                                 f"their transfers to its node, {d.host}, after it failed",
                                 rank=d.rank, host=d.host, cause=d.cause,
@@ -284,17 +292,18 @@ def _own_peers(c: Candidate, tl: JobTimeline) -> set[str]:
 
 
 def _came_first(a: Candidate, b: Candidate) -> bool:
-    """`a`'s own failure came before `b`'s by more than TIME_TOLERANCE, in comparable time."""
+    """`a`'s own failure came before `b`'s by more than the time tolerance, in comparable time."""
     ta, tb = a.own_time, b.own_time
-    return ta is not None and tb is not None and comparable(ta[1], tb[1]) and ta[0] < tb[0] - TIME_TOLERANCE
+    return ta is not None and tb is not None and comparable(ta[1], tb[1]) and \
+        ta[0] < tb[0] - threshold("time_tolerance")
 
 
 def _stands_out(candidates: list[Candidate], key: Callable[[Candidate], float]) -> Candidate | None:
-    """The candidate whose `key` weight is at least MIN_WEIGHT and MARGIN times the next one's, else None."""
+    """The candidate whose `key` weight is at least `min_weight` and `margin` times the next one's, else None."""
     ranked = sorted(candidates, key=lambda c: -key(c))
-    if not ranked or key(ranked[0]) < MIN_WEIGHT:
+    if not ranked or key(ranked[0]) < threshold("min_weight"):
         return None
-    if len(ranked) > 1 and key(ranked[0]) < key(ranked[1]) * MARGIN:
+    if len(ranked) > 1 and key(ranked[0]) < key(ranked[1]) * threshold("margin"):
         return None
     return ranked[0]
 
@@ -303,29 +312,60 @@ def _tiebreak(c: Candidate) -> tuple:
     return (c.rank if c.rank is not None else 1 << 40, c.host or "")
 
 
-def _earliest(strong: list[Candidate]) -> tuple[Candidate, bool] | None:
-    """The candidate whose own failure came first, when every one has a comparable time; and whether by a margin."""
+def _tied_by_priority(first: Candidate, others: list[Candidate]) -> list[Candidate]:
+    """`first` and those of `others` (candidates nothing orders against it in time: no comparable times, or within
+    the clocks' tolerance) that it leads only by its own line's signature priority, or by nothing but the order the
+    logs came in: each reported its own failure, and without those lines' weights `first` does not stand out from
+    it (by srun's order, the others' pointers, its stack). Empty when it leads them all by such evidence."""
+    if not _reported_itself(first):
+        return []
+    lead = _evidence_weight(first)
+    tied = [c for c in others if _reported_itself(c) and not (
+        lead >= threshold("min_weight") and lead >= _evidence_weight(c) * threshold("margin"))]
+    return [first, *tied] if tied else []
+
+
+def _tie_reason(tied: list[Candidate], default: str) -> str:
+    """Why no single rank: the `tie` of a producer every tied candidate has votes of (a launcher's pick), else
+    `default`."""
+    common = set.intersection(*({v.info.tie for v in c.votes if v.info.tie} for c in tied)) if tied else set()
+    return next(iter(common)).format(n=len(tied)) if len(common) == 1 else default
+
+
+def _evidence_weight(c: Candidate) -> float:
+    """Its weight less that of its own lines' signature priorities (`by_priority` producers): what orders it."""
+    return sum(v.weight for v in c.votes if not v.info.by_priority)
+
+
+def _reported_itself(c: Candidate) -> bool:
+    return any(v.info.by_priority for v in c.votes)
+
+
+def _earliest(strong: list[Candidate]) -> tuple[Candidate, list[Candidate]] | None:
+    """The candidate whose own failure came first, when every one has a comparable time; and those within the
+    clocks' tolerance of the first (itself included)."""
     times = [c.own_time for c in strong]
     if any(t is None for t in times) or not all(comparable(times[0][1], t[1]) for t in times):  # type: ignore[index]
         return None
     ordered = sorted(zip(strong, times, strict=True), key=lambda pair: pair[1][0])  # type: ignore[index]
     first_time = ordered[0][1][0]  # type: ignore[index]
-    near = [c for c, t in ordered if t[0] - first_time <= TIME_TOLERANCE]  # type: ignore[index]
+    near = [c for c, t in ordered if t[0] - first_time <= threshold("time_tolerance")]  # type: ignore[index]
     best = max(near, key=lambda c: (c.own_weight, -c.own_time[0]))  # type: ignore[index]
-    return best, len(near) == 1
+    return best, near
 
 
 def _systemic(strong: list[Candidate], tl: JobTimeline) -> list[Candidate] | None:
-    """Most decisive candidates failed of one cause, together (no time, or within SYSTEMIC_WINDOW)."""
+    """Most decisive candidates (`systemic_share`) failed of one cause, together (no time, or within
+    `systemic_window`)."""
     if len(strong) < 2:
         return None
     causes = Counter(c.cause for c in strong)
     cause, n = causes.most_common(1)[0]
     alike = [c for c in strong if c.cause == cause]
-    if n < 2 or n * 4 < len(strong) * 3:
+    if n < 2 or n < len(strong) * threshold("systemic_share"):
         return None
     times = sorted(t[0] for c in alike if (t := c.own_time) is not None)
-    if len(times) == len(alike) and times[1] - times[0] > SYSTEMIC_WINDOW:
+    if len(times) == len(alike) and times[1] - times[0] > threshold("systemic_window"):
         return None
     if len(times) not in (0, len(alike)):
         return None
@@ -333,19 +373,21 @@ def _systemic(strong: list[Candidate], tl: JobTimeline) -> list[Candidate] | Non
 
 
 def _by_weight(candidates: list[Candidate], votes: list[Vote], tl: JobTimeline) -> Verdict:
-    job_causes = [v for v in votes if v.rank is None and (v.host is None or v.producer == "slurm")]
+    job_causes = [v for v in votes if v.rank is None and (v.host is None or v.info.ends_job)]
     ranked = sorted(candidates, key=lambda c: (-c.weight, _tiebreak(c)))
     best_job = max(job_causes, key=lambda v: v.weight, default=None)
     if best_job is not None and (not ranked or best_job.weight >= ranked[0].weight):
-        return _no_single_rank([], votes, tl, "job", best_job.why, cause=best_job.cause, chosen=best_job.evidence[0])
-    if not ranked or ranked[0].weight < MIN_WEIGHT:
+        how = "systemic" if best_job.info.every_rank else "job"
+        return _no_single_rank([], votes, tl, how, best_job.why, cause=best_job.cause, chosen=best_job.evidence[0])
+    margin = threshold("margin")
+    if not ranked or ranked[0].weight < threshold("min_weight"):
         return _no_single_rank(ranked[:0], votes, tl, "none", "no rank stands out in the logs")
     first = ranked[0]
-    if len(ranked) > 1 and first.weight < ranked[1].weight * MARGIN:
-        tied = [c for c in ranked if c.weight * MARGIN > first.weight]
-        return _no_single_rank(tied, votes, tl, "tie", f"{len(tied)} ranks are equally suspect")
-    margin = first.weight / ranked[1].weight if len(ranked) > 1 and ranked[1].weight else float("inf")
-    return _verdict(first, votes, tl, "weight", "medium" if margin >= 2 else "low")
+    if len(ranked) > 1 and first.weight < ranked[1].weight * margin:
+        tied = [c for c in ranked if c.weight * margin > first.weight]
+        return _no_single_rank(tied, votes, tl, "tie", _tie_reason(tied, f"{len(tied)} ranks are equally suspect"))
+    lead = first.weight / ranked[1].weight if len(ranked) > 1 and ranked[1].weight else float("inf")
+    return _verdict(first, votes, tl, "weight", "medium" if lead >= threshold("weight_medium_margin") else "low")
 
 
 def _verdict(c: Candidate, votes: list[Vote], tl: JobTimeline, how: str, confidence: str) -> Verdict:
@@ -373,14 +415,15 @@ def _lost_after_the_wait(c: Candidate, tl: JobTimeline) -> Vote | None:
     pointer (it was absent from the timeouts, it was behind) is the cause. "After": in comparable time, else in
     srun's order of the tasks' ends. None when its failure is not of those causes, or came first, or nothing
     orders it."""
-    if c.rank is None or c.cause not in TEARDOWN_CONSEQUENCE_CAUSES:
+    waiting = group("waiting")
+    if c.rank is None or c.cause not in group("teardown_consequence"):
         return None  # (a connect that failed is no lost peer: it never had one)
-    pointer = [v for v in c.votes if not v.own and v.cause in WAITING_CAUSES]
+    pointer = [v for v in c.votes if not v.own and v.cause in waiting]
     failures = tl.rank(c.rank).failures
-    if not pointer or any(e.cause in WAITING_CAUSES for e in failures):
+    if not pointer or any(e.cause in waiting for e in failures):
         return None
     waiters = {r: rt.failures for r, rt in tl.ranks.items()
-               if r != c.rank and any(e.cause in WAITING_CAUSES for e in rt.failures)}
+               if r != c.rank and any(e.cause in waiting for e in rt.failures)}
     after = _after_in_time(failures, waiters)
     if after is None:
         after = _after_in_srun_order(c.rank, set(waiters), tl)
@@ -388,15 +431,16 @@ def _lost_after_the_wait(c: Candidate, tl: JobTimeline) -> Vote | None:
 
 
 def _after_in_time(mine: list[Event], waiters: dict[int, list[Event]]) -> bool | None:
-    """Whether the first timed of `mine` came after the first waiting failure of the others, by TIME_TOLERANCE;
+    """Whether the first timed of `mine` came after the first waiting failure of the others, by the tolerance;
     None when either has no time or the clocks do not compare."""
     timed = [e for e in mine if e.time is not None]
     if not timed:
         return None
     first = min(timed, key=lambda e: e.time or 0.0)
-    waited = [e.time for f in waiters.values() for e in f if e.cause in WAITING_CAUSES and e.time is not None
+    waiting = group("waiting")
+    waited = [e.time for f in waiters.values() for e in f if e.cause in waiting and e.time is not None
               and comparable(e.time_family, first.time_family)]
-    return None if not waited else min(waited) <= first.time - TIME_TOLERANCE  # type: ignore[operator]
+    return None if not waited else min(waited) <= first.time - threshold("time_tolerance")  # type: ignore[operator]
 
 
 def _after_in_srun_order(rank: int, waiters: set[int], tl: JobTimeline) -> bool | None:
@@ -415,8 +459,9 @@ def _explained_by_node(c: Candidate, votes: list[Vote]) -> str | None:
     so does any such report when the rank's own lines say only that it failed (an exit code)."""
     own_causes = [v.cause for v in c.votes if v.own and v.cause not in (None, "unknown")]
     own = max((v.weight for v in c.votes if v.own), default=0.0) if own_causes else 0.0
-    node = [v for v in votes if v.rank is None and v.producer == "host report" and v.cause not in (None, "unknown")
-            and (v.host is None or _same_host(v.host, c.host)) and v.weight / HOST_REPORT_SCALE > own]
+    scale = weight("host report", "scale")
+    node = [v for v in votes if v.rank is None and v.info.node_report and v.cause not in (None, "unknown")
+            and (v.host is None or _same_host(v.host, c.host)) and v.weight / scale > own]
     return max(node, key=lambda v: v.weight).cause if node else None
 
 
@@ -439,8 +484,7 @@ def _no_single_rank(alike: list[Candidate], votes: list[Vote], tl: JobTimeline, 
     """No single first rank: the cause they share, and their host when they all share one (or, failing that, when
     every vote of that cause that names a host names the same one: slurmstepd's host-less OOM line and srun's
     `host: tasks 1-3: Out Of Memory` tell one event)."""
-    causes = Counter(c.cause for c in alike if c.cause)
-    cause = cause or (causes.most_common(1)[0][0] if causes else None) or victims_cause(tl)
+    cause = cause or _shared_cause(alike) or victims_cause(tl)
     hosts = {c.host for c in alike}
     peer = None if len(hosts) == 1 else _common_peer(alike, tl)
     host = hosts.pop() if len(hosts) == 1 else peer or _standout_host(votes) or _host_of_cause(votes, cause)
@@ -450,6 +494,15 @@ def _no_single_rank(alike: list[Candidate], votes: list[Vote], tl: JobTimeline, 
         chosen = _first_evidence([v for c in alike for v in c.votes])
     confidence = "medium" if how in ("systemic", "job") else "low"
     return Verdict(cause or "unknown", None, host, confidence, how, [reason], chosen, [], votes)
+
+
+def _shared_cause(alike: list[Candidate]) -> str | None:
+    """The cause most of them failed of; between causes as common, the heavier, then the vocabulary's order: never
+    the order the candidates came in (the order of the logs)."""
+    causes = Counter(c.cause for c in alike if c.cause)
+    heaviest = {cause: max(c.weight for c in alike if c.cause == cause) for cause in causes}
+    order = {cause: i for i, cause in enumerate(CAUSES)}
+    return max(causes, key=lambda c: (causes[c], heaviest[c], -order.get(c, len(order))), default=None)
 
 
 def _common_peer(alike: list[Candidate], tl: JobTimeline) -> str | None:
@@ -487,7 +540,7 @@ def _standout_host(votes: list[Vote]) -> str | None:
     """The host that votes naming a host but no rank single out (an odd version, srun's first dead node)."""
     by_host: dict[str, Candidate] = {}
     for v in votes:
-        if v.rank is None and v.host and v.producer != "slurm":
+        if v.rank is None and v.host and not v.info.ends_job:
             by_host.setdefault(v.host, Candidate(None, v.host)).votes.append(v)
     best = _stands_out(list(by_host.values()), key=lambda c: c.weight)
     return best.host if best is not None else None

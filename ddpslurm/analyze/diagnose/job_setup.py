@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from ddpslurm.analyze.diagnose.knowledge import weight
 from ddpslurm.analyze.diagnose.timeline import JobTimeline
 from ddpslurm.analyze.diagnose.votes import Vote, rank_list, small_int
 
@@ -35,7 +36,8 @@ def odd_versions(tl: JobTimeline) -> list[Vote]:
         return []
     host = hosts.pop()
     others = ", ".join(sorted(str(v) for v in versions if v != minority))
-    return [Vote("odd version", 45.0, f"host {host} runs version {minority}, the other hosts {others}", host=host,
+    return [Vote("odd version", weight("odd version"),
+                 f"host {host} runs version {minority}, the other hosts {others}", host=host,
                  cause=reports[0].cause, evidence=tuple(reports[:2]))]
 
 
@@ -69,9 +71,11 @@ def interface_picks(tl: JobTimeline) -> list[Vote]:
     ranks = sorted({e.rank for e in bad if e.rank is not None})
     picked = {e.rank for e in picks if e.rank is not None}
     if not ranks or len(ranks) == len(picked):
-        return [Vote("interface pick", 50.0, "every rank " + why.split(" ", 1)[1], cause="wrong_interface",
+        return [Vote("interface pick", weight("interface pick", "every_rank"),
+                     "every rank " + why.split(" ", 1)[1], cause="wrong_interface",
                      evidence=tuple(bad[:2]))]
-    return [Vote("interface pick", 45.0 / len(ranks), why, rank=r, host=tl.facts.rank_host.get(r),
+    return [Vote("interface pick", weight("interface pick", "ranks_shared") / len(ranks),
+                 why, rank=r, host=tl.facts.rank_host.get(r),
                  cause="wrong_interface", evidence=tuple(e for e in bad if e.rank == r)[:2]) for r in ranks]
 
 
@@ -84,7 +88,8 @@ def _bad_peer_addresses(tl: JobTimeline, across_hosts: bool) -> list[Vote]:
     if not failed:
         return []
     why = f"ranks failed to reach a peer at {failed[0].get('peer_ip')}, an address other hosts cannot reach"
-    return [Vote("interface pick", 50.0, why, cause="wrong_interface", evidence=tuple(failed[:2]))]
+    return [Vote("interface pick", weight("interface pick", "unreachable_peer"),
+                 why, cause="wrong_interface", evidence=tuple(failed[:2]))]
 
 
 _INVALID_ARGUMENT = re.compile(r"\binvalid (?:argument|usage)\b", re.IGNORECASE)
@@ -102,7 +107,8 @@ def ranks_beyond_world(tl: JobTimeline) -> list[Vote]:
         return []  # a higher rank did not fail: not "every task from k up"
     why = (f"NCCL rejected tasks {dead[0]}-{dead[-1]} ('invalid argument') while the tasks below {dead[0]} went on: "
            "the world size is smaller than the tasks launched")
-    return [Vote("ranks beyond world", 60.0, why, cause="rank_config_mismatch", evidence=tuple(rejected[:2]))]
+    return [Vote("ranks beyond world", weight("ranks beyond world"),
+                 why, cause="rank_config_mismatch", evidence=tuple(rejected[:2]))]
 
 
 def duplicate_ranks(tl: JobTimeline) -> list[Vote]:
@@ -119,6 +125,7 @@ def duplicate_ranks(tl: JobTimeline) -> list[Vote]:
     if not twice or len(counts) >= world:
         return []
     first = str(twice[0])
-    return [Vote("duplicate ranks", 45.0, f"rank(s) {rank_list(twice)} of {world} were announced by more than one "
+    return [Vote("duplicate ranks", weight("duplicate ranks"),
+                 f"rank(s) {rank_list(twice)} of {world} were announced by more than one "
                  f"process and {world - len(counts)} never were: processes took the same rank numbers",
                  cause="rank_config_mismatch", evidence=tuple(e for e in told if e.get("global_rank") == first)[:2])]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from ddpslurm.analyze.diagnose.knowledge import weight
 from ddpslurm.analyze.diagnose.timeline import JobTimeline
 from ddpslurm.analyze.diagnose.votes import Vote, accuses
 from ddpslurm.analyze.model import Event
@@ -28,13 +29,13 @@ def named_peers(tl: JobTimeline) -> list[Vote]:
                 lines[target].append(e)
     votes = []
     for target, who in accusers.items():
-        weight = 8.0 + 4.0 * len(who)
+        w = weight("named peer", "base") + weight("named peer", "per_reporter") * len(who)
         why = f"named as the lost or odd peer by {len(who)} rank(s)"
         if isinstance(target, int):
-            votes.append(Vote("named peer", weight, why, rank=target, host=tl.facts.rank_host.get(target),
+            votes.append(Vote("named peer", w, why, rank=target, host=tl.facts.rank_host.get(target),
                               evidence=tuple(lines[target][:3])))
         else:
-            votes.append(Vote("named peer", weight, why, host=target, evidence=tuple(lines[target][:3])))
+            votes.append(Vote("named peer", w, why, host=target, evidence=tuple(lines[target][:3])))
     return votes
 
 

@@ -8,9 +8,10 @@ they live by what they read: own_reports.py (a rank's, a host's or Slurm's own r
 name), collectives.py (watchdog timeouts, stacks, flight recorder, desync reports), barriers.py (barriers, the
 store, NCCL's init) and job_setup.py (interfaces, versions, world size, rank numbers).
 
-Weights, on one scale: a rank's own decisive failure (an OOM, an exception, a segfault) 50-100; srun's first
-task to die before the teardown 40; a rank missing from what every other rank reports 30 shared among the
-missing; a peer named by its victims 8 + 4 per accusing rank; a rank whose log stops early 12 shared.
+Weights, on one scale, and what each producer's votes are (its traits) are declared in analyzer/combiner.toml
+(knowledge.py): a rank's own decisive failure (an OOM, an exception, a segfault) 50-100; srun's first task to die
+before the teardown 40; a rank missing from what every other rank reports 30 shared among the missing; a peer named
+by its victims 8 + 4 per accusing rank; a rank whose log stops early 12 shared.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ddpslurm.analyze.diagnose.collectives import (
     desync_verdicts,
     flight_recorder,
     hang_stacks,
+    timed_out_alike,
     timeout_reporters,
 )
 from ddpslurm.analyze.diagnose.job_setup import duplicate_ranks, interface_picks, odd_versions, ranks_beyond_world
@@ -42,7 +44,7 @@ from ddpslurm.analyze.diagnose.votes import Vote
 #: every producer the combiner runs, in the order their reasons are reported
 PRODUCERS: tuple[Callable[[JobTimeline], list[Vote]], ...] = (
     job_events, own_failures, detectors_and_hosts, srun_task_deaths, vanished_ranks, agent_teardown,
-    barrier_counts, timeout_reporters, named_peers, odd_versions, interface_picks, ranks_beyond_world,
+    barrier_counts, timeout_reporters, timed_out_alike, named_peers, odd_versions, interface_picks, ranks_beyond_world,
     logs_that_stop_early, hang_stacks, flight_recorder, stuck_in_nccl_init, duplicate_ranks, desync_reports,
     desync_verdicts,
 )

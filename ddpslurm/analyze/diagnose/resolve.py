@@ -111,18 +111,23 @@ def _collect_ids(events: Sequence[Event], facts: JobFacts, facts_in: dict[str, A
     said: list[int] = []
     nccl_best: dict[tuple[str, int], tuple[int, int]] = {}
     local_rank: dict[tuple[str, int], int] = {}
+    nccl_local: dict[tuple[str, int], int] = {}  # a process's local rank, from the prefix of its NCCL lines
     for e in events:
         if e.kind in ("nccl_init", "nccl_rank_map") and e.host and e.pid is not None:
             r, n = _int_field(e, "nccl_rank"), _int_field(e, "nranks") or 0
             if r is not None and ((e.host, e.pid) not in nccl_best or n > nccl_best[(e.host, e.pid)][1]):
                 nccl_best[(e.host, e.pid)] = (r, n)
+            if e.local_rank is not None:
+                nccl_local.setdefault((e.host, e.pid), e.local_rank)
             said.append(n)
         elif e.kind in ("start", "exit", "exit_signal", "elastic_failure", "rank_info") and e.rank is not None:
             _note_worker(e, facts, local_rank, launched)
         elif e.kind in ("store_barrier", "rank_info") and _int_field(e, "world_size"):
             said.append(_int_field(e, "world_size") or 0)
-    for (h, pid), (r, _n) in nccl_best.items():
+    for (h, pid), (r, n) in nccl_best.items():
         facts.pid_rank.setdefault((h, pid), r)
+        if (h, pid) in nccl_local and said and n == max(said):  # the world's communicator: its rank is global
+            local_rank.setdefault((h, nccl_local[(h, pid)]), r)
     facts.launched_world = min(max(launched), MAX_RANK_LIST) if launched else None
     facts.said_world = max(said) if said else None
     return local_rank
@@ -222,7 +227,9 @@ def _attribute(e: Event, facts: JobFacts, maps: _Maps) -> Event:
     if rank is None and host and e.local_rank is not None:
         rank = maps.local_rank.get((host, e.local_rank))
     if rank is None and e.local_rank is not None and maps.single_host:
-        rank = e.local_rank
+        # the one host's worker of that local rank, where NCCL's rank map tells its global rank; else the local rank
+        mapped = {r for (_h, lr), r in maps.local_rank.items() if lr == e.local_rank}
+        rank = mapped.pop() if len(mapped) == 1 else e.local_rank
     return evolve(e, rank=rank, host=host) if (rank, host) != (e.rank, e.host) else e
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ddpslurm.analyze.diagnose.knowledge import group
 from ddpslurm.analyze.diagnose.resolve import JOB_KINDS, JobFacts, expand_ranks, plausible_world
 from ddpslurm.analyze.model import FACT_KINDS, Event, FileSummary, SourceFile
 from ddpslurm.analyze.parse.timestamps import comparable
@@ -26,8 +27,6 @@ RESTART_KINDS = ("nccl_init", "start", "attempt_start", "rank_info", "store_barr
 #: kinds that show the job's process group was initialized: every rank had connected to the rendezvous
 INITIALIZED_KINDS = ("nccl_init", "watchdog_timeout", "progress", "hang", "dump_signal", "mismatch_report",
                      "desync_verdict")
-#: causes of start-up errors a rank may retry through (c10d retries its connect until the timeout)
-RETRIED_CAUSES = ("network_unreachable", "rendezvous_timeout")
 #: what srun and slurmstepd say of a task killed by the step's teardown, not by its own fault
 TEARDOWN_STATUSES = ("Terminated",)
 TEARDOWN_EXIT_CODES = ("143", "15", "137")
@@ -138,7 +137,7 @@ def build_timeline(events: list[Event], facts: JobFacts, sources: Sequence[Sourc
         ranks.setdefault(rank, RankTimeline(rank=rank))
     initialized = any(e.kind in INITIALIZED_KINDS for e in events)
     # a rank's own events are read only where it may have recovered from a start-up error (recovered_failures)
-    retried = {tl.rank for tl in ranks.values() if any(f.cause in RETRIED_CAUSES for f in tl.failures)}
+    retried = {tl.rank for tl in ranks.values() if any(f.cause in group("retried") for f in tl.failures)}
     by_rank: dict[int, list[Event]] = {}
     for e in events if retried else ():
         if e.rank in retried and e.kind not in JOB_KINDS:
@@ -183,7 +182,7 @@ def recovered_failures(tl: RankTimeline, own_events: list[Event], job_initialize
     a connect failure in a job whose process group was initialized (every rank had connected)."""
     out = []
     for f in tl.failures:
-        if f.cause not in RETRIED_CAUSES or (f.role == "culprit" and f.kind != "socket"):
+        if f.cause not in group("retried") or (f.role == "culprit" and f.kind != "socket"):
             continue
         if any(_later(f, e) or (_needs_connected(f, e) and not _later(e, f)) for e in own_events if _got_past(f, e)) \
                 or tl.exit_status == "ok" or (job_initialized and f.kind == "socket"):
@@ -203,7 +202,7 @@ def _got_past(failure: Event, e: Event) -> bool:
     if e.kind in ALIVE_KINDS:
         return True
     return failure.kind == "socket" and (e.kind == "store_barrier" or (
-        e.role is not None and e.kind != "socket" and e.cause not in RETRIED_CAUSES))
+        e.role is not None and e.kind != "socket" and e.cause not in group("retried")))
 
 
 def _later(a: Event, b: Event) -> bool:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddpslurm.analyze.diagnose.knowledge import Producer, producer
 from ddpslurm.analyze.diagnose.resolve import plausible_world
 from ddpslurm.analyze.diagnose.timeline import JobTimeline, RankTimeline
 from ddpslurm.analyze.model import Event
 
 #: kinds a rank logs only because another rank or Slurm ended it: never its own failure
 QUIET_KINDS = ("exit_signal", "slurm_task", "slurm_job", "agent_sigterm", "agent", "exit")
+#: lines that report a death (a launcher's or ddpslurm's exit report), not what caused it
+DEATH_REPORT_KINDS = ("agent_failed", "elastic_failure", "exit_signal", "exit")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,14 @@ class Vote:
     time: float | None = None
     time_family: str | None = None
     own: bool = False  # the rank's own failure (it can be ordered in time against other ranks' failures)
+
+    def __post_init__(self) -> None:
+        producer(self.producer)  # a producer analyzer/combiner.toml does not declare is a programming error
+
+    @property
+    def info(self) -> Producer:
+        """What its producer's votes are (analyzer/combiner.toml): the combiner reads this, never the name."""
+        return producer(self.producer)
 
 
 def accuses(e: Event) -> str:

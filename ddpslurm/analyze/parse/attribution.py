@@ -40,6 +40,9 @@ class Prefix(NamedTuple):
     time_text: str | None = None
     task: int | None = None  # srun --label task id (a node index when torchrun runs one task per node)
     rank_from_label: bool = False
+    #: `host` came from a tag shaped like a host name (`node02: `, `[trainer-1] `) that a script's own head
+    #: (`GPU3: `, `Epoch1: `, `[rank7] `) has too: a host only where a place that carries host names says it too
+    host_tag: bool = False
 
 
 # Each rule: (regex anchored at the start, what the groups mean). Order matters only for overlaps.
@@ -62,16 +65,16 @@ RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\[(?P<role>[A-Za-z_][A-Za-z_-]*?)(?P<local>\d{1,18})\]:\s?"), "local"),
     # srun --label: `3: ` (padded with spaces)
     (re.compile(r" *(?P<rank>\d{1,6}): (?=.)"), "label"),
-    # pdsh / DeepSpeed: `node02: `, `10.0.0.2: `
+    # pdsh / DeepSpeed: `node02: `, `10.0.0.2: ` (a name is a tag: `GPU3: `, `Epoch1: ` have the same shape)
     # (a Python exception's qualified name, `urllib3.exceptions.MaxRetryError: `, is not a host)
-    (re.compile(rf"(?P<host>{_HOST})(?<!Error)(?<!Exception)(?<!Warning): (?=.)"), "host"),
+    (re.compile(rf"(?P<host>{_HOST})(?<!Error)(?<!Exception)(?<!Warning): (?=.)"), "tag"),
     # Ray workers: `(RayTrainWorker pid=1234, ip=10.0.0.5) `
     (re.compile(r"\((?:[\w.]+ )?pid=\d+(?:, ip=(?P<host>[\d.]+|[0-9a-fA-F:]+))?\) (?=\S)"), "host"),
     # container / trial log collectors: `0c41e7b2 || `
     (re.compile(r"(?P<host>[\w.-]+) \|\| ?"), "host"),
-    # cloud pods: `[trainer-worker-1] `
+    # cloud pods: `[trainer-worker-1] ` (a tag: a script's `[rank7] ` has the same shape)
     (re.compile(r"\[(?=[a-z0-9.-]*[a-z])(?=[a-z0-9.]*[-\d])(?P<host>[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?)\] (?=\S)"),
-     "host"),
+     "tag"),
 )
 #: whether some rule matches, and not empty, at the start of a text: one match where most lines meet none, not one
 #: per rule (a rule's groups become plain groups, as names repeat; the lookbehind after each alternative refuses an
@@ -86,6 +89,8 @@ NCCL_SOURCE = re.compile(r"(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>\d+):(?P<tid>\d+
 
 
 Span = tuple[int, int]
+#: an address in a tag's place (pdsh -w with addresses, DeepSpeed's hostfile of IPs) is a host's address, not a tag
+_IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,7 @@ class PrefixSpans:
     host: Span | None = None
     time_text: Span | None = None
     label: Span | None = None
+    host_tag: bool = False  #: the host span is a tag's (Prefix.host_tag)
 
     def prefix(self, line: str) -> Prefix:
         """What these spans say of `line`."""
@@ -110,7 +116,8 @@ class PrefixSpans:
         if from_label:
             rank = label  # srun --label with one task per rank; with torchrun it numbers nodes, not ranks
         return Prefix(text=line[self.start:], rank=rank, local_rank=local_rank, host=piece(line, self.host),
-                      time_text=piece(line, self.time_text), task=label, rank_from_label=from_label)
+                      time_text=piece(line, self.time_text), task=label, rank_from_label=from_label,
+                      host_tag=self.host_tag)
 
 
 def piece(line: str, span: Span | None) -> str | None:
@@ -131,6 +138,7 @@ def strip_prefixes(line: str, max_prefixes: int = 6) -> Prefix:
 def prefix_spans(line: str, max_prefixes: int = 6) -> PrefixSpans:
     """Where the known prefixes of `line` end and where each value they say sits (`strip_prefixes`)."""
     rank = local_rank = label = host = time_text = None
+    host_tag = False
     text, base = line, 0
     for _ in range(max_prefixes):
         for pattern, meaning in RULES if ANY_RULE.match(text) else ():
@@ -143,10 +151,12 @@ def prefix_spans(line: str, max_prefixes: int = 6) -> PrefixSpans:
                 rank = _span(m, "rank", base)  # the innermost explicit rank wins
             elif meaning == "local":
                 local_rank = local_rank or _span(m, "local", base)
-            elif meaning == "host":
+            elif meaning in ("host", "tag"):
                 if NCCL_SOURCE.match(text) or (m["host"] or "").startswith(("slurmstepd", "srun", "slurmd")):
                     continue
-                host = host or _span(m, "host", base)  # None for a Ray head without its ip
+                if host is None:
+                    host = _span(m, "host", base)  # None for a Ray head without its ip
+                    host_tag = host is not None and meaning == "tag" and not _IPV4.fullmatch(m["host"])
             elif meaning == "time":
                 time_text = time_text or _span(m, "time", base)
             text, base = text[m.end():], base + m.end()
@@ -156,7 +166,8 @@ def prefix_spans(line: str, max_prefixes: int = 6) -> PrefixSpans:
             if m is None:
                 break
             rank, text, base = _span(m, "rank", base), text[m.end():], base + m.end()
-    return PrefixSpans(start=base, rank=rank, local_rank=local_rank, host=host, time_text=time_text, label=label)
+    return PrefixSpans(start=base, rank=rank, local_rank=local_rank, host=host, time_text=time_text, label=label,
+                       host_tag=host_tag)
 
 
 def may_embed_rank(text: str) -> bool:

@@ -25,6 +25,9 @@ LAST_ERROR = "Last error:"
 LAST_ERROR_REACH = 4
 #: lines (of any stream) after which a `Last error:` whose rank never wrote its reason is given up
 PENDING_REACH = 50
+#: the groups a launcher's report ends with (torchelastic's exit code, Open MPI's signal): a head that matched
+#: without them may be hard-wrapped before them, and is read with the next line
+WRAPPED_TAILS = ("exitcode", "signum")
 #: a watchdog head a log viewer or a width-limited collector cut in two: read together with the next line
 WRAPPED_HEAD = re.compile(r"(?:detected by watchdog at work|Watchdog caught collective operation timeout)(?!.*"
                           r"(?:last completed (?:NCCL )?work: -?\d|milliseconds))")
@@ -77,8 +80,10 @@ class ContinuedLines(FailureBlocks):
             return None
         sig, m = hit
         groups = {k: v for k, v in m.groupdict().items() if v is not None}
-        if sig.kind == "agent_failed" and "exitcode" in m.re.groupindex and "exitcode" not in groups:
-            # a launcher's report hard-wrapped before its exit code (a terminal or a paste): the next line may end it
+        tails = [g for g in WRAPPED_TAILS if g in m.re.groupindex]
+        if sig.kind == "agent_failed" and tails and not any(g in groups for g in tails):
+            # a launcher's report hard-wrapped before its exit code or signal (a terminal, a paste, PRRTE's help
+            # text): the next line may end it
             self.pending = _Pending("join", stream, lineno, body, time_text, signature=sig.id,
                                     events_at=len(self.events))
         emitted = self._signature_event(sig, groups, body, lineno, time_text, rank, local, host, nccl_source(body),
@@ -96,8 +101,8 @@ class ContinuedLines(FailureBlocks):
             hit = self.sigs.match(joined)
             wanted = hit is not None and (hit[0].id == pending.signature if pending.signature
                                           else hit[0].kind == "watchdog_timeout")
-            if not wanted or lineno - pending.line > 1 or (pending.signature and "exitcode" not in
-                                                           {k for k, v in hit[1].groupdict().items() if v}):
+            if not wanted or lineno - pending.line > 1 or (pending.signature and not any(
+                    hit[1].groupdict().get(g) for g in WRAPPED_TAILS)):
                 return False
             # the head's own events, read alone: only those after the mark (a merged log of 16k ranks' wrapped
             # heads made the whole list filtered once per head, quadratic)

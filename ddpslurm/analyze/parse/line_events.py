@@ -17,6 +17,7 @@ from ddpslurm.analyze.parse.attribution import interface_list, interface_scope, 
 from ddpslurm.analyze.parse.channel_lines import MAX_CHANNEL_KEYS
 from ddpslurm.analyze.parse.line_streams import LineStreams
 from ddpslurm.analyze.parse.shared_values import canonical, canonical_fields
+from ddpslurm.analyze.parse.tag_hosts import HOST_TAG
 from ddpslurm.analyze.parse.timestamps import EVERY_FORM, TimePlan, parse_planned, parse_time
 from ddpslurm.analyze.rules.signatures import Signature
 
@@ -95,6 +96,8 @@ class LineEvents(LineStreams):
         if rank is not None and (rank == self.label_rank or (self.source.task_file and self.prefix_rank is None
                                                              and rank == self.source.rank)):
             fields = (*fields, ("srun_task", str(rank)))
+        if host is not None and host in self.tag_hosts and host not in self.carried_hosts:
+            fields = (*fields, (HOST_TAG, "1"))  # a host only where another place names it (parse.tag_hosts)
         failure = sig is not None and kind not in FACT_KINDS
         if failure:
             fields = (*fields, ("accuses", sig.accuses))  # what engine.with_accuses would add, without a copy
@@ -170,7 +173,10 @@ class LineEvents(LineStreams):
         """The event of a line that `sig` matched with these groups (NCCL's `host:pid` head `ns`, the rank a
         `[Rank N]` tag in its body names); False when it only repeats a rank-map fact already told. `time`: where
         its text holds a time (a recipe knows)."""
-        ev_host = host or (ns[0] if ns else None) or groups.get("host")
+        carried = (ns[0] if ns else None) or groups.get("host")  # NCCL's head, the line's own words
+        if carried:
+            self.carried_hosts.add(carried)
+        ev_host = carried if carried and (host is None or host in self.tag_hosts) else host
         pid = ns[1] if ns else small_int(groups.get("pid"))
         if rank is None and sig.kind not in ("slurm_task",) and sig.accuses != "host":
             rank = small_int(groups.get("rank"))  # a node's report (NCCL's duplicate GPU) names ranks, not its own
@@ -200,6 +206,7 @@ class LineEvents(LineStreams):
         """The event of submitit's `JobEnvironment(...)` in a line that names it (`rank_info`), if it is whole."""
         m = _SUBMITIT_ENV.search(body)
         if m:
+            self.carried_hosts.add(m["host"])
             self._emit(lineno, "rank_info", body, int(m["rank"]), m["host"], None, int(m["local"]), None,
                        fields=(("node", m["node"]), ("world_size", m["world"])))
         return m is not None
@@ -211,6 +218,8 @@ class LineEvents(LineStreams):
         m = NCCL_INIT.search(body)
         ns = nccl_source(body)
         if m:
+            if ns:
+                self.carried_hosts.add(ns[0])
             self._nccl_init(m, body, lineno, rank, host if not ns else ns[0], ns[1] if ns else None, local, time_text)
         return m is not None
 

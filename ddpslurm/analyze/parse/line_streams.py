@@ -61,6 +61,11 @@ class LineStreams:
         field(default_factory=dict)
     label_rank: int | None = None
     prefix_rank: int | None = None
+    #: names this file's lines carried only in a tag shaped like a host (`node02: `, but also `GPU3: `): an event
+    #: of one says so (`host_tag`), and it stays a host only where a place that carries host names says it too
+    tag_hosts: set[str] = field(default_factory=set)
+    #: names this file's lines carried in a place that carries host names (NCCL's head, the line's own words)
+    carried_hosts: set[str] = field(default_factory=set)
     #: lines read so far (handled or replayed), in all and per stream, and the stream of the line at hand
     handled: int = 0
     stream_lines: dict[object, int] = field(default_factory=dict)
@@ -85,6 +90,10 @@ class LineStreams:
         rank = p.rank if p.rank is not None else src.rank
         local = p.local_rank if p.local_rank is not None else src.local_rank
         host = p.host or src.host
+        if p.host_tag and p.host is not None and p.host != src.host:
+            self.tag_hosts.add(p.host)
+        elif host is not None:
+            self.carried_hosts.add(host)  # a path component, a Ray head's address, a collector's container
         if p.rank is not None and self.summary is not None and len(self.summary.ranks_seen) < MAX_RANK_LIST and \
                 (p.rank != src.rank or src.kind != "log"):  # resolve counts a log file's own rank present anyway
             self.summary.ranks_seen.add(p.rank)

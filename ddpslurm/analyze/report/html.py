@@ -1,50 +1,65 @@
 """`analyze --html FILE`: one self-contained HTML page (inline CSS and SVG, no script, no network).
 
-The page shows the verdict, a per-node timeline of each rank's first failure (coloured by role, the
-culprit's own lines highlighted, Slurm's job events as vertical rules, the evidence line on hover),
-the evidence with `file:line` and the rank table. Every string that came from a log, a file name or a
-host is sanitized and HTML-escaped, and a Content-Security-Policy forbids scripts and fetches anyway.
+The page shows the verdict, a per-node timeline of each rank's first failure where it happened (coloured by role,
+the culprit's mark ringed and named with a rule through every row, its own lines highlighted, host events as
+diamonds, Slurm's job events as vertical rules, breaks over long idle spans, the evidence line on hover; 660 units
+wide, it fits a 700 px window), the evidence with `file:line` and the rank table. Every string that came from a log,
+a file name or a host is sanitized and HTML-escaped, and a Content-Security-Policy forbids scripts and fetches.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import html
-import math
 from collections.abc import Iterable
 from pathlib import Path
 
 from ddpslurm import sanitize
 from ddpslurm.analyze.model import Diagnosis
+from ddpslurm.analyze.report.html_axis import Axis, human
 from ddpslurm.analyze.report.html_timeline import Event, NodeRow, Run, TimelineModel, build_model
 from ddpslurm.analyze.report.text import collapse_rows, evidence_root, one_line
 from ddpslurm.errors import AnalyzeInputError
 
-WIDTH, LABEL_W, UNTIMED_W, ROW_H, TOP, BOTTOM = 1100, 250, 60, 22, 40, 14
-PLOT_X0, PLOT_X1 = LABEL_W + UNTIMED_W + 14, WIDTH - 16
+#: the SVG's own units: it is drawn 660 wide and scales with the page (from a 700 px window up to MAX_SVG_PX)
+WIDTH, LABEL_W, UNTIMED_W, ROW_H, STRIP_H, TOP, BOTTOM = 660, 118, 70, 22, 20, 62, 14
+PLOT_X0, PLOT_X1 = LABEL_W + UNTIMED_W + 10, WIDTH - 14
+MAX_SVG_PX = 920
 #: longest log text carried into a tooltip or a table cell (the --json output has the full lines)
 MAX_TEXT = 600
 MAX_TABLE_ROWS = 500
 ROLES = ("culprit", "victim", "ok", "unknown")
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+COLOURS = {"culprit": "#d32f2f", "victim": "#f39c12", "ok": "#2e7d32", "unknown": "#9e9e9e", "own": "#7b1fa2",
+           "host": "#263238", "slurm": "#1565c0"}
 
-STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#1d2125;max-width:1180px}
-h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 6px}
-.verdict{border-left:6px solid #c62828;padding:6px 12px;background:#fdf3f3}
-.verdict.none{border-color:#8a6d00;background:#fffbe6}
-dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0} dt{color:#555}
-table{border-collapse:collapse;font-size:13px;width:100%} td,th{border-bottom:1px solid #ddd;padding:3px 6px;
-text-align:left;vertical-align:top} td.text{font-family:ui-monospace,monospace;word-break:break-all}
-code{font-family:ui-monospace,monospace} td.time{white-space:nowrap}
-svg{background:#fff;border:1px solid #ddd} svg text{font:11px ui-monospace,monospace;fill:#333}
-.band{fill:#f2f2f2} .culprit-row{fill:#fde0e0} .grid{stroke:#e6e6e6} .life{stroke:#b0b7bf;stroke-width:2}
-.mark{stroke:#222;stroke-width:.6} .untimed{fill-opacity:.35;stroke-dasharray:2 1}
-.role-culprit{fill:#d32f2f} .role-victim{fill:#f39c12} .role-ok{fill:#2e7d32} .role-unknown{fill:#9e9e9e}
-#culprit{stroke:#000;stroke-width:2} .culprit-event{fill:#7b1fa2;stroke:#fff;stroke-width:.8}
-.job-event{stroke:#1565c0;stroke-width:2;stroke-dasharray:5 3} .legend span{margin-right:14px}
-.swatch{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;border:1px solid #444}
-.note{color:#555}
+STYLE = f"""
+body{{font:14px/1.45 system-ui,sans-serif;margin:16px;color:#1d2125;max-width:1180px}}
+h1{{font-size:20px;margin:0 0 4px}} h2{{font-size:16px;margin:22px 0 6px}}
+.verdict{{border-left:6px solid #c62828;padding:6px 12px;background:#fdf3f3}}
+.verdict.none{{border-color:#8a6d00;background:#fffbe6}}
+dl{{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0}} dt{{color:#555}}
+table{{border-collapse:collapse;font-size:13px;width:100%}} td,th{{border-bottom:1px solid #ddd;padding:3px 6px;
+text-align:left;vertical-align:top}} td.text,td code{{font-family:ui-monospace,monospace;word-break:break-all}}
+code{{font-family:ui-monospace,monospace;overflow-wrap:anywhere}} td.time{{white-space:nowrap}}
+@media (max-width:760px){{td.time{{white-space:normal;word-break:break-all}} body{{margin:10px}}}}
+svg.timeline{{display:block;width:100%;max-width:{MAX_SVG_PX}px;height:auto;background:#fff;border:1px solid #ddd}}
+svg text{{font:11px ui-monospace,monospace;fill:#333}}
+.band{{fill:#f2f2f2}} .culprit-row{{fill:#fde0e0}} .strip{{fill:#f5f7fa}} .grid{{stroke:#e6e6e6}}
+.life{{stroke:#b0b7bf;stroke-width:2}} .mark{{stroke:#222;stroke-width:.6}} .estimated{{stroke-dasharray:2 1.5}}
+.untimed{{fill-opacity:.45;stroke-dasharray:2 1}}
+.role-culprit{{fill:{COLOURS["culprit"]}}} .role-victim{{fill:{COLOURS["victim"]}}} .role-ok{{fill:{COLOURS["ok"]}}}
+.role-unknown{{fill:{COLOURS["unknown"]}}}
+#culprit{{stroke:#000;stroke-width:2.5;fill-opacity:1;stroke-dasharray:none}}
+.culprit-guide{{stroke:{COLOURS["culprit"]};stroke-width:1.5;stroke-dasharray:4 3}}
+text.culprit-label{{font-weight:bold;fill:#b71c1c;paint-order:stroke;stroke:#fff;stroke-width:3px}}
+.culprit-event{{fill:{COLOURS["own"]};stroke:#fff;stroke-width:.8}}
+.host-event{{fill:{COLOURS["host"]};stroke:#fff;stroke-width:.8}}
+.job-event{{stroke:{COLOURS["slurm"]};stroke-width:2;stroke-dasharray:5 3}}
+.axis-break path{{stroke:#888;fill:none}} text.break-label{{fill:#666}}
+.legend span{{margin-right:14px;white-space:nowrap}}
+.swatch{{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;border:1px solid #444}}
+.note{{color:#555}}
 """
 
 
@@ -61,71 +76,74 @@ def clock(seconds: float) -> str:
     return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
 
 
-def nice_step(span: float, ticks: int = 6) -> float:
-    """A 1/2/5 x 10^k tick step that cuts `span` seconds into about `ticks` parts."""
-    raw = max(span, 1e-3) / ticks
-    power = 10 ** math.floor(math.log10(raw))
-    return next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-
-
-class _Axis:
-    """Unix seconds -> x pixels over the model's span."""
-
-    def __init__(self, model: TimelineModel) -> None:
-        self.start = model.start or 0.0
-        self.span = max((model.end or self.start) - self.start, 1e-3)
-
-    def x(self, seconds: float) -> float:
-        return round(PLOT_X0 + (seconds - self.start) / self.span * (PLOT_X1 - PLOT_X0), 1)
-
-    def offset(self, seconds: float) -> str:
-        return f"+{seconds - self.start:.3f} s"
-
-
-def _axis_svg(axis: _Axis, height: int) -> list[str]:
-    step = nice_step(axis.span)
-    parts = [f'<text x="6" y="{TOP - 10}">+0s = {clock(axis.start)} UTC</text>']
-    for i in range(int(axis.span / step) + 1):
-        x = axis.x(axis.start + i * step)
-        parts.append(f'<line class="grid" x1="{x}" x2="{x}" y1="{TOP - 8}" y2="{height - BOTTOM}"/>'
-                     f'<text x="{x}" y="{TOP - 10}" text-anchor="middle">+{i * step:g}s</text>')
+def _axis_svg(axis: Axis, height: int) -> list[str]:
+    """The origin, the ticks in human units, a grid line per tick, and each break with its idle time."""
+    parts = [f'<text x="6" y="14">+0 = {clock(axis.origin)} UTC</text>']
+    for x, label in axis.ticks():
+        parts.append(f'<line class="grid" x1="{x}" x2="{x}" y1="{TOP - STRIP_H - 4}" y2="{height - BOTTOM}"/>'
+                     f'<text class="tick" x="{x}" y="{TOP - STRIP_H - 8}" text-anchor="middle">{esc(label)}</text>')
+    for x, idle in axis.breaks():
+        y0, y1 = TOP - STRIP_H - 4, height - BOTTOM
+        parts.append(f'<g class="axis-break" data-idle="{idle:.3f}"><path d="M{x - 6} {y0}l4 {y1 - y0}M{x + 2} {y0}'
+                     f'l4 {y1 - y0}"/><text class="break-label" x="{x}" y="14" text-anchor="middle">'
+                     f'{esc(human(idle, 1 if idle >= 1 else 0.001))}</text>'
+                     f'<title>{esc(human(idle, 0.001))} with nothing logged, cut out</title></g>')
     return parts
 
 
-def _tooltip(run: Run, row: NodeRow, axis: _Axis | None) -> str:
-    """Hover text: which ranks, where, role, when, the evidence line's `file:line` and its text."""
+def _tooltip(run: Run, row: NodeRow, axis: Axis | None) -> str:
+    """Hover text: which ranks, where, role, when (and how it was read), the evidence line's `file:line` and text."""
     first = run.marks[0]
     times = run.times
     when = f"{clock(min(times))} UTC ({axis.offset(min(times))})" if times and axis else "no time"
     count = f" ({len(run.marks)} ranks)" if len(run.marks) > 1 else ""
-    lines = [f"rank {run.ranks}{count} on {row.label}: {run.role}, first failure {when}", first.where,
-             first.text or "(no error line)"]
+    lines = [f"rank {run.ranks}{count} on {row.label}: {run.role}, first failure {when}",
+             first.placed if times else "", first.where, first.text or "(no error line)"]
     return "&#10;".join(esc(line, 300) for line in lines if line)
 
 
-def _mark(run: Run, y: float, axis: _Axis | None, classes: str, culprit: str) -> str:
-    """A dot at the failure time (or in the `no time` band), a bar over a run's spread of times."""
-    radius = 6 if culprit else 5
+def _mark(run: Run, y: float, axis: Axis | None, classes: str, culprit: bool) -> str:
+    """A dot at the failure time (or in the `no time` band), a bar over a run's spread of times; the culprit's
+    a big ringed dot with its rank written beside it."""
+    radius = 8 if culprit else 5
+    ident = ' id="culprit"' if culprit else ""
     if not run.times or axis is None:
-        x = LABEL_W + UNTIMED_W / 2
-        return f'<circle class="{classes} untimed"{culprit} cx="{x}" cy="{y}" r="{radius}"/>'
-    x0, x1 = axis.x(min(run.times)), axis.x(max(run.times))
-    if x1 - x0 < 4 and len(run.marks) == 1:
-        return f'<circle class="{classes}"{culprit} cx="{x0}" cy="{y}" r="{radius}"/>'
-    return f'<rect class="{classes}"{culprit} x="{x0 - 2}" y="{y - 5}" width="{x1 - x0 + 4}" height="10" rx="3"/>'
+        x = LABEL_W + (12 if culprit else UNTIMED_W / 2)  # the culprit's rank written beside it, in the band
+        classes += " untimed"
+    else:
+        x0, x1 = axis.x(min(run.times)), axis.x(max(run.times))
+        if run.marks[0].placed:
+            classes += " estimated"
+        if not culprit and (x1 - x0 >= 4 or len(run.marks) > 1):
+            return (f'<rect class="{classes}" data-time="{min(run.times):.3f}" x="{x0 - 2}" y="{y - 5}" '
+                    f'width="{max(x1 - x0 + 4, 10):.1f}" height="10" rx="3"/>')
+        x = x0
+    when = f' data-time="{min(run.times):.3f}"' if run.times and axis is not None else ""
+    shape = f'<circle class="{classes}"{ident}{when} cx="{x}" cy="{y}" r="{radius}"/>'
+    if not culprit:
+        return shape
+    label = f"rank {run.ranks}"
+    anchor = "end" if x > PLOT_X1 - 90 else "start"
+    dx = -12 if anchor == "end" else 12
+    return shape + (f'<text class="culprit-label" x="{x + dx}" y="{y + 4}" text-anchor="{anchor}">'
+                    f'{esc(label)}</text>')
 
 
-def _run_svg(run: Run, row: NodeRow, y: float, axis: _Axis | None) -> str:
-    culprit = ' id="culprit"' if run.role == "culprit" else ""
+def _life_svg(run: Run, y: float, axis: Axis | None) -> str:
+    """A run's last sign of life: a grey line from the axis' start."""
+    if run.last_time is None or axis is None:
+        return ""
+    return f'<line class="life" x1="{PLOT_X0}" x2="{axis.x(run.last_time)}" y1="{y}" y2="{y}"/>'
+
+
+def _run_svg(run: Run, row: NodeRow, y: float, axis: Axis | None) -> str:
+    culprit = run.role == "culprit"
     classes = f"mark role-{run.role if run.role in ROLES else 'unknown'}"
-    life = ""
-    if run.last_time is not None and axis is not None:
-        life = f'<line class="life" x1="{PLOT_X0}" x2="{axis.x(run.last_time)}" y1="{y}" y2="{y}"/>'
-    return (f'<g class="run" data-ranks="{esc(run.ranks)}">{life}{_mark(run, y, axis, classes, culprit)}'
-            f"<title>{_tooltip(run, row, axis)}</title></g>")
+    return (f'<g class="run" data-ranks="{esc(run.ranks)}" data-role="{esc(run.role)}">'
+            f'{_mark(run, y, axis, classes, culprit)}<title>{_tooltip(run, row, axis)}</title></g>')
 
 
-def _row_svg(row: NodeRow, index: int, axis: _Axis | None) -> str:
+def _row_svg(row: NodeRow, index: int, axis: Axis | None) -> str:
     top = TOP + index * ROW_H
     y = top + ROW_H / 2
     band = "culprit-row" if row.has_culprit else ("band" if index % 2 else "")
@@ -133,56 +151,103 @@ def _row_svg(row: NodeRow, index: int, axis: _Axis | None) -> str:
     ranks = sorted(m.rank for run in row.runs for m in run.marks)
     span = f"r{ranks[0]}" if len(ranks) == 1 else f"r{ranks[0]}-{ranks[-1]}"
     full = f"{row.label}: {len(row.hosts)} node(s), ranks {span[1:]}"
-    label = f'<text x="6" y="{y + 4}">{esc(row.label, 30)} {span}<title>{esc(full, 300)}</title></text>'
-    runs = "".join(_run_svg(run, row, y, axis) for run in row.runs)
+    short = row.label if len(row.label) + len(span) < 18 else row.label[: max(4, 16 - len(span))] + "…"
+    label = f'<text x="6" y="{y + 4}">{esc(short, 30)} {span}<title>{esc(full, 300)}</title></text>'
+    runs = sorted(row.runs, key=lambda run: run.role == "culprit")  # the culprit's mark drawn last, on top
+    lives = "".join(_life_svg(run, y, axis) for run in runs)  # under every mark of the row
+    body = "".join(_run_svg(run, row, y, axis) for run in runs)
     return (f'<g class="node" data-hosts="{len(row.hosts)}" data-host="{esc(row.hosts[0], 200)}">'
-            f'{background}{label}{runs}</g>')
+            f'{background}{label}{lives}{body}</g>')
 
 
-def _events_svg(events: Iterable[Event], axis: _Axis, y0: float, y1: float, css: str) -> list[str]:
+def _title(time: float, axis: Axis, where: str, text: str) -> str:
+    return esc(f"{clock(time)} UTC ({axis.offset(time)}) {where}", 300) + "&#10;" + esc(text)
+
+
+def _events_svg(events: Iterable[Event], axis: Axis, y0: float, y1: float, css: str) -> list[str]:
     parts = []
     for event in events:
-        x = axis.x(event.time)
-        title = esc(f"{clock(event.time)} UTC ({axis.offset(event.time)}) {event.where}", 300) + "&#10;" + \
-            esc(event.text)
+        x, title = axis.x(event.time), _title(event.time, axis, event.where, event.text)
         if css == "job-event":
-            parts.append(f'<g class="{css}-g"><line class="{css}" x1="{x}" x2="{x}" y1="{y0}" y2="{y1}"/>'
-                         f'<title>{title}</title></g>')
+            parts.append(f'<g class="{css}-g" data-time="{event.time:.3f}"><line class="{css}" x1="{x}" x2="{x}" '
+                         f'y1="{y0}" y2="{y1}"/><title>{title}</title></g>')
         else:
             parts.append(f'<path class="{css}" d="M{x - 5} {y0 - 11}h10l-5 6z"><title>{title}</title></path>')
     return parts
 
 
+def _host_row(model: TimelineModel, host: str | None) -> int | None:
+    """The row of the node a host event came from (by name, or its short name), None when no row has it."""
+    if not host:
+        return None
+    short = host.split(".", 1)[0]
+    return next((i for i, row in enumerate(model.rows)
+                 if any(h == host or h.split(".", 1)[0] == short for h in row.hosts)), None)
+
+
+def _hosts_svg(model: TimelineModel, axis: Axis) -> list[str]:
+    """Each host event as a diamond on its node's row, or on the strip above the rows when no row is its node's."""
+    parts = []
+    for event in model.host_events:
+        row = _host_row(model, event.host)
+        y = TOP - STRIP_H / 2 if row is None else TOP + row * ROW_H + ROW_H / 2
+        x = axis.x(event.time)
+        parts.append(f'<path class="host-event kind-{esc(event.kind)}" data-time="{event.time:.3f}" '
+                     f'data-host="{esc(event.host or "", 200)}" d="M{x} {y - 7}l6 7l-6 7l-6 -7z">'
+                     f'<title>{esc(event.host or "a host")}: {_title(event.time, axis, event.where, event.text)}'
+                     f'</title></path>')
+    return parts
+
+
+def _culprit_guide(model: TimelineModel, axis: Axis, height: int) -> list[str]:
+    """A dashed red rule through every row at the culprit's first failure: what failed after it, and before."""
+    for row in model.rows:
+        for run in row.runs:
+            if run.role == "culprit" and run.times:
+                x = axis.x(min(run.times))
+                return [f'<line class="culprit-guide" x1="{x}" x2="{x}" y1="{TOP - STRIP_H}" '
+                        f'y2="{height - BOTTOM}"/>']
+    return []
+
+
 def timeline_svg(model: TimelineModel) -> str:
-    """The SVG: one `g.node` per row, one `g.run` per run of alike ranks, `#culprit` on the culprit's mark."""
+    """The SVG: one `g.node` per row, one `g.run` per run of alike ranks, `#culprit` on the culprit's mark, host
+    events (`.host-event`), Slurm's job events (`.job-event`) and the axis' breaks (`.axis-break`)."""
     height = TOP + len(model.rows) * ROW_H + BOTTOM
-    axis = _Axis(model) if model.timed else None
+    axis = Axis(model.times, PLOT_X0, PLOT_X1) if model.timed else None
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{WIDTH}" height="{height}" '
              f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="per-rank failure timeline">',
-             f'<text x="{LABEL_W + UNTIMED_W / 2}" y="{TOP - 10}" text-anchor="middle">no time</text>',
-             f'<line class="grid" x1="{PLOT_X0 - 9}" x2="{PLOT_X0 - 9}" y1="{TOP - 8}" y2="{height - BOTTOM}"/>']
+             f'<rect class="strip" x="0" y="{TOP - STRIP_H}" width="{WIDTH}" height="{STRIP_H}"/>',
+             f'<text x="6" y="{TOP - 6}">hosts, Slurm</text>',
+             f'<text x="{LABEL_W + UNTIMED_W / 2}" y="{TOP - STRIP_H - 8}" text-anchor="middle">no time</text>',
+             f'<line class="grid" x1="{PLOT_X0 - 5}" x2="{PLOT_X0 - 5}" y1="{TOP - STRIP_H - 4}" '
+             f'y2="{height - BOTTOM}"/>']
     if axis:
         parts += _axis_svg(axis, height)
+        parts += _culprit_guide(model, axis, height)
     parts += [_row_svg(row, i, axis) for i, row in enumerate(model.rows)]
     if axis:
         culprit_row = next((i for i, row in enumerate(model.rows) if row.has_culprit), None)
         if culprit_row is not None:
             parts += _events_svg(model.culprit_events, axis, TOP + culprit_row * ROW_H + ROW_H / 2, 0,
                                  "culprit-event")
-        parts += _events_svg(model.job_events, axis, TOP - 8, height - BOTTOM, "job-event")
+        parts += _events_svg(model.job_events, axis, TOP - STRIP_H, height - BOTTOM, "job-event")
+        parts += _hosts_svg(model, axis)
     parts.append("</svg>")
     return "".join(parts)
 
 
 def _legend(model: TimelineModel) -> str:
-    spans = [f'<span><i class="swatch" style="background:{c}"></i>{r}</span>' for r, c in
-             (("culprit", "#d32f2f"), ("victim", "#f39c12"), ("ok", "#2e7d32"), ("unknown", "#9e9e9e"))]
-    spans += ['<span><i class="swatch" style="background:#7b1fa2"></i>culprit\'s own lines</span>',
-              '<span><i class="swatch" style="background:#1565c0"></i>Slurm job event</span>']
+    names = (("culprit", "culprit"), ("victim", "victim"), ("ok", "ok"), ("unknown", "unknown"),
+             ("own", "culprit's own lines"), ("host", "host event (GPU, OOM killer, slurmstepd)"),
+             ("slurm", "Slurm job event"))
+    spans = [f'<span><i class="swatch" style="background:{COLOURS[key]}"></i>{name}</span>' for key, name in names]
     note = "" if model.timed else ('<p class="note">These logs carry no timestamps: the marks say who failed, '
                                    'not when.</p>')
-    return (f'<p class="legend">{"".join(spans)}</p><p class="note">Time runs left to right; a grey line is a '
-            f'rank\'s last sign of life; hover a mark for its evidence line.</p>{note}')
+    return (f'<p class="legend">{"".join(spans)}</p><p class="note">Each rank\'s first failure, where it happened; '
+            f'a grey line is a rank\'s last sign of life; a dashed outline is a time read off the lines around a '
+            f'line that has none; zigzags cut out long spans with nothing logged. Hover a mark for its evidence '
+            f'line.</p>{note}')
 
 
 def _verdict(d: Diagnosis) -> str:

@@ -2,7 +2,8 @@
 
 Ranks are grouped by node; alike neighbouring ranks on a node become one run (one mark), and for big jobs
 alike neighbouring nodes become one row, so 16,384 ranks draw as a few hundred shapes. The Diagnosis'
-`timeline` and `job_events` are read when present; without them, times come from the evidence.
+`timeline` (each rank's first failure where it happened, report.timeline_rows), `job_events` and `host_events`
+are read when present; without them, times come from the evidence.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Mark:
     text: str
     where: str  # `file:line` of the rank's first evidence line, or ''
     last_time: float | None
+    placed: str | None = None  # how `time` was read where the line has none (TimelineRow.placed)
 
 
 @dataclass(frozen=True)
@@ -88,14 +90,27 @@ class Event:
 
 
 @dataclass(frozen=True)
+class HostMark:
+    """A line a host wrote (GPU driver, OOM killer, slurmstepd) on the axis, on its node's row where it has one."""
+
+    time: float
+    host: str | None
+    kind: str
+    text: str
+    where: str
+
+
+@dataclass(frozen=True)
 class TimelineModel:
-    """Everything the SVG needs: rows, the time span, Slurm's job events and the culprit's own lines."""
+    """Everything the SVG needs: rows, the time span, Slurm's job and host events and the culprit's own lines."""
 
     rows: tuple[NodeRow, ...]
     start: float | None
     end: float | None
     job_events: tuple[Event, ...]
     culprit_events: tuple[Event, ...]
+    host_events: tuple[HostMark, ...] = ()
+    times: tuple[float, ...] = ()  # every time drawn: what the axis spans and where it breaks
 
     @property
     def timed(self) -> bool:
@@ -151,7 +166,7 @@ def rank_marks(diagnosis: Diagnosis) -> list[Mark]:
             when = unix_time(seen.time)
         marks.append(Mark(row.rank, row.host or hosts.get(row.rank) or "?", roles.get(row.rank, row.role), when,
                           row.first_failure_text or (seen.text if seen else ""), _where(seen) if seen else "",
-                          unix_time(row.last_time)))
+                          unix_time(row.last_time), getattr(row, "placed", None)))
     drawn = {m.rank for m in marks}
     for row in diagnosis.ranks:
         if row.rank in drawn:
@@ -243,11 +258,25 @@ def culprit_events(diagnosis: Diagnosis) -> list[Event]:
     return sorted(events, key=lambda e: e.time)
 
 
+def host_marks(diagnosis: Diagnosis) -> list[HostMark]:
+    """The hosts' own timed lines (`diagnosis.host_events`), one per host and message shape (a driver repeats)."""
+    out, seen = [], set()
+    for e in getattr(diagnosis, "host_events", None) or []:
+        when = unix_time(e.time)
+        key = (e.host, e.kind, shape(e.text))
+        if when is None or key in seen:
+            continue
+        seen.add(key)
+        out.append(HostMark(when, e.host, e.kind, e.text, f"{e.file}:{e.line}" if e.file else ""))
+    return sorted(out, key=lambda e: e.time)
+
+
 def build_model(diagnosis: Diagnosis, max_rows: int = MAX_NODE_ROWS) -> TimelineModel:
-    """The timeline of a Diagnosis: rows by node, its time span, job events and the culprit's lines."""
+    """The timeline of a Diagnosis: rows by node, its time span, job and host events and the culprit's lines."""
     marks = rank_marks(diagnosis)
-    slurm, culprit = job_events(diagnosis), culprit_events(diagnosis)
+    slurm, culprit, hosts = job_events(diagnosis), culprit_events(diagnosis), host_marks(diagnosis)
     times = [m.time for m in marks if m.time is not None] + [m.last_time for m in marks if m.last_time is not None]
-    times += [e.time for e in slurm] + [e.time for e in culprit]
+    times += [e.time for e in slurm] + [e.time for e in culprit] + [e.time for e in hosts]
     return TimelineModel(tuple(node_rows(marks, max_rows)), min(times) if times else None,
-                         max(times) if times else None, tuple(slurm), tuple(culprit))
+                         max(times) if times else None, tuple(slurm), tuple(culprit), tuple(hosts),
+                         tuple(sorted(set(times))))

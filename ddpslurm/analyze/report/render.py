@@ -12,9 +12,11 @@ from ddpslurm.analyze.diagnose.combiner import Verdict, one_rank_job
 from ddpslurm.analyze.diagnose.peers import named_peer
 from ddpslurm.analyze.diagnose.resolve import is_host_name, plausible_world
 from ddpslurm.analyze.diagnose.timeline import JobTimeline
-from ddpslurm.analyze.model import NO_FAILURE, Diagnosis, Event, Evidence, FileSummary, RankRow, TimelineRow
+from ddpslurm.analyze.model import NO_FAILURE, Diagnosis, Event, Evidence, FileSummary, RankRow
 from ddpslurm.analyze.parse.timestamps import format_time
 from ddpslurm.analyze.parse.tracebacks import in_library
+from ddpslurm.analyze.report.declared import declared
+from ddpslurm.analyze.report.timeline_rows import host_events, timeline_rows
 from ddpslurm.analyze.rules.signatures import SignatureSet
 
 MAX_EVIDENCE = 8
@@ -45,13 +47,11 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
                    "sole_world": 1 if verdict.rank is not None and one_rank_job(tl) else None})
     if verdict.cause == "unknown" and verdict.rank is None and not values["lost_node"]:
         values["lost_peer"] = ", ".join(untied_peers(tl)[:3]) or None
-    template = (sig.summary if sig and sig.summary else None) or (info.summary if info else
-                                                                   verdict.cause.replace("_", " "))
-    summary = fill(template, values) + _ordering_note(verdict, tl)
-    advice = [fill(a, values) for a in (list(sig.advice) if sig else [])]
-    advice += [a for a in (fill(x, values) for x in (info.advice if info else ())) if a and a not in advice]
-    retry = (sig.retry if sig and sig.retry else None) or (info.retry if info else "unknown")
-    exclude = sig.exclude_node if sig and sig.exclude_node is not None else (info.exclude_node if info else False)
+    said = declared(verdict, tl, sig, info, sigs)  # an IB completion status, a shape of the cause, the defaults
+    values.update(said.values)
+    summary = fill(said.template, values) + _ordering_note(verdict, tl)
+    advice = list(dict.fromkeys(a for a in (fill(x, values) for x in said.advice) if a))
+    retry, exclude = said.retry, said.exclude_node
     if chosen is not None and chosen.kind == "preflight":  # ddpslurm doctor named the node before training
         retry, exclude = "requeue", True
     exclude_nodes = [verdict.host] if exclude and verdict.host else []
@@ -68,8 +68,9 @@ def render(verdict: Verdict, tl: JobTimeline, summaries: Sequence[FileSummary], 
     return Diagnosis(cause=cause, first_failing_rank=verdict.rank, first_failing_host=verdict.host,
                      confidence=confidence, summary=summary, advice=advice,
                      evidence=shown, ranks=rows, retry=retry,
-                     exclude_nodes=exclude_nodes, notes=_notes(verdict), timeline=timeline_rows(tl, rows),
-                     job_events=[to_evidence(e) for e in tl.job_events[:MAX_EVIDENCE]])
+                     exclude_nodes=exclude_nodes, notes=_notes(verdict) + verdict.notes,
+                     timeline=timeline_rows(tl, rows, verdict.rank, lambda e: clip(shown_text(e), 300)),
+                     job_events=[to_evidence(e) for e in tl.job_events[:MAX_EVIDENCE]], host_events=host_events(tl))
 
 
 #: an optional part of a summary or advice template: `[[with {field}|without it|...]]`, the first alternative whose
@@ -221,14 +222,26 @@ def untied_peers(tl: JobTimeline) -> list[str]:
     known = {h for h in tl.facts.rank_host.values() if h} | {e.host for e in tl.events if e.host}
     known_short = {h.split(".", 1)[0] for h in known}
     named: dict[str, int] = {}
+    pids: dict[str, set[str]] = {}
     for e in tl.failure_lines():
         if e.role != "victim" or e.get("accuses") != "peer":
             continue
         host = named_peer(e, tl)
         if host is not None and (is_address(host) or is_host_name(host)) and host not in known \
-                and host.split(".", 1)[0] not in known_short:
+                and host.split(".", 1)[0] not in known_short and not is_loopback(host):
             named[host] = named.get(host, 0) + 1
-    return sorted(named, key=lambda peer: -named[peer])
+            if e.get("worker_pid"):  # the dead process the line names (Ray's `Worker PID:`)
+                pids.setdefault(host, set()).add(e.get("worker_pid") or "")
+    return [f"{peer} (pid {', '.join(sorted(pids[peer], key=int))})" if peer in pids else peer
+            for peer in sorted(named, key=lambda peer: -named[peer])]
+
+
+def is_loopback(text: str) -> bool:
+    """A loopback address (127.0.0.1, ::1): the reporter's own node, no other one."""
+    try:
+        return ipaddress.ip_address(text.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def is_address(text: str) -> bool:
@@ -276,16 +289,3 @@ def _role(rank: int, rt: Any, first: Event | None, verdict: Verdict) -> str:
     if rt is not None and rt.exit_status == "ok":
         return "ok"
     return "unknown"
-
-
-def timeline_rows(tl: JobTimeline, rows: list[RankRow]) -> list[TimelineRow]:
-    out = []
-    for row in rows:
-        rt = tl.ranks.get(row.rank)
-        first = rt.first_failure if rt is not None else None
-        out.append(TimelineRow(rank=row.rank, host=row.host, role=row.role,
-                               first_failure_time=first.time if first is not None else None,
-                               first_failure_text=clip(shown_text(first), 300) if first is not None else None,
-                               last_time=rt.last_time if rt is not None else None,
-                               exit_status=rt.exit_status if rt is not None else None))
-    return out

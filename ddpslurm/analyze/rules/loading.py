@@ -17,6 +17,8 @@ from typing import Any
 import regex
 
 from ddpslurm.analyze.model import CAUSES, RETRY, ROLES
+from ddpslurm.analyze.rules.cause_shapes import parse_shapes
+from ddpslurm.analyze.rules.ib_status import IB_STATUS_FILE, IbStatuses, check_reads, parse_ib_statuses
 from ddpslurm.analyze.rules.literals import derive_literal
 from ddpslurm.analyze.rules.signatures import (
     CauseInfo,
@@ -46,7 +48,7 @@ KINDS = ("signature", "exception", "watchdog_timeout", "store_barrier", "barrier
          "slurm_job", "slurm_task", "oom_kill", "agent", "agent_sigterm", "agent_failed", "elastic_failure",
          "nccl_warn", "signal", "socket", "gpu", "hang", "mismatch_detected", "interface", "nccl_rank_map",
          "ras_report", "progress", "dump_signal", "rank_announce", "mismatch_report", "connect_retry",
-         "desync_verdict")
+         "desync_verdict", "hostlist")
 #: kinds logged by a rank that DETECTED a fault in data a peer sent (it is not the offender)
 DETECTOR_KINDS = ("mismatch_detected",)
 #: named groups that make a victim's line name a peer (`accuses = "peer"` by default)
@@ -171,7 +173,8 @@ def load_causes(path: Path, base: dict[str, CauseInfo] | None = None, *, site: b
             raise AnalyzeInputError(f"{path}: [{cause}] advice must be a list of strings", "fix the value")
         out[cause] = CauseInfo(cause=cause, summary=str(raw.get("summary", cause.replace("_", " "))),
                                advice=tuple(advice), retry=retry, exclude_node=bool(raw.get("exclude_node", False)),
-                               node_level=bool(raw.get("node_level", False)))
+                               node_level=bool(raw.get("node_level", False)),
+                               shapes=parse_shapes(raw.get("shapes"), path, cause))
     return out
 
 
@@ -202,7 +205,8 @@ def load_signatures(extra_dirs: Sequence[str | Path] = (), *, use_env: bool = Tr
     by_id: dict[str, Signature] = {}
     for index, folder in enumerate(dirs):
         seen: dict[str, Path] = {}
-        for path in sorted(p for p in folder.glob("*.toml") if p.name not in (CAUSES_FILE, WENT_ON_FILE)):
+        for path in sorted(p for p in folder.glob("*.toml") if p.name not in (CAUSES_FILE, WENT_ON_FILE,
+                                                                             IB_STATUS_FILE)):
             for sig in load_signature_file(path, validate=index > 0, causes=causes):
                 if sig.id in seen:
                     raise _fail(path, sig.id, f"duplicate id (also in {seen[sig.id]})")
@@ -215,7 +219,22 @@ def load_signatures(extra_dirs: Sequence[str | Path] = (), *, use_env: bool = Tr
     if missing:
         raise AnalyzeInputError(f"went_on.toml names unknown signature(s) {', '.join(sorted(missing))}",
                                 "name a signature id of the signature folders in [[agent_survives]]")
-    return build_set(by_id.values(), causes, went_on)
+    statuses, sources = load_ib_statuses(dirs)
+    check_reads(statuses, {sig_id: sig.pattern_text for sig_id, sig in by_id.items()}, sources)
+    built = build_set(by_id.values(), causes, went_on)
+    built.ib_statuses = statuses
+    return built
+
+
+def load_ib_statuses(dirs: Sequence[Path]) -> tuple[IbStatuses, list[Path]]:
+    """The InfiniBand completion statuses: the shipped `analyzer/ib_status.toml`, then each site folder's own
+    `ib_status.toml`; with the files read."""
+    statuses, sources = IbStatuses(), []
+    for path in (dirs[0].parent / IB_STATUS_FILE, *(d / IB_STATUS_FILE for d in dirs[1:])):
+        if path.is_file():
+            statuses = statuses.extended(parse_ib_statuses(_load_toml(path), path))
+            sources.append(path)
+    return statuses, sources
 
 
 def load_went_on(dirs: Sequence[Path]) -> WentOn:

@@ -20,7 +20,9 @@ from typing import Any
 
 import regex
 
+from ddpslurm.analyze.rules.cause_shapes import CauseShape
 from ddpslurm.analyze.rules.digit_shape import digit_blind, shape
+from ddpslurm.analyze.rules.ib_status import IbStatuses
 from ddpslurm.analyze.rules.match_cache import MatchCaches, ShapePlan
 from ddpslurm.analyze.rules.went_on import WentOn
 
@@ -89,6 +91,8 @@ class CauseInfo:
     retry: str = "unknown"
     exclude_node: bool = False
     node_level: bool = False  # the cause lives on a node (a port, a NIC, a GPU, the node itself)
+    #: shapes of the cause that say otherwise about a resubmission (`[[<cause>.shapes]]`, cause_shapes.py)
+    shapes: tuple[CauseShape, ...] = ()
 
 
 def memo_key(masked: str | bytes) -> str | bytes | tuple[str, bytes]:
@@ -135,6 +139,8 @@ class SignatureSet:
     caches: MatchCaches = field(default_factory=MatchCaches, repr=False)
     #: the lines that say a process went on after an exception it logged (analyzer/went_on.toml)
     went_on: WentOn = field(default_factory=WentOn, repr=False)
+    #: InfiniBand completion statuses and what each says about a resubmission (analyzer/ib_status.toml)
+    ib_statuses: IbStatuses = field(default_factory=IbStatuses, repr=False)
 
     def match(self, text: str) -> tuple[Signature, regex.Match] | None:
         """The highest-priority signature matching `text` (a line without its prefixes), or None.
