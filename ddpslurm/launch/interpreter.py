@@ -31,8 +31,8 @@ for name in {NEEDED_MODULES!r}:
         missing.append(name + " (" + type(error).__name__ + ": " + str(error).splitlines()[0][:200] + ")")
 print({_MARK!r}, "%d.%d" % sys.version_info[:2], "; ".join(missing))
 """
-_FIX = ("Install them into it (`{python} -m pip install 'ddpslurm[launch]'` brings torch, submitit and ddpslurm), "
-        "or pass --python with one that has them")
+_FIX = ("Install them into it (`{python} -m pip install 'ddpslurm[launch,torch]'` brings torch, submitit and "
+        "ddpslurm), or pass --python with one that has them")
 
 
 def probe_argv(python: str) -> list[str]:

@@ -48,7 +48,7 @@ def test_a_python_the_nodes_lack_ends_the_job_in_one_line(slurm_cluster: SlurmCl
     batch_err = (job_dir(folder) / f"{jid}_0_log.err").read_text()
     lines = [ln for ln in batch_err.splitlines() if ln.strip()]
     assert lines == [f"ddpslurm: error: {python} cannot import what every rank needs (ModuleNotFoundError: No "
-                     f"module named 'torch'). Install them into it (`{python} -m pip install 'ddpslurm[launch]'` "
+                     f"module named 'torch'). Install them into it (`{python} -m pip install 'ddpslurm[launch,torch]'` "
                      "brings torch, submitit and ddpslurm), or pass --python with one that has them"], batch_err
     assert not list(job_dir(folder).glob("attempt_0/rank_*.start.json"))  # srun never started a rank
     script = next(job_dir(folder).glob("*_submission.sh")).read_text()

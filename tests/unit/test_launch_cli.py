@@ -98,7 +98,7 @@ def test_python_without_torch_is_refused_before_submitting(script: Path, tmp_pat
     done = _submit(["train.py", "--python", str(bare_python), "--lint", "off", "--folder", str(tmp_path / "jobs")],
                    script.parent)
     _assert_one_line_error(done, f"--python {bare_python} cannot import torch (ModuleNotFoundError", 1)
-    assert "submitit (ModuleNotFoundError" in done.stderr and "pip install 'ddpslurm[launch]'" in done.stderr
+    assert "submitit (ModuleNotFoundError" in done.stderr and "pip install 'ddpslurm[launch,torch]'" in done.stderr
     assert not list((tmp_path / "jobs").glob("job_*"))  # nothing was submitted
 
 
