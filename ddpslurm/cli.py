@@ -86,6 +86,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
               help="When the job fails because of the infrastructure (analyze's retry: requeue; a failed "
                    "--preflight, a node, GPU or IB failure), submit it again excluding the blamed nodes, at most N "
                    "times; a bug in the script is never retried. Waits, like --wait.")
+@click.option("--no-analyze", is_flag=True,
+              help="No post-mortem at a failed job's end (diagnosis.json, diagnosis.md and the job's Slurm Comment).")
 @click.option("--dry-run", is_flag=True, help="Print the sbatch script and the rank environment; submit nothing.")
 @click.option("--wait", is_flag=True, help="Wait for the end; exit non-zero if the job failed.")
 @click.option("--local", is_flag=True, help="No Slurm: run nodes x tasks-per-node ranks on this machine.")
@@ -99,7 +101,7 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
            nodelist: str | None, sbatch_args: tuple[str, ...], launcher: str, folder: str, max_requeues: int,
            signal_delay: int, interface: str | None, job_name: str, python: str | None, master_port: int | None,
            hang_timeout: int, preflight: bool, retries: int, dry_run: bool, wait: bool, local: bool, as_json: bool,
-           lint_mode: str) -> None:
+           lint_mode: str, no_analyze: bool) -> None:
     """Submit a plain PyTorch DDP SCRIPT as a multi-node Slurm job (script arguments after `--`).
 
     \b
@@ -118,7 +120,7 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
              account=account, qos=qos, time=time_limit, constraint=constraint, exclude=exclude, nodelist=nodelist,
              sbatch_args=sbatch_args, launcher=launcher, folder=folder, max_requeues=max_requeues,
              signal_delay_s=signal_delay, interface=interface, local=local, job_name=job_name, python=python,
-             master_port=master_port, hang_timeout_s=hang_timeout, preflight=preflight),
+             master_port=master_port, hang_timeout_s=hang_timeout, preflight=preflight, analyze=not no_analyze),
         dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo, retries=retries, lint=lint_mode)
     if code:
         sys.exit(code)  # click.exceptions.Exit would be swallowed by standalone_mode=False
@@ -177,7 +179,9 @@ def status(job: str, wait: bool, as_json: bool) -> None:
         with Live(Text("querying Slurm..."), refresh_per_second=4, transient=True) as live:
             result = waited(lambda s: live.update(Text(render_text(s))))
     from ddpslurm.launch.retries import chain_lines, chain_of_job
+    from ddpslurm.postmortem.lookup import with_diagnosis
 
+    result = result if local else with_diagnosis(result)  # a failed job's post-mortem: folder, else accounting
     chain = chain_of_job(result.job_id, result.folder)  # `submit --retries`: the whole chain this job is part of
     if as_json:
         click.echo(json_dumps({**result.to_dict(), **({"retry_chain": chain} if chain else {})}))
@@ -335,8 +339,12 @@ def lint(scripts: tuple[str, ...], fmt: str, as_json: bool, ignore: tuple[str, .
 
 
 @cli.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("--since", default=None, metavar="DATE", help="Only jobs submitted at or after DATE (ISO, UTC).")
+@click.argument("paths", nargs=-1, required=False, metavar="PATH...")
+@click.option("--since", default=None, metavar="DATE", help="Only jobs submitted at or after DATE (ISO, UTC); "
+              "with --sacct any time sacct takes (default now-7days).")
+@click.option("--sacct", "from_sacct", is_flag=True,
+              help="Read no folder: the one-line diagnoses ddpslurm recorded in slurmdbd (Comment/AdminComment).")
+@click.option("--user", default=None, help="With --sacct: only this user's jobs [default: every user's].")
 @click.option("--csv", "csv_file", default=None, metavar="FILE", help="Also write one row per job to FILE (CSV).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: job_count, jobs (one row each), by_cause, nodes, drain.")
@@ -344,7 +352,7 @@ def lint(scripts: tuple[str, ...], fmt: str, as_json: bool, ignore: tuple[str, .
               help="Job folders analyzed at once [default: CPU count].")
 @click.option("--no-sacct", is_flag=True, help="Do not ask sacct for each job's user and partition.")
 def triage(paths: tuple[str, ...], since: str | None, csv_file: str | None, as_json: bool, jobs: int | None,
-           no_sacct: bool) -> None:
+           no_sacct: bool, from_sacct: bool, user: str | None) -> None:
     """Analyze many failed jobs: which causes dominate, which nodes keep being blamed.
 
     PATH is a job folder, a Slurm output file (slurm-1234.out), or a folder of job folders such as
@@ -352,6 +360,18 @@ def triage(paths: tuple[str, ...], since: str | None, csv_file: str | None, as_j
     jobs that blamed it, their causes; worst first) and a suggested drain list. A job that cannot be read
     is a row with cause `unknown` and the reason. A progress bar goes to stderr when it is a terminal.
     """
+    from ddpslurm.errors import UsageError
+
+    if from_sacct or user:
+        if paths or not from_sacct or csv_file or no_sacct:
+            raise UsageError("--sacct reads slurmdbd, not folders: it takes --since, --user and --json only",
+                             "drop the PATHs (and --csv, --no-sacct), or drop --sacct")
+        from ddpslurm.postmortem.sacct_triage import run_sacct_triage
+
+        click.echo(run_sacct_triage(since=since, user=user, as_json=as_json))
+        return
+    if not paths:
+        raise UsageError("no PATH given", "give job folders or Slurm output files, or --sacct to read slurmdbd")
     from ddpslurm.triage import run_triage
 
     click.echo(run_triage(paths, since=since, csv=csv_file, as_json=as_json, workers=jobs, accounting=not no_sacct,
@@ -388,6 +408,78 @@ def doctor(nodes: int, time_limit: str, as_json: bool, **options: object) -> Non
     code = run_doctor(dict(options, nodes=nodes, time=time_limit), as_json=as_json, echo=click.echo)
     if code:
         sys.exit(code)
+
+
+@cli.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("job_id", required=False)
+@click.option("--log", "log_file", default=None, metavar="FILE", help="Append one JSON line per job [default: stderr].")
+@click.option("--budget", type=click.FloatRange(1, 3600), default=60, show_default=True, metavar="S",
+              help="Seconds the analysis of one job may take, reading included.")
+@click.option("--max-bytes", type=click.IntRange(4096, None), default=32 * 1024 * 1024, show_default=True,
+              help="Bytes read of each output file: the whole file, or its head and tail.")
+@click.option("--store", default=None, metavar="DIR", help="Also write DIR/<jobid>.json (the full diagnosis).")
+@click.option("--no-record", is_flag=True, help="Do not put the diagnosis on the job's accounting record.")
+@click.option("--foreground", is_flag=True, help="Analyze now, in this process (the hook itself detaches).")
+def epilog(job_id: str | None, log_file: str | None, budget: float, max_bytes: int, store: str | None,
+           no_record: bool, foreground: bool) -> None:
+    """Site hook: diagnose a failed job from its StdOut/StdErr and record it in Slurm's accounting.
+
+    \b
+      slurm.conf:  EpilogSlurmctld=/etc/slurm/ddpslurm-epilog   (a script: exec ddpslurm epilog --log FILE)
+      per job:     strigger --set --jobid 1234 --fini --program /etc/slurm/ddpslurm-epilog
+
+    JOB_ID (strigger passes it) defaults to $SLURM_JOB_ID. A job that succeeded costs nothing; for a failed one
+    the hook detaches and returns at once. Always exits 0: failures go to the log.
+    """
+    from ddpslurm.postmortem.epilog import run_epilog
+
+    run_epilog(job_id, environ=os.environ, log=log_file, foreground=foreground, budget_s=budget,
+               max_bytes=max_bytes, store=store, record=not no_record)
+
+
+@cli.command(context_settings={"help_option_names": ["-h", "--help"], "ignore_unknown_options": True})
+@click.option("--deliver", default="/usr/bin/mail", show_default=True, metavar="PROG",
+              help="The real mail program, run as `PROG -s SUBJECT RECIPIENT...` with the body on stdin.")
+@click.option("--wait", type=click.FloatRange(0, 90), default=60, show_default=True, metavar="S",
+              help="Seconds to wait for the site epilog's diagnosis when the job's Comment holds none.")
+@click.option("--log", "log_file", default=None, metavar="FILE", help="Append one JSON line per mail.")
+@click.argument("mail_args", nargs=-1, type=click.UNPROCESSED)
+def mailprog(deliver: str, wait: float, log_file: str | None, mail_args: tuple[str, ...]) -> None:
+    """Site hook: slurm.conf's MailProg that adds the diagnosis to a failed job's mail, then hands it on.
+
+    \b
+      slurm.conf:  MailProg=/etc/slurm/ddpslurm-mail
+      the script:  exec ddpslurm mailprog --deliver /usr/bin/mail --log FILE -- "$@"
+
+    slurmctld calls it as `MailProg -s SUBJECT USER`. The mail always goes out (unchanged when anything here
+    fails); the exit status is the mail program's.
+    """
+    from ddpslurm.postmortem.mail import run_mailprog
+
+    sys.exit(run_mailprog(list(mail_args), _bounded_stdin(), environ=os.environ, program=[deliver], wait_s=wait,
+                          log=log_file))
+
+
+def _bounded_stdin(limit: int = 1 << 20, wait_s: float = 1.0) -> str:
+    """What a caller pipes in (a mail body), at most `limit` bytes and only what arrives within `wait_s`;
+    nothing from a terminal."""
+    import select
+
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return ""
+        fd = sys.stdin.fileno()
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit and select.select([fd], [], [], wait_s)[0]:
+            chunk = os.read(fd, min(65536, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return ""
 
 
 def _debug_requested(argv: list[str]) -> bool:

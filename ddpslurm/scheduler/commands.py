@@ -99,3 +99,60 @@ def sinfo_argv(partition: str | None = None) -> list[str]:
     if partition is not None:
         argv.append(f"--partition={partition}")
     return argv
+
+
+#: `squeue` format of the running job's end time and Comment (the Comment last: it may contain `|`).
+SQUEUE_COMMENT_FORMAT = "%e|%k"
+
+
+def squeue_comment_argv(job_id: str | int) -> list[str]:
+    """The job's EndTime and exact Comment (`scontrol show job` cannot tell a blank in a Comment from its next
+    key), one line."""
+    return ["squeue", "--noheader", f"--jobs={check_job_id(job_id)}", f"--format={SQUEUE_COMMENT_FORMAT}"]
+
+
+def _one_line_value(name: str, value: str) -> str:
+    if any(ch in value for ch in "\n\r\x00"):
+        raise UsageError(f"a {name} holds a line break", "Give a single line")
+    return value
+
+
+def scontrol_update_comment_argv(job_id: str | int, comment: str, admin: bool = False) -> list[str]:
+    """Set a job's Comment (its owner may, while it runs) or AdminComment (SlurmUser or root only). The value is
+    one argv word: nothing is parsed by a shell."""
+    key = "AdminComment" if admin else "Comment"
+    return ["scontrol", "update", f"JobId={check_job_id(job_id)}", f"{key}={_one_line_value(key, comment)}"]
+
+
+def sacctmgr_modify_job_argv(job_id: str | int, comment: str | None = None,
+                             admin_comment: str | None = None) -> list[str]:
+    """Set a finished job's Comment and/or AdminComment in slurmdbd (`sacctmgr modify job`; `scontrol update`
+    refuses a finished job). `--immediate`: no confirmation prompt."""
+    values = [f"Comment={_one_line_value('Comment', comment)}"] if comment is not None else []
+    if admin_comment is not None:
+        values.append(f"AdminComment={_one_line_value('AdminComment', admin_comment)}")
+    if not values:
+        raise UsageError("nothing to set on the job", "Give a comment or an admin comment")
+    return ["sacctmgr", "--immediate", "modify", "job", "where", f"JobID={check_job_id(job_id)}", "set", *values]
+
+
+#: `sacct` fields `triage --sacct` reads, in order; the two free-text ones last.
+SACCT_COMMENT_FIELDS: tuple[str, ...] = ("JobID", "State", "ExitCode", "NodeList", "User", "Partition", "End",
+                                         "AdminComment", "Comment")
+#: A field separator no Comment written by ddpslurm (and hardly any person) holds: ASCII's unit separator.
+SACCT_COMMENT_DELIMITER = "\x1f"
+
+
+def sacct_comments_argv(since: str, until: str = "now", user: str | None = None) -> list[str]:
+    """Every job (allocations only, `-X`) that ended between `since` and `until`, of one user or of all, with
+    the fields of SACCT_COMMENT_FIELDS split by SACCT_COMMENT_DELIMITER."""
+    for name, value in (("since", since), ("until", until)):
+        if not re.fullmatch(r"[0-9A-Za-z:+\-T]+", value):
+            raise UsageError(f"--{name} {value!r} is not a time sacct takes",
+                             "Give e.g. 2026-01-31, 2026-01-31T08:00, now-7days")
+    who = [f"--user={user}"] if user else ["--allusers"]
+    if user and not re.fullmatch(r"[A-Za-z0-9_.\-]+", user):
+        raise UsageError(f"--user {user!r} is not a user name", "Give a login name such as alice")
+    return ["sacct", "--parsable2", "--noheader", f"--delimiter={SACCT_COMMENT_DELIMITER}", "-X", *who,
+            f"--starttime={since}", f"--endtime={until}", "--state=BF,CA,DL,F,NF,OOM,PR,TO",
+            f"--format={','.join(SACCT_COMMENT_FIELDS)}"]

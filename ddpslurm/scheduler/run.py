@@ -110,17 +110,19 @@ def run(
     return done
 
 
-def run_program(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
-                ) -> subprocess.CompletedProcess[str]:
-    """Run a program that is not a Slurm command (the interpreter a job will run, asked what it imports) and
-    capture its text output; the exit status is the caller's to read.
+def run_program(argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None,
+                input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a program that is not a Slurm command (the interpreter a job will run, asked what it imports; the
+    site's mail program, the message on its stdin) and capture its text output; the exit status is the
+    caller's to read.
 
     Raises OSError when it cannot be started, subprocess.TimeoutExpired after `timeout` seconds.
     """
     args = [str(a) for a in argv]
     if not args:
         raise ValueError("run_program() needs a command")
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+    stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, **stdin,
                           env=dict(env) if env is not None else None, check=False)
 
 
@@ -137,3 +139,19 @@ def start(argv: Sequence[str]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(args)
     except FileNotFoundError:
         raise not_found_error(args[0]) from None
+
+
+def spawn_detached(argv: Sequence[str], *, log_path: str | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Start a program in a session of its own, its output appended to `log_path` (else discarded), no stdin and
+    no inherited descriptors, and return its pid without waiting: a hook that must not block its caller
+    (slurmctld waits for EpilogSlurmctld) hands its work to it. Raises OSError when it cannot be started."""
+    args = [str(a) for a in argv]
+    if not args:
+        raise ValueError("spawn_detached() needs a command")
+    out = open(log_path, "ab") if log_path else open(os.devnull, "wb")  # noqa: SIM115 - handed to the child
+    try:
+        child = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True, close_fds=True, env=dict(env) if env is not None else None)
+    finally:
+        out.close()
+    return child.pid

@@ -49,6 +49,10 @@ class JobStatus:
     accounting_lags: bool = False
     #: Slurm state of the attempt before the current one (why it was requeued), when sacct knows it.
     previous_state: str | None = None
+    #: A failed job's post-mortem (ddpslurm.postmortem.lookup): cause, rank, node, confidence, line, source.
+    diagnosis: dict[str, object] | None = None
+    #: The job's StdOut as the controller has it (a ddpslurm job's lies in its folder), when it still knows the job.
+    stdout: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -62,7 +66,7 @@ class JobStatus:
             "requeue_count": self.requeue_count, "nodelist": self.nodelist, "reason": self.reason,
             "elapsed_s": self.elapsed_s, "folder": self.folder, "source": self.source,
             "accounting_lags": self.accounting_lags, "previous_state": self.previous_state,
-            "steps": [step_dict(s) for s in self.steps],
+            "steps": [step_dict(s) for s in self.steps], "diagnosis": self.diagnosis,
         }
 
 
@@ -206,6 +210,8 @@ def job_status(job_ref: str, *, env: Mapping[str, str] | None = None) -> JobStat
     if from_sacct is None and answered is not None and status.terminal:
         # sacct works but has not heard of the ended job yet (slurmdbd lags): its steps are still to come
         status = JobStatus(**{**status.__dict__, "accounting_lags": True})
+    if controller and controller[0].get("StdOut"):
+        status = JobStatus(**{**status.__dict__, "stdout": controller[0]["StdOut"]})
     return status
 
 
@@ -298,4 +304,22 @@ def render_text(status: JobStatus, with_elapsed: bool = True) -> str:
                          f"{_exit_text(step.exit_code, step.signal):<16} {_t(nodes)}")
     if status.folder:
         lines.append(f"folder: {_t(status.folder)}")
+    lines += diagnosis_lines(status.diagnosis)
     return "\n".join(lines)
+
+
+def diagnosis_lines(diagnosis: Mapping[str, object] | None) -> list[str]:
+    """The post-mortem's lines of `render_text`: cause, culprit, confidence, and where the report is (pure)."""
+    if not diagnosis:
+        return []
+    rank = diagnosis.get("rank")
+    culprit = f"rank {rank}" if rank is not None else "no single rank"
+    node = diagnosis.get("node")
+    lines = [f"diagnosis: {_t(diagnosis.get('cause'))}  culprit {culprit}"
+             + (f" on {_t(node)}" if node else "") + f"  confidence {_t(diagnosis.get('confidence'))}"
+             + f"  (from {_t(diagnosis.get('source'))})"]
+    if diagnosis.get("summary"):
+        lines.append(f"  {_t(diagnosis['summary'])}")
+    if diagnosis.get("report"):
+        lines.append(f"  report: {_t(diagnosis['report'])}")
+    return lines
