@@ -3,11 +3,12 @@ second while the job's srun runs.
 
     python benchmarks/batch_poll.py [RANKS...]        # default: 64 1024 8192
 
-For each rank count it writes a fake attempt folder (start, exit and signal records of every rank, as a
-finished preempted attempt leaves it) under a temporary directory and prints the wall time of one poll
-before any signal (the whole normal life of a job), of the first poll that sees every record after it,
-and of the polls after that (each record is parsed once). A local disk; a parallel
-file system's metadata latency comes on top.
+For each rank count it writes a fake attempt folder as a finished preempted attempt leaves it (8 ranks a node:
+each rank's start and exit record in its host folder, one node file per node with its ranks' signals and ends,
+as `ddpslurm.launch.node_live`'s agents write them) under a temporary directory and prints the wall time of one
+poll before any signal (the whole normal life of a job), of the first poll that sees every record after it,
+and of the polls after that (only node files that changed are read). A local disk; a parallel file system's
+metadata latency comes on top.
 """
 
 from __future__ import annotations
@@ -21,13 +22,22 @@ from pathlib import Path
 from ddpslurm.launch.batch import AttemptReader, read_attempt
 
 
-def fill(attempt: Path, ranks: int, with_signal: bool) -> None:
-    for rank in range(ranks):
-        base = attempt / f"rank_{rank}"
-        Path(f"{base}.start.json").write_text(json.dumps({"rank": rank, "env": {"NCCL_DEBUG": "INFO"} }))
-        if with_signal:
-            Path(f"{base}.signal.json").write_text(json.dumps({"rank": rank, "signal": "SIGTERM", "unix": 1.0}))
-            Path(f"{base}.exit.json").write_text(json.dumps({"rank": rank, "status": "preempted", "unix": 2.0}))
+def fill(attempt: Path, ranks: int, with_signal: bool, per_node: int = 8) -> None:
+    from ddpslurm import jobfolder
+    from ddpslurm.launch.node_live import node_record
+
+    for node in range((ranks + per_node - 1) // per_node):
+        host, states = f"n{node:05d}", {}
+        for rank in range(node * per_node, min(ranks, (node + 1) * per_node)):
+            paths = jobfolder.rank_paths(attempt, rank, host)
+            paths["start"].parent.mkdir(exist_ok=True)
+            paths["start"].write_text(json.dumps({"rank": rank, "env": {"NCCL_DEBUG": "INFO"}}))
+            states[rank] = {"rank": rank, "progress": None}
+            if with_signal:
+                paths["exit"].write_text(json.dumps({"rank": rank, "status": "preempted", "unix": 2.0}))
+                states[rank].update(signal={"signal": "SIGTERM", "unix": 1.0},
+                                    exit={"status": "preempted", "exit_code": 0, "unix": 2.0})
+        jobfolder.write_json(jobfolder.node_file_path(attempt, host), node_record(host, states, 1, 5.0, 0.0))
 
 
 def poll_s(attempt: Path, repeat: int = 5) -> float:

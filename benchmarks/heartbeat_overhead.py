@@ -31,10 +31,12 @@ from types import SimpleNamespace
 import torch.optim.optimizer as optimizer_module
 if os.environ["BENCH_HEARTBEAT"] == "1":
     from ddpslurm.launch import heartbeat
+    from ddpslurm.launch.node_live import RankLink
     attempt = Path(os.environ["BENCH_ATTEMPT"])
     rank = int(os.environ["RANK"])
     state = SimpleNamespace(dist=SimpleNamespace(rank=rank), paths={"exit": attempt / f"rank_{rank}.exit.json"},
-                            final_code=None, tee=None, exit_record=lambda *a, **k: None)
+                            final_code=None, tee=None, exit_record=lambda *a, **k: None,
+                            link=RankLink(attempt, rank, rank))
     assert heartbeat.start({"DDPSLURM_HEARTBEAT_S": "1"}, state) is not None
 stamps = []
 optimizer_module.register_optimizer_step_post_hook(lambda *args: stamps.append(time.perf_counter()))

@@ -21,8 +21,10 @@ def job_figures(job: Path) -> dict[str, float] | None:
     except (OSError, ValueError, KeyError):
         return None
     attempt = job / "attempt_0"
-    starts = [json.loads(p.read_text())["unix"] for p in attempt.glob("rank_*.start.json")]
-    exits = [json.loads(p.read_text())["unix"] for p in attempt.glob("rank_*.exit.json")]
+    starts = [json.loads(p.read_text())["unix"] for p in [*attempt.glob("rank_*.start.json"),
+                                                          *attempt.glob("*/rank_*.start.json")]]  # host folders
+    exits = [json.loads(p.read_text())["unix"] for p in [*attempt.glob("rank_*.exit.json"),
+                                                         *attempt.glob("*/rank_*.exit.json")]]
     if not starts:
         return None
     figures = {"ranks": float(len(starts)), "submit_to_first_start_s": min(starts) - submitted,

@@ -11,12 +11,18 @@ Writers (`submit`, the worker, the batch step, the hang monitor, `doctor`) and r
         checkpoints/                 for the script (DDPSLURM_JOB_FOLDER/checkpoints)
         %j_submission.sh             submitit: %j_submitted.pkl, %j_%t_log.out, %j_%t_log.err, %j_%t_result.pkl
         doctor/node_<host>.json      one pre-flight record per node (doctor, submit --preflight)
-        attempt_<N>/                 N = SLURM_RESTART_COUNT
-          rank_<R>.log               the rank's stdout and stderr
-          rank_<R>.start.json        rank_<R>.exit.json, rank_<R>.signal.json (first preemption signal)
-          rank_<R>.heartbeat.json    with --hang-timeout: rank_<R>.stacks.txt, rank_<R>.fr_trace.json
+        attempt_<N>/                 N = SLURM_RESTART_COUNT; made once by the batch step, before srun
+          node_<host>.json           one per node: its ranks' progress, signals and ends (launch/node_live.py)
+          <host>/                    one per node, made by the batch step with the attempt folder
+            rank_<R>.log             the rank's stdout and stderr: the one copy of its output
+            rank_<R>.start.json      rank_<R>.exit.json
+            rank_<R>.stacks.txt      with --hang-timeout; rank_<R>.fr_trace.json on a hang
           hang.json                  the hang monitor's request to end the attempt
           requeue.json               the batch step's requeue outcome
+
+Older job folders hold every rank file straight in `attempt_<N>/`, with a
+`rank_<R>.heartbeat.json` and `rank_<R>.signal.json` per rank: the readers take both layouts
+(`rank_record_paths`).
 
 Names and patterns are pure; `write_json` and `check_folder` are the two writers' helpers (they touch disk).
 """
@@ -46,6 +52,9 @@ SHOWN_JOB_ID = "<jobid>"
 # --- job folder -------------------------------------------------------------------------------------------
 JOB_RECORD_FILE = "ddpslurm.json"
 CHAIN_FILE = "retries.json"
+#: a failed job's post-mortem, written at its end (ddpslurm.postmortem): the analyzer's output, never its input
+DIAGNOSIS_JSON = "diagnosis.json"
+DIAGNOSIS_MD = "diagnosis.md"
 CHECKPOINTS_DIR = "checkpoints"
 DOCTOR_DIR = "doctor"
 DOCTOR_RECORD_PREFIX = "node_"
@@ -60,6 +69,9 @@ SIGNAL_SUFFIX = ".signal.json"
 HEARTBEAT_SUFFIX = ".heartbeat.json"
 STACKS_SUFFIX = ".stacks.txt"
 FR_TRACE_SUFFIX = ".fr_trace.json"
+#: one node's liveness and records file in the attempt folder: `node_<host>.json`
+NODE_FILE_PREFIX = "node_"
+NODE_FILE_SUFFIX = ".json"
 #: the hang monitor's request to end the attempt
 HANG_FILE = "hang.json"
 REQUEUE_FILE = "requeue.json"
@@ -76,6 +88,8 @@ SUBMITIT_SUBMISSION = "%j_submission.sh"
 JOB_FOLDER_NAME = re.compile(rf"^{JOB_PREFIX}(\d+(?:_\d+)?)$")
 #: `attempt_<N>`; group `n`
 ATTEMPT_NAME = re.compile(rf"^{ATTEMPT_PREFIX}(?P<n>\d+)$")
+#: a node file's name (`node_<host>.json`); group `host`
+NODE_FILE_NAME = re.compile(rf"^{NODE_FILE_PREFIX}(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*){re.escape(NODE_FILE_SUFFIX)}$")
 #: submitit's per-task files in the job folder; groups `job`, `task`
 SUBMITIT_TASK_FILE = re.compile(
     r"^(?P<job>\d+(?:_\d+)?)_(?P<task>\d+)_(?:log\.(?:out|err)|result\.pkl|submitted\.pkl)$")
@@ -100,15 +114,65 @@ def attempt_folder(job_dir: Path, attempt: int) -> Path:
     return job_dir / f"{ATTEMPT_PREFIX}{attempt}"
 
 
-def rank_file(attempt_dir: Path, rank: int, suffix: str) -> Path:
-    """`<attempt>/rank_<R><suffix>`, e.g. `rank_3.exit.json` for EXIT_SUFFIX."""
-    return attempt_dir / f"{RANK_PREFIX}{rank}{suffix}"
+def folder_host(host: str) -> str:
+    """`host` as a folder and file name: characters other than letters, digits, `.`, `_`, `-` become `_`, and a
+    leading `.` or `-` too (never hidden, never an option); `unknown` for an empty name. Pure."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", host.strip())[:200]
+    if safe[:1] in (".", "-"):
+        safe = "_" + safe[1:]
+    return safe or "unknown"
 
 
-def rank_paths(attempt_dir: Path, rank: int) -> dict[str, Path]:
-    """The log, start, exit and first-signal record paths of one rank in one attempt."""
-    return {"log": rank_file(attempt_dir, rank, LOG_SUFFIX), "start": rank_file(attempt_dir, rank, START_SUFFIX),
-            "exit": rank_file(attempt_dir, rank, EXIT_SUFFIX), "signal": rank_file(attempt_dir, rank, SIGNAL_SUFFIX)}
+def host_folder(attempt_dir: Path, host: str) -> Path:
+    """`<attempt>/<host>/`: the per-rank files of the ranks on that node."""
+    return attempt_dir / folder_host(host)
+
+
+def node_file_path(attempt_dir: Path, host: str) -> Path:
+    """`<attempt>/node_<host>.json`."""
+    return attempt_dir / f"{NODE_FILE_PREFIX}{folder_host(host)}{NODE_FILE_SUFFIX}"
+
+
+def rank_file(folder: Path, rank: int, suffix: str) -> Path:
+    """`<folder>/rank_<R><suffix>`, e.g. `rank_3.exit.json` for EXIT_SUFFIX (`folder`: a host folder, or an
+    attempt folder of the older layout)."""
+    return folder / f"{RANK_PREFIX}{rank}{suffix}"
+
+
+def rank_paths(attempt_dir: Path, rank: int, host: str | None = None) -> dict[str, Path]:
+    """The log, start, exit and (older layout) signal record paths of one rank in one attempt: in the rank's host
+    folder when `host` is given, else straight in the attempt folder (the layout before per-host folders)."""
+    folder = host_folder(attempt_dir, host) if host is not None else attempt_dir
+    return {"log": rank_file(folder, rank, LOG_SUFFIX), "start": rank_file(folder, rank, START_SUFFIX),
+            "exit": rank_file(folder, rank, EXIT_SUFFIX), "signal": rank_file(folder, rank, SIGNAL_SUFFIX)}
+
+
+def rank_record_paths(attempt_dir: Path, suffix: str) -> dict[int, Path]:
+    """Every rank's file of one kind in an attempt, by rank, in either layout (`<attempt>/<host>/rank_R<suffix>`,
+    or the older `<attempt>/rank_R<suffix>`); reads listings only. A rank found in both: the host folder's."""
+    pattern = rank_file_pattern(suffix)
+    found: dict[int, Path] = {}
+    try:
+        entries = sorted(os.scandir(attempt_dir), key=lambda e: e.name)
+    except OSError:
+        return found
+    folders = []
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match:
+            found.setdefault(int(match["rank"]), Path(entry.path))
+        elif not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
+            folders.append(entry.path)
+    for folder in folders:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            match = pattern.fullmatch(name)
+            if match:
+                found[int(match["rank"])] = Path(folder, name)
+    return found
 
 
 def heartbeat_path(attempt_dir: Path, rank: int) -> Path:
@@ -177,10 +241,15 @@ def rank_file_pattern(suffix: str, max_digits: int | None = None) -> re.Pattern[
 
 
 def write_json(path: Path, obj: Mapping[str, Any]) -> None:
-    """Write `obj` as JSON atomically, so a reader never sees half a record."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write `obj` as JSON atomically, so a reader never sees half a record (the folder is made only when it is
+    missing: no metadata request for a folder that exists)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    try:
+        handle = open(tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(tmp, "w", encoding="utf-8")  # noqa: SIM115
+    with handle:
         json.dump(obj, handle, indent=1, sort_keys=False)
         handle.write("\n")
     os.replace(tmp, path)

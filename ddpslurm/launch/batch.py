@@ -6,8 +6,10 @@ has left its exit record (no rank is cut while it writes its checkpoint shard), 
 after the first rank's signal ran out (a rank stuck in a collective cannot stop the requeue).
 
 Signals: the ranks get them from Slurm (USR2 `--signal-delay` s before the time limit; at preemption
-SIGTERM, or USR2 with `SlurmctldParameters=preempt_send_user_signal`); each rank writes
-`rank_<R>.signal.json` when it takes the first one. The job is requeued only while Slurm still says
+SIGTERM, or USR2 with `SlurmctldParameters=preempt_send_user_signal`); each rank tells its node's agent when it
+takes the first one, and the agent writes it into the node's file (`node_<host>.json`, `node_live`), which the
+supervisor reads with every other node's in one listing per poll (`node_files`). The attempt folder, its host
+folders and `checkpoints/` are made here once, before srun. The job is requeued only while Slurm still says
 RUNNING: a preempted job in its GraceTime is RUNNING, a `scancel`ed or timed-out one is not (Slurm
 would otherwise requeue a cancelled job: `scontrol requeue` accepts finished batch jobs).
 
@@ -22,7 +24,6 @@ could take it (still starting Python) are a preemption, requeued, not a failure.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -35,6 +36,7 @@ from typing import Any
 from ddpslurm import jobfolder
 from ddpslurm.launch import records
 from ddpslurm.launch.plan import REQUEUE_MARGIN_S
+from ddpslurm.postmortem.jobend import at_job_end
 
 WAIT = "wait"
 REQUEUE = "requeue"
@@ -86,49 +88,59 @@ def decide(*, exits: Mapping[int, Mapping[str, Any]], signal_unix: float | None,
 
 
 class AttemptReader:
-    """Reads an attempt folder's signal and exit records, each file once (the supervisor polls every second;
-    at thousands of ranks re-parsing every record each time would take longer than the interval)."""
+    """The attempt's signals and ends as the node files tell them (`node_files.NodeFiles`: one listing of the
+    attempt folder per poll, only the node files that changed read)."""
 
-    def __init__(self, attempt_dir: Path) -> None:
-        self.attempt_dir = attempt_dir
-        self.exits: dict[int, dict[str, Any]] = {}
-        self.signals: list[float] = []
+    def __init__(self, attempt_dir: Path, world_size: int = 0) -> None:
+        from ddpslurm.launch.node_files import NodeFiles
+
+        self.attempt_dir, self.world_size = attempt_dir, world_size
+        self.files = NodeFiles(attempt_dir)
         self.signalled: set[int] = set()
-        self._read: set[str] = set()
 
-    def poll(self) -> tuple[dict[int, dict[str, Any]], float | None]:
-        """The exit records by rank, and the earliest signal time any rank recorded (None: no signal yet)."""
-        for rec in self._new_records(jobfolder.SIGNAL_SUFFIX):
-            if isinstance(rec.get("unix"), int | float):
-                self.signals.append(float(rec["unix"]))
-                if isinstance(rec.get("rank"), int):
-                    self.signalled.add(rec["rank"])
-        if not self.signals:  # before any signal the exit records do not matter: the common case stays cheap
+    def poll(self, final: bool = False) -> tuple[dict[int, dict[str, Any]], float | None]:
+        """The ends by rank, and the earliest signal time any rank recorded (None: no signal yet). `final` (srun
+        has ended): every node file read again, and the exit records of ranks no node file says ended."""
+        self.files.poll(full=final)
+        if final:
+            self.files.read_exit_records(self.world_size)
+        signals = self.files.signals()
+        self.signalled = set(signals)
+        if not signals:
             return {}, None
-        for rec in self._new_records(jobfolder.EXIT_SUFFIX):
-            if isinstance(rec.get("rank"), int):
-                self.exits[rec["rank"]] = rec
-        return dict(self.exits), min(self.signals)
-
-    def _new_records(self, suffix: str) -> list[dict[str, Any]]:
-        """`rank_*<suffix>` records not read before (start records are never read)."""
-        found = []
-        for path in self.attempt_dir.glob(jobfolder.rank_glob(suffix)):
-            if path.name in self._read:
-                continue
-            try:
-                record = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue  # written atomically: a file that cannot be read now is someone else's
-            self._read.add(path.name)
-            if isinstance(record, dict):
-                found.append(record)
-        return found
+        return self.files.exits(), min(signals.values())
 
 
 def read_attempt(attempt_dir: Path) -> tuple[dict[int, dict[str, Any]], float | None]:
-    """The exit records of an attempt by rank, and the earliest signal time any rank recorded."""
-    return AttemptReader(attempt_dir).poll()
+    """The ends of an attempt's ranks by rank, and the earliest signal time any rank recorded."""
+    return AttemptReader(attempt_dir).poll(final=True)
+
+
+def make_folders(attempt_dir: Path, environ: Mapping[str, str]) -> int:
+    """The attempt folder, one folder per node of the job (SLURM_JOB_NODELIST) and `checkpoints/`, made once here
+    before srun instead of by every rank; how many were made. The ranks are told (`FOLDERS_MADE_ENV`)."""
+    from ddpslurm.launch.worker import FOLDERS_MADE_ENV
+    from ddpslurm.scheduler.hostlist import expand_hostlist
+
+    made = 0
+    try:
+        hosts = expand_hostlist(environ.get("SLURM_JOB_NODELIST", ""))
+    except ValueError:
+        hosts = []
+    try:
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        jobfolder.checkpoints_folder(attempt_dir.parent).mkdir(exist_ok=True)
+        for host in dict.fromkeys(hosts):
+            try:
+                os.mkdir(jobfolder.host_folder(attempt_dir, host))
+                made += 1
+            except FileExistsError:
+                pass
+    except OSError as error:  # the ranks make what is missing themselves
+        print(f"ddpslurm batch: cannot make the job's folders in {attempt_dir}: {error}", file=sys.stderr, flush=True)
+        return made
+    os.environ[FOLDERS_MADE_ENV] = str(attempt_dir)  # srun passes it on to every task
+    return made
 
 
 def job_state(job_id: str) -> str | None:
@@ -229,16 +241,18 @@ def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s
     job_id = environ.get("SLURM_JOB_ID", "")
     attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
     attempt_dir = jobfolder.attempt_folder(jobfolder.job_folder(folder, job_id), attempt)
+    if job_id:
+        make_folders(attempt_dir, environ)
     process = start(srun_argv)
-    reader = AttemptReader(attempt_dir)
+    reader = AttemptReader(attempt_dir, world_size)
     acted = False
-    monitor = _hang_monitor(attempt_dir, job_id, hang_timeout_s)
+    monitor = _hang_monitor(attempt_dir, job_id, hang_timeout_s, reader)
     slurm = SlurmView(job_id)
     while True:
         code = process.poll()
+        exits, signal_unix = reader.poll(final=code is not None)  # the one listing of this poll
         if monitor is not None and code is None:
             monitor.poll()
-        exits, signal_unix = reader.poll()
         preemption = slurm.preemption(signal_unix is not None or bool(code), failed=bool(code))
         grace = grace_s if signal_unix is None else grace_after_signal(preemption, signal_unix, grace_s)
         decision = decide(exits=exits, signal_unix=signal_unix, world_size=world_size,
@@ -277,12 +291,12 @@ class SlurmView:
         return self._answer
 
 
-def _hang_monitor(attempt_dir: Path, job_id: str, hang_timeout_s: float) -> Any:
+def _hang_monitor(attempt_dir: Path, job_id: str, hang_timeout_s: float, reader: AttemptReader) -> Any:
     if hang_timeout_s <= 0 or not job_id:
         return None
     from ddpslurm.launch.hang_monitor import HangMonitor
 
-    return HangMonitor(attempt_dir, job_id, hang_timeout_s)
+    return HangMonitor(attempt_dir, job_id, hang_timeout_s, files=reader.files)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -294,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-requeues", type=int, required=True)
     parser.add_argument("--hang-timeout", type=float, default=0, help="seconds without progress (0: no monitor)")
     parser.add_argument("--preflight", action="store_true", help="run ddpslurm doctor's checks first")
+    parser.add_argument("--no-analyze", action="store_true", help="no post-mortem at a failed job's end")
     parser.add_argument("srun", nargs=argparse.REMAINDER, help="-- srun ARGS...")
     args = parser.parse_args(argv)
     srun_argv = args.srun[1:] if args.srun[:1] == ["--"] else args.srun
@@ -304,8 +319,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if not preflight_passes(args.folder, os.environ):
             return PREFLIGHT_FAILED_EXIT
-    return supervise(srun_argv, folder=args.folder, world_size=args.world_size, grace_s=args.grace,
+    code = supervise(srun_argv, folder=args.folder, world_size=args.world_size, grace_s=args.grace,
                      max_requeues=args.max_requeues, environ=os.environ, hang_timeout_s=args.hang_timeout)
+    if not args.no_analyze:  # diagnosis.json, .md and the job's Comment (ddpslurm.postmortem.jobend)
+        at_job_end(args.folder, os.environ, code)
+    return code
 
 
 if __name__ == "__main__":

@@ -6,9 +6,13 @@ step is one process per job that takes no part in the collectives: it keeps runn
 stop too), it already polls the attempt folder every second, and it may run `scancel` for the whole job,
 which reaches the tasks on every node (a rank can only signal processes on its own node).
 
-What it does: every poll it stats each `rank_R.heartbeat.json` (a rewrite means progress; the monitor's own
-clock times it, so node clocks never compare). When a rank that has not left an exit record (a rank that has
-ended is no longer watched) shows no progress for S seconds, it sends `STACK_SIGNAL` to every task
+What it does: every poll it takes each rank's progress from the node files the supervisor's reader has just read
+(`node_files.NodeFiles`: one listing of the attempt folder a poll, no file per rank); a different (collectives,
+step) is progress, timed by the monitor's own clock, so node clocks never compare. A node file is rewritten at
+most every `node_live.node_interval_s` s (5 s, more past 5,000 nodes): a silence shorter than two of those is
+never a hang, whatever --hang-timeout says (`effective_timeout_s`). When a
+rank that has not ended (a rank that has ended is no longer watched) shows no progress for S seconds, it sends
+`STACK_SIGNAL` to every task
 (`scancel --signal`: faulthandler dumps each rank's stacks), waits `STACK_WAIT_S`, writes
 `attempt_N/hang.json` (the ranks' heartbeat threads read it, write `hang` exit records and exit 124, and
 srun's --kill-on-bad-exit ends the step), and if srun still runs `KILL_AFTER_S` later, kills the job's
@@ -17,7 +21,6 @@ steps (`scancel --signal=KILL`).
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -28,22 +31,21 @@ from typing import Any
 from ddpslurm import jobfolder
 from ddpslurm.launch import records
 from ddpslurm.launch.heartbeat import STACK_SIGNAL
+from ddpslurm.launch.node_files import NodeFiles
 
 STACK_WAIT_S = 3.0
 KILL_AFTER_S = 30.0
-_HEARTBEAT_NAME = jobfolder.rank_file_pattern(jobfolder.HEARTBEAT_SUFFIX)
-_EXIT_NAME = jobfolder.rank_file_pattern(jobfolder.EXIT_SUFFIX)
 
 
 @dataclass
 class Progress:
-    """When the monitor last saw each rank's heartbeat file change (its own clock)."""
+    """When the monitor last saw each rank's progress change (its own clock)."""
 
-    keys: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    keys: dict[int, Any] = field(default_factory=dict)
     changed: dict[int, float] = field(default_factory=dict)
 
-    def observe(self, stats: Mapping[int, tuple[int, int, int]], now: float) -> None:
-        """Record the files' (inode, mtime, size) keys seen at `now`: a different key is progress. Pure."""
+    def observe(self, stats: Mapping[int, Any], now: float) -> None:
+        """Record the ranks' progress keys seen at `now`: a different key is progress. Pure."""
         for rank, key in stats.items():
             if self.keys.get(rank) != key:
                 self.keys[rank] = key
@@ -57,25 +59,10 @@ def stalled_ranks(progress: Progress, finished: Iterable[int], now: float, timeo
     return [rank for _, rank in sorted(late)]
 
 
-def scan_attempt(attempt_dir: Path) -> tuple[dict[int, tuple[int, int, int]], set[int]]:
-    """Heartbeat file keys by rank, and the ranks that left an exit record (one directory listing)."""
-    beats: dict[int, tuple[int, int, int]] = {}
-    exited: set[int] = set()
-    try:
-        entries = list(os.scandir(attempt_dir))
-    except OSError:
-        return beats, exited
-    for entry in entries:
-        match = _HEARTBEAT_NAME.fullmatch(entry.name)
-        if match:
-            try:
-                info = entry.stat()
-            except OSError:
-                continue
-            beats[int(match[1])] = (info.st_ino, info.st_mtime_ns, info.st_size)
-        elif _EXIT_NAME.fullmatch(entry.name):
-            exited.add(int(entry.name.split("_", 1)[1].split(".", 1)[0]))
-    return beats, exited
+def effective_timeout_s(timeout_s: float, interval_s: float) -> float:
+    """The silence that counts as a hang: `timeout_s`, but never less than two node-file intervals and the news
+    delay (a rank that progresses shows it only when its node's file is rewritten). Pure."""
+    return max(timeout_s, 2 * interval_s + 2)
 
 
 def hang_request(timeout_s: float, stalled: list[int], progress: Progress, now: float) -> dict[str, Any]:
@@ -100,9 +87,11 @@ class HangMonitor:
     """Polled by the batch supervisor once a second; acts once per attempt."""
 
     def __init__(self, attempt_dir: Path, job_id: str, timeout_s: float,
-                 signal_job: Callable[[str, str], None] = send_signal) -> None:
+                 signal_job: Callable[[str, str], None] = send_signal, files: NodeFiles | None = None) -> None:
         self.attempt_dir, self.job_id, self.timeout_s = attempt_dir, job_id, timeout_s
         self.signal_job = signal_job
+        self.files = files  # None: the monitor lists the attempt folder itself (tests, a monitor alone)
+        self._own_files = NodeFiles(attempt_dir) if files is None else None
         self.progress = Progress()
         self.signalled_at: float | None = None
         self.requested_at: float | None = None
@@ -124,9 +113,14 @@ class HangMonitor:
             self.killed = True
 
     def _watch(self, now: float) -> None:
-        beats, exited = scan_attempt(self.attempt_dir)
-        self.progress.observe(beats, now)
-        self.stalled = stalled_ranks(self.progress, exited, now, self.timeout_s)
+        files = self.files
+        if files is None:
+            files = self._own_files
+            assert files is not None
+            files.poll()
+        self.progress.observe(files.progress(), now)
+        self.stalled = stalled_ranks(self.progress, files.exits(), now, effective_timeout_s(self.timeout_s,
+                                                                                            files.interval_s))
         if not self.stalled:
             return
         print(f"ddpslurm batch: no progress from rank(s) {self.stalled[:8]} for {self.timeout_s:g}s "

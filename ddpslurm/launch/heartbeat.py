@@ -8,23 +8,22 @@ reducer issues directly. What every backend keeps is the process group's collect
 a rank blocked in a collective issues no next one, so a sequence number that stops moving is a rank that
 stopped progressing. A daemon thread reads it (summed over the process groups) once per
 `DDPSLURM_HEARTBEAT_S` seconds, and `ddpslurm.heartbeat()` lets a script report steps as well (a counter:
-nanoseconds per call). The thread rewrites `attempt_N/rank_R.heartbeat.json` (atomically, ~100 bytes)
-only when something moved, so the cost per training step is nothing on the step's own thread.
+nanoseconds per call). The thread tells the node's agent (`node_live.RankLink`: a node-local file, no shared
+file system) only when something moved; the agent puts it into the node's one file (`node_<host>.json`).
 
 On a hang the batch step's monitor (`hang_monitor.py`) first sends `STACK_SIGNAL`: faulthandler, registered
-here, writes every thread's Python stack into `attempt_N/rank_R.stacks.txt` from the signal handler (it
+here, writes every thread's Python stack into `attempt_N/<host>/rank_R.stacks.txt` from the signal handler (it
 works while the main thread is stuck in C++ with or without the GIL). Then it writes `attempt_N/hang.json`;
-the thread sees it, writes the rank's `hang` exit record and ends the rank with `HANG_EXIT_CODE`, which
-ends the step through srun's --kill-on-bad-exit. Before the record it writes torch's flight recorder (the recent
-collectives of every process group, with their sequence numbers and sizes) as JSON into
-`attempt_N/rank_R.fr_trace.json`, which `ddpslurm analyze` compares across ranks.
+the node's agent copies it node-locally, the thread sees it there, writes the rank's `hang` exit record and ends
+the rank with `HANG_EXIT_CODE`, which ends the step through srun's --kill-on-bad-exit. Before the record it
+writes torch's flight recorder (the recent collectives of every process group, with their sequence numbers and
+sizes) as JSON into `rank_R.fr_trace.json` beside the stacks, which `ddpslurm analyze` compares across ranks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
-import json
 import os
 import signal
 import socket
@@ -35,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from ddpslurm.jobfolder import fr_trace_path, hang_path, heartbeat_path, stacks_path
+from ddpslurm.jobfolder import fr_trace_path, stacks_path
 from ddpslurm.launch import records
 
 #: Seconds between the thread's looks at the counters; set by `submit --hang-timeout` (absent: no heartbeat).
@@ -45,9 +44,12 @@ HEARTBEAT_ENV = "DDPSLURM_HEARTBEAT_S"
 STACK_SIGNAL = signal.SIGWINCH
 #: Exit status of a rank ended by the hang monitor (as timeout(1) uses it).
 HANG_EXIT_CODE = 124
-#: Seconds between a rank's `hang` record and its exit: more than the heartbeat interval, so every rank has
-#: recorded `hang` before the first one leaves (a peer's exit fails the others' collectives at once).
+#: Seconds between a rank's `hang` record and its exit: more than the agents' and the threads' looks at the
+#: request (`LOOK_S`, node_live.TICK_S) take, so every rank has recorded `hang` before the first one leaves (a
+#: peer's exit fails the others' collectives at once).
 HANG_EXIT_DELAY_S = 2.0
+#: Seconds between the thread's looks at the node-local copy of the hang request.
+LOOK_S = 0.25
 
 _step = 0
 _keep_open: list[TextIO] = []  # faulthandler writes into these from a signal handler: never closed
@@ -94,13 +96,9 @@ def collective_count() -> int | None:
         return None
 
 
-def progress_record(rank: int, collectives: int | None, step: int, unix: float) -> dict[str, Any]:
-    """What `rank_R.heartbeat.json` holds. Pure."""
-    return {"kind": "heartbeat", "rank": rank, "collectives": collectives, "step": step, "unix": unix}
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    records.write_text(path, text)  # a temporary name of its own: other threads write records too
+def progress_record(collectives: int | None, step: int, unix: float) -> dict[str, Any]:
+    """The rank's progress as it tells the node's agent (the `progress` of its entry in `node_<host>.json`). Pure."""
+    return {"collectives": collectives, "step": step, "unix": unix}
 
 
 def register_stack_dump(path: Path, rank: int) -> TextIO:
@@ -114,28 +112,32 @@ def register_stack_dump(path: Path, rank: int) -> TextIO:
 
 
 class HeartbeatThread(threading.Thread):
-    """Writes the rank's progress when it moves; ends the rank when the monitor asks."""
+    """Tells the node's agent of the rank's progress when it moves; ends the rank when the monitor asks."""
 
     def __init__(self, state: Any, interval_s: float, stacks: TextIO) -> None:
         super().__init__(name="ddpslurm-heartbeat", daemon=True)
         self.state, self.interval_s, self.stacks = state, interval_s, stacks
-        attempt_dir = state.paths["exit"].parent
-        self.path = heartbeat_path(attempt_dir, state.dist.rank)
-        self.request = hang_path(attempt_dir)
+        self.link = state.link
+        self.folder = state.paths["exit"].parent  # the rank's host folder
         self.exit = os._exit  # tests replace it
 
     def run(self) -> None:
         last: tuple[int | None, int] | None = None
-        while not self.request.exists():
-            now = (collective_count(), _step)
-            if now != last:
-                with contextlib.suppress(OSError):
-                    _write_atomic(self.path, json.dumps(progress_record(self.state.dist.rank, *now, time.time())))
-                last = now
-            time.sleep(self.interval_s)
-        self.end_for_hang()
+        next_look = 0.0
+        while True:
+            request = self.link.hang_request()
+            if request is not None:
+                break
+            if time.monotonic() >= next_look:
+                now = (collective_count(), _step)
+                if now != last:
+                    self.link.publish(progress=progress_record(*now, time.time()))
+                    last = now
+                next_look = time.monotonic() + self.interval_s
+            time.sleep(min(self.interval_s, LOOK_S))
+        self.end_for_hang(request)
 
-    def end_for_hang(self) -> None:
+    def end_for_hang(self, request: dict[str, Any]) -> None:
         """The monitor declared a hang: make sure the stacks are on disk, record `hang`, leave."""
         if self.state.final_code is not None:
             return  # the script ended by itself meanwhile
@@ -144,15 +146,16 @@ class HeartbeatThread(threading.Thread):
         trace = flight_recorder_json()
         if trace:
             with contextlib.suppress(OSError):
-                _write_atomic(fr_trace_path(self.path.parent, self.state.dist.rank), trace)
-        request = _read_request(self.request)
+                records.write_text(fr_trace_path(self.folder, self.state.dist.rank), trace)
         with contextlib.suppress(OSError):  # final: the main thread failing later (a peer left) changes nothing
             self.state.exit_record("hang", HANG_EXIT_CODE, final=True, reason="hang_monitor",
                                    hang_timeout_s=request.get("timeout_s"), stalled=request.get("stalled"))
         print(f"ddpslurm: rank {self.state.dist.rank}: the hang monitor saw no progress for "
               f"{request.get('timeout_s', '?')}s; stacks in {self.stacks.name}; ending the job",
               file=sys.stderr, flush=True)
-        time.sleep(HANG_EXIT_DELAY_S)
+        started = time.monotonic()
+        self.link.wait_flushed()
+        time.sleep(max(0.0, HANG_EXIT_DELAY_S - (time.monotonic() - started)))
         self.state.tee.stop(timeout=0.5)
         self.exit(HANG_EXIT_CODE)
 
@@ -163,32 +166,18 @@ def _only_header(handle: TextIO) -> bool:
     return False
 
 
-def _read_request(path: Path, tries: int = 10, pause_s: float = 0.05) -> dict[str, Any]:
-    """The monitor's request (it writes atomically; a file written by other means may be caught half-written,
-    so an unreadable one is read again a few times)."""
-    for attempt in range(tries):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            if attempt + 1 < tries:
-                time.sleep(pause_s)
-            continue
-        return data if isinstance(data, dict) else {}
-    return {}
-
-
 def start(environ: Mapping[str, str], state: Any) -> HeartbeatThread | None:
     """Start the rank's heartbeat when `DDPSLURM_HEARTBEAT_S` asks for it (the worker's one hook).
 
-    `state` is the worker's per-rank state (`rank_state.RankState`): `dist.rank`, `paths`,
-    `exit_record(status, code, final=..., **fields)`, `final_code`, `tee`.
+    `state` is the worker's per-rank state (`rank_state.RankState`): `dist.rank`, `paths` (in the rank's host
+    folder), `link` (`node_live.RankLink`), `exit_record(status, code, final=..., **fields)`, `final_code`, `tee`.
     """
     text = environ.get(HEARTBEAT_ENV, "").strip()
     try:
         interval = float(text)
     except ValueError:
         return None
-    if not 0 < interval <= 3600:
+    if not 0 < interval <= 3600 or getattr(state, "link", None) is None:
         return None
     attempt_dir = state.paths["exit"].parent
     stacks = register_stack_dump(stacks_path(attempt_dir, state.dist.rank), state.dist.rank)

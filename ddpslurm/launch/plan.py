@@ -140,19 +140,23 @@ HANG_ENV_DEFAULTS: tuple[tuple[str, str], ...] = (("DDPSLURM_HEARTBEAT_S", "1"),
 
 def batch_setup(spec: JobSpec, python: str) -> list[str]:
     """sbatch lines before submitit's srun line: no inherited rendezvous variables, and srun run by the
-    batch-step supervisor (`ddpslurm.launch.batch`), which requeues the job after a signal; first, one line and
-    the end of the job when `python` cannot import what the ranks need."""
+    batch-step supervisor (`ddpslurm.launch.batch`), which requeues the job after a signal and writes the
+    post-mortem of a failed one (with --max-requeues 0 too; only --no-analyze without requeues, hang monitor or
+    pre-flight runs srun bare); first, one line and the end of the job when `python` cannot import what the
+    ranks need."""
     lines = [*batch_check_lines(python), f"unset {' '.join(INHERITED_DIST_VARS)}"]
     if spec.master_port:
         lines.append(f"export MASTER_PORT={int(spec.master_port)}")
-    if spec.max_requeues > 0 or spec.hang_timeout_s or spec.preflight:
+    if spec.max_requeues > 0 or spec.hang_timeout_s or spec.preflight or spec.analyze:
         hang = ["--hang-timeout", str(spec.hang_timeout_s)] if spec.hang_timeout_s else []
         preflight = ["--preflight"] if spec.preflight else []  # ddpslurm doctor's checks before training
+        preflight += [] if spec.analyze else ["--no-analyze"]  # no post-mortem at the job's end
         supervisor = [python, "-m", "ddpslurm.launch.batch", "--folder", str(spec.folder),
                       "--world-size", str(spec.world_size), "--grace", str(batch_grace_s(spec.signal_delay_s)),
                       "--max-requeues", str(spec.max_requeues), *hang, *preflight, "--"]
         lines += ["# srun runs under ddpslurm's batch-step supervisor: it requeues the job after a preemption or",
-                  "# time-limit signal, once every rank has left its exit record or the grace time ran out.",
+                  "# time-limit signal, once every rank has left its exit record or the grace time ran out, and",
+                  "# writes diagnosis.json (and the job's Comment) when the job fails.",
                   f'srun() {{ {shlex.join(supervisor)} srun "$@"; }}']
     return lines
 

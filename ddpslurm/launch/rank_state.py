@@ -3,8 +3,9 @@
 The signal handlers only take note (`ddpslurm.launch.signals`); `RankState.on_signal` runs on the
 dispatcher thread and decides:
 
-- the first SIGTERM or USR2 is the preemption / time-limit signal: write `rank_R.signal.json` (the batch
-  step reads it), say so in the log, arm the grace alarm for a script that never reads the flag;
+- the first SIGTERM or USR2 is the preemption / time-limit signal: tell the node's agent (`node_live.RankLink`;
+  the batch step reads it in `node_<host>.json`), say so in the log, arm the grace alarm for a script that never
+  reads the flag;
 - a later SIGTERM while the script has not read the flag ends the rank (`signal` exit record, 128 + 15);
 - a later SIGTERM once the script has read the flag is recorded (in the signal record and the log) and not
   obeyed: the script is saving its checkpoint. Such SIGTERMs come from the supervisor's own requeue, the
@@ -15,7 +16,8 @@ dispatcher thread and decides:
   file fails that task of the next attempt: "A temporary saved file already exists").
 
 Exit records go through one lock: the first terminal one (`hang`, `signal`) seals the record, so the main
-thread failing afterwards (a peer left) cannot replace it.
+thread failing afterwards (a peer left) cannot replace it. Each is told to the node's agent too (how the rank
+ended, for the batch step); a rank without a link (unit tests, older callers) writes `rank_R.signal.json` itself.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ def on_alarm(signum: int, frame: FrameType | None) -> None:
 class RankState:
     """A rank's signals and exit record, shared by the main, dispatcher and heartbeat threads."""
 
-    def __init__(self, cfg: Any, dist: Any, attempt: int, paths: dict[str, Path], tee: Any) -> None:
+    def __init__(self, cfg: Any, dist: Any, attempt: int, paths: dict[str, Path], tee: Any, link: Any = None) -> None:
         self.cfg, self.dist, self.attempt, self.paths, self.tee = cfg, dist, attempt, paths, tee
+        self.link = link  # node_live.RankLink, or None
         self.final_code: int | None = None
         self.signal_unix: float | None = None
         self.signal_name: str | None = None
@@ -82,7 +85,14 @@ class RankState:
             records.write_json(self.paths["exit"], record)
             self.final_code = exit_code
             self._sealed = final
+            if self.link is not None:
+                self.link.publish(exit={k: record[k] for k in ("status", "exit_code", "signal", "unix")})
             return True
+
+    def flush(self) -> None:
+        """Before the rank leaves: wait (briefly) for the node's agent to have written what the rank told it."""
+        if self.link is not None:
+            self.link.wait_flushed()
 
     def end_script(self, arrivals: list[tuple[int, float]]) -> bool:
         """The script has returned: from now on no signal ends the rank. Whether a preemption signal came
@@ -104,6 +114,9 @@ class RankState:
                   "time": records.timestamp(self.signal_unix or 0.0)}
         if self.later:
             record["later"] = list(self.later)
+        if self.link is not None:
+            self.link.publish(signal=record)
+            return
         try:
             records.write_json(self.paths["signal"], record)
         except OSError as error:  # the batch step then waits for the exit records or Slurm's end
@@ -148,6 +161,7 @@ class RankState:
         if self.exit_record("signal", 128 + signum, final=True, while_running=True, signal=name):
             print(f"ddpslurm: rank {self.dist.rank} terminated by a second {name} (the script had not read the "
                   "preemption flag)", file=sys.stderr, flush=True)
+            self.flush()
             self.tee.stop(timeout=0.5)
             self.exit(128 + signum)
 

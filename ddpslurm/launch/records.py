@@ -79,9 +79,12 @@ def write_text(path: Path, text: str) -> None:
     Each call writes its own temporary file (the heartbeat thread, the signal thread and the main thread of a
     rank may write the same record at once: one shared temporary name would let one rename the other's
     half-written file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileNotFoundError:  # the folder is made only when missing: the batch step made it before srun
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

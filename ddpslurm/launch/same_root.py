@@ -7,8 +7,9 @@ fingerprint and no progress between them: SAME_ROOT_BUDGET for causes the analyz
 fix (`retry` "requeue"), DETERMINISTIC_BUDGET for the others (configuration, the script's own exceptions:
 analyze's `retry` "stop", from its cause table `analyzer/causes.toml`).
 
-Progress is read from the job folder: the heartbeat records (`rank_R.heartbeat.json`, written with
-`--hang-timeout`: the step a script reports through `ddpslurm.heartbeat()` and the collectives issued) and
+Progress is read from the job folder: the ranks' progress in the node files (`attempt_N/node_<host>.json`, with
+`--hang-timeout`: the step a script reports through `ddpslurm.heartbeat()` and the collectives issued; older job
+folders: `rank_R.heartbeat.json`) and
 the step numbers in the names under `<job>/checkpoints/` (`step_1200.pt`, `iter_0001200`, `checkpoint-1200`,
 `epoch=3-step=1200.ckpt`, `global_step1200`). An attempt progressed when one of them went past the furthest
 point of every earlier job of the chain. Reading is bounded; a folder without these records shows no
@@ -32,6 +33,7 @@ from ddpslurm.scheduler.hostlist import compress_hostlist
 SAME_ROOT_BUDGET = 3  #: attempts ending with one fingerprint, without progress, after which the chain stops
 DETERMINISTIC_BUDGET = 1  #: the same for a cause a resubmission cannot fix
 MAX_RECORD_BYTES = 1 << 16  #: a heartbeat or exit record is ~100 bytes: anything larger is not one
+MAX_NODE_BYTES = 8 << 20  #: a node file holds its ranks' states: ~200 bytes each
 MAX_ENTRIES = 20_000  #: files looked at per job folder (heartbeats, exit records, checkpoint names)
 CHECKPOINT_STEP = re.compile(r"(?:global_step|step|iteration|iter|checkpoint|ckpt)[_=-]?([0-9]{1,12})(?![0-9])",
                              re.IGNORECASE)
@@ -66,12 +68,27 @@ def furthest(points: Iterable[Progress]) -> Progress:
 def _records(job_dir: Path, suffix: str) -> Iterator[dict[str, Any]]:
     """The JSON objects of one kind of rank file, in every attempt folder of the job (at most MAX_ENTRIES)."""
     pattern = jobfolder.rank_glob(suffix)
-    paths = (p for attempt in sorted(job_dir.glob(f"{jobfolder.ATTEMPT_PREFIX}*")) for p in attempt.glob(pattern))
+    paths = (p for attempt in sorted(job_dir.glob(f"{jobfolder.ATTEMPT_PREFIX}*"))
+             for where in (pattern, f"*/{pattern}") for p in attempt.glob(where))  # host folders, older layout
+    yield from _read_records(paths)
+
+
+def _node_progress(job_dir: Path) -> Iterator[dict[str, Any]]:
+    """The ranks' progress entries of every node file of the job."""
+    paths = (p for attempt in sorted(job_dir.glob(f"{jobfolder.ATTEMPT_PREFIX}*"))
+             for p in attempt.glob(f"{jobfolder.NODE_FILE_PREFIX}*{jobfolder.NODE_FILE_SUFFIX}"))
+    for record in _read_records(paths, MAX_NODE_BYTES):
+        for state in (record.get("ranks") or {}).values() if isinstance(record.get("ranks"), dict) else ():
+            if isinstance(state, dict) and isinstance(state.get("progress"), dict):
+                yield state["progress"]
+
+
+def _read_records(paths: Iterable[Path], max_bytes: int = 0) -> Iterator[dict[str, Any]]:
     for count, path in enumerate(paths):
         if count >= MAX_ENTRIES:
             return
         try:
-            if path.stat().st_size > MAX_RECORD_BYTES:
+            if path.stat().st_size > (max_bytes or MAX_RECORD_BYTES):
                 continue
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -100,7 +117,7 @@ def checkpoint_step(job_dir: Path) -> int | None:
 def progress_of(job_dir: str | Path) -> Progress:
     """The furthest point the job's records show (every attempt of the job)."""
     folder = Path(job_dir)
-    beats = list(_records(folder, jobfolder.HEARTBEAT_SUFFIX))
+    beats = [*_records(folder, jobfolder.HEARTBEAT_SUFFIX), *_node_progress(folder)]
     return Progress(step=_most(b.get("step") for b in beats), collectives=_most(b.get("collectives") for b in beats),
                     checkpoint_step=checkpoint_step(folder))
 

@@ -69,6 +69,7 @@ class JobSpec:
     master_port: int | None = None  # None: derived from the job id on every node
     hang_timeout_s: int = 0  # 0: no hang monitor (see ddpslurm.launch.hang_monitor)
     preflight: bool = False  # the doctor's checks before the training step (ddpslurm.doctor.preflight)
+    analyze: bool = True  # the post-mortem at a failed job's end (ddpslurm.postmortem.jobend); --no-analyze
     python: str = field(default_factory=lambda: sys.executable)  # the interpreter every rank runs
 
     @property
@@ -211,6 +212,7 @@ def make_spec(
     hang_timeout_s: int = 0,
     preflight: bool = False,
     python: str | None = None,
+    analyze: bool = True,
 ) -> JobSpec:
     """Validate raw flag values into a `JobSpec`. `tasks_per_node` defaults to `gpus_per_node`, else 1."""
     _check_numbers(nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node,
@@ -232,4 +234,5 @@ def make_spec(
         launcher=launcher, folder=folder_path, max_requeues=max_requeues,
         interface=interface, signal_delay_s=signal_delay_s, local=local, job_name=job_name,
         master_port=master_port, hang_timeout_s=hang_timeout_s, preflight=preflight, python=python_path(python),
+        analyze=analyze,
     )

@@ -203,10 +203,10 @@ def wait_local(submitted: Submitted, poll_s: float = 0.5) -> int:
 def local_outcome(job_dir: Path, world_size: int) -> int:
     """0 when every rank's exit record says ok, else the first non-zero exit code (1 when one is missing)."""
     codes = []
+    paths = jobfolder.rank_record_paths(jobfolder.attempt_folder(job_dir, 0), jobfolder.EXIT_SUFFIX)
     for rank in range(world_size):
-        path = jobfolder.rank_paths(jobfolder.attempt_folder(job_dir, 0), rank)["exit"]
         try:
-            codes.append(int(json.loads(path.read_text(encoding="utf-8"))["exit_code"]))
+            codes.append(int(json.loads(paths[rank].read_text(encoding="utf-8"))["exit_code"]))
         except (OSError, ValueError, KeyError):
             codes.append(1)
     return next((code for code in codes if code), 0)

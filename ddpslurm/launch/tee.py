@@ -1,4 +1,4 @@
-"""Capture a process's fd 1 and fd 2 into a file while still passing them through.
+"""Capture a process's fd 1 and fd 2 into a file, passing them through to where they went before or not.
 
 Works at the file-descriptor level, so C++ writes (c10d, gloo, NCCL) are captured too: each fd is
 redirected into a pipe, and a small forked copier process copies the pipes to the original
@@ -6,6 +6,10 @@ destinations and to the log file. A process, not a thread: when the rank dies (a
 rank alone) the copier still drains what the rank wrote last, which is usually the error message.
 The copier ignores the signals Slurm sends to every process of a step (TERM, INT, HUP, USR1, USR2)
 and ends when all writers have closed the pipes.
+
+The worker captures without passing through (`passthrough=False`): the rank's log is the one copy of its
+output, and the task's own stdout and stderr (submitit's `%j_%t_log.out/err`, written by slurmstepd) keep
+only what comes before the capture and after it (the interpreter's start-up, submitit's lines, slurmstepd's).
 """
 
 from __future__ import annotations
@@ -26,15 +30,20 @@ _IGNORED_IN_COPIER = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUS
 class FdTee:
     """`start()` redirects fds 1 and 2 through the copier; `stop()` restores them and lets it drain."""
 
-    def __init__(self, log_path: Path, fds: tuple[int, ...] = (1, 2)) -> None:
+    def __init__(self, log_path: Path, fds: tuple[int, ...] = (1, 2), passthrough: bool = True) -> None:
         self.log_path = log_path
         self.fds = fds
+        self.passthrough = passthrough
         self._saved: dict[int, int] = {}
         self._pid = 0
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        try:
+            log_fd = os.open(self.log_path, flags, 0o644)
+        except FileNotFoundError:  # made only when missing: the batch step made the folders before srun
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_fd = os.open(self.log_path, flags, 0o644)
         _flush_python_streams()
         pipes = {fd: os.pipe() for fd in self.fds}
         saved = {fd: os.dup(fd) for fd in self.fds}
@@ -45,7 +54,8 @@ class FdTee:
                     signal.signal(sig, signal.SIG_IGN)
                 for _, write_end in pipes.values():
                     os.close(write_end)
-                _copy({read_end: saved[fd] for fd, (read_end, _) in pipes.items()}, log_fd)
+                _copy({read_end: saved[fd] if self.passthrough else None for fd, (read_end, _) in pipes.items()},
+                      log_fd)
             finally:
                 os._exit(0)
         os.close(log_fd)
@@ -73,8 +83,8 @@ class FdTee:
         self._pid = 0
 
 
-def _copy(sources: dict[int, int], log_fd: int) -> None:
-    """Copy every readable source to its destination and to `log_fd` until all reach end of file."""
+def _copy(sources: dict[int, int | None], log_fd: int) -> None:
+    """Copy every readable source to `log_fd` and to its destination (None: none) until all reach end of file."""
     open_fds = dict(sources)
     while open_fds:
         try:
@@ -88,7 +98,9 @@ def _copy(sources: dict[int, int], log_fd: int) -> None:
                 del open_fds[read_end]
                 continue
             _write_all(log_fd, data)
-            _write_all(open_fds[read_end], data)
+            destination = open_fds[read_end]
+            if destination is not None:
+                _write_all(destination, data)
 
 
 def _flush_python_streams() -> None:

@@ -3,9 +3,11 @@
 Per rank: first of all replace submitit's signal handlers by ddpslurm's (`signals`, `rank_state`: they
 only take note; a thread writes the signal record and decides), then derive and export the
 torch.distributed variables, set post-mortem / fail-fast defaults (each overridable by the person's
-environment; the flight recorder too), choose the network interface, capture fds 1 and 2 into
-`attempt_<N>/rank_<R>.log`, write start and exit records, run the script as `__main__`, and after the
-preemption signal record `preempted` for the batch step, which requeues. With `--launcher torchrun` the task
+environment; the flight recorder too), choose the network interface, start the node's agent if no rank of the
+node has (`node_live`: liveness and records per node), capture fds 1 and 2 into `attempt_<N>/<host>/rank_<R>.log`
+(the one copy of the rank's output), write start and exit records, run the script as `__main__`, and after the
+preemption signal record `preempted` for the batch step, which requeues. The folders are the batch step's, made
+before srun; a rank makes one only when it is missing (`--local`). With `--launcher torchrun` the task
 is a per-node agent that runs torchrun in-process; each torchrun child re-enters here through
 `python -m ddpslurm.launch.child`.
 
@@ -37,7 +39,7 @@ from typing import Any
 
 from ddpslurm import jobfolder, preemption
 from ddpslurm._version import __version__
-from ddpslurm.launch import records, signals
+from ddpslurm.launch import node_live, records, signals
 from ddpslurm.launch.plan import (
     NCCL_TIMESTAMP_ENVS,
     NCCL_TIMESTAMP_MIN_VERSION,
@@ -50,6 +52,8 @@ from ddpslurm.launch.rank_state import GraceExpired, RankState, on_alarm
 __all__ = ["GraceExpired", "RankState", "Worker", "run_rank"]
 
 CONFIG_ENV = "DDPSLURM_WORKER_CONFIG"
+#: set by the batch step to the attempt folder it made (with the host folders and `checkpoints/`) before srun
+FOLDERS_MADE_ENV = "DDPSLURM_FOLDERS_MADE"
 ATTEMPT_START_ENV = "DDPSLURM_ATTEMPT_START"
 
 
@@ -216,7 +220,8 @@ FR_DUMP_PREFIX = "nccl_trace_rank_"
 
 
 def flight_recorder_defaults(environ: MutableMapping[str, str], attempt_dir: Path, torch_version: str | None) -> None:
-    """TORCH_NCCL_DUMP_ON_TIMEOUT=1, a 2000-entry buffer and dumps to `attempt_N/nccl_trace_rank_<R>` (pickles:
+    """TORCH_NCCL_DUMP_ON_TIMEOUT=1, a 2000-entry buffer and dumps to `<attempt_dir>/nccl_trace_rank_<R>` (the rank's
+    host folder; pickles:
     never unpickle untrusted ones), each unless the person's environment sets it under either of torch's names."""
     if torch_version is None:
         return
@@ -310,10 +315,13 @@ def _attempt_start(environ: MutableMapping[str, str]) -> float:
 
 def _job_dirs(cfg: WorkerConfig, job_id: str, attempt: int,
               environ: MutableMapping[str, str]) -> tuple[Path, Path]:
+    """The job and attempt folders; made here only where the batch step did not make them (no metadata request
+    per rank for folders that exist)."""
     job_dir = jobfolder.job_folder(cfg.folder, job_id)
     attempt_dir = jobfolder.attempt_folder(job_dir, attempt)
-    attempt_dir.mkdir(parents=True, exist_ok=True)
-    jobfolder.checkpoints_folder(job_dir).mkdir(exist_ok=True)
+    if environ.get(FOLDERS_MADE_ENV) != str(attempt_dir):
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        jobfolder.checkpoints_folder(job_dir).mkdir(exist_ok=True)
     environ["DDPSLURM_JOB_FOLDER"] = str(job_dir)
     environ["DDPSLURM_ATTEMPT"] = str(attempt)
     return job_dir, attempt_dir
@@ -350,6 +358,22 @@ def install_signal_handling() -> signals.Inbox:
     return inbox
 
 
+def start_node_link(environ: Mapping[str, str], dist: Any, attempt: int, attempt_dir: Path,
+                    host: str) -> node_live.RankLink:
+    """The rank's link to its node's agent, the agent forked first if no rank of the node has (before any thread
+    and before the log tee: see `node_live.start_agent`)."""
+    key = node_live.local_key(dist.job_id, environ.get("SLURM_STEP_ID"), attempt, host)
+    fallback = jobfolder.host_folder(attempt_dir, host) / f".live.{jobfolder.folder_host(key)}"
+    local = node_live.local_folder(environ, key, fallback)
+    hang = jobfolder.hang_path(attempt_dir) if environ.get("DDPSLURM_HEARTBEAT_S") else None
+    interval = node_live.node_interval_s(len(set(dist.hostnames)) or 1, environ)
+    link = node_live.RankLink(local, dist.rank, dist.local_rank)
+    link.publish(progress=None)  # the rank is here: the agent waits for it
+    node_live.start_agent(local, jobfolder.node_file_path(attempt_dir, host), host, dist.local_world_size,
+                          interval, hang)
+    return link
+
+
 def run_rank(cfg: WorkerConfig, launcher: str) -> int:
     """Run the user's script as one rank; returns the exit status."""
     inbox = install_signal_handling()
@@ -365,19 +389,21 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
     apply_interface(cfg, dist, environ)
     attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
     _, attempt_dir = _job_dirs(cfg, dist.job_id, attempt, environ)
-    paths = jobfolder.rank_paths(attempt_dir, dist.rank)
-    tee = FdTee(paths["log"])
+    host = node_live.node_name(environ)
+    paths = jobfolder.rank_paths(attempt_dir, dist.rank, host)
+    link = start_node_link(environ, dist, attempt, attempt_dir, host)
+    tee = FdTee(paths["log"], passthrough=False)
     tee.start()
     enable_faulthandler(environ)
     from ddpslurm.env import binding_warnings
 
     for text in binding_warnings(environ, dist.local_world_size):
         print(f"ddpslurm: warning: rank {dist.rank}: {text}", file=sys.stderr, flush=True)
-    state = RankState(cfg, dist, attempt, paths, tee)
+    state = RankState(cfg, dist, attempt, paths, tee, link)
     signals.Dispatcher(inbox, state.on_signal, state.on_wake).start()  # with the signals noted until now
     try:
         versions = versions_and_nccl_defaults(environ)
-        flight_recorder_defaults(environ, attempt_dir, versions.get("torch"))
+        flight_recorder_defaults(environ, paths["log"].parent, versions.get("torch"))
         patch_pg_timeout(environ)
         now = time.time()
         records.write_json(paths["start"], records.start_record(
@@ -406,6 +432,7 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
         return state.final_code or 0
     finally:
         signal.alarm(0)
+        state.flush()
         tee.stop()
 
 

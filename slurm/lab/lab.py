@@ -420,8 +420,8 @@ class StaleRendezvous(Hook):
 def rank_pid(job_dir: Path, rank: int) -> tuple[int, str]:
     """(pid, host) of global `rank` from its start record in the job's latest attempt (ddpslurm writes one per
     rank, from the process that runs the script)."""
-    records = sorted(job_dir.glob(f"attempt_*/rank_{rank}.start.json"),
-                     key=lambda path: int(path.parent.name.rpartition("_")[2]))
+    found = [*job_dir.glob(f"attempt_*/rank_{rank}.start.json"), *job_dir.glob(f"attempt_*/*/rank_{rank}.start.json")]
+    records = sorted(found, key=lambda path: int(path.relative_to(job_dir).parts[0].rpartition("_")[2]))  # host folders
     if not records:
         raise LabError(f"no start record of rank {rank} under {job_dir}")
     record = json.loads(records[-1].read_text())

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.integration.layout import node_states, rank_file, rank_files
+
 if TYPE_CHECKING:
     from tests.conftest import SlurmCluster
 
@@ -24,8 +26,7 @@ PG_TIMEOUT_S = 600  # ddpslurm's default process-group timeout (DDPSLURM_PG_TIME
 
 
 def _records(attempt: Path, kind: str) -> dict[int, dict]:
-    paths = attempt.glob(f"rank_*.{kind}.json")
-    return {int(p.name.split("_")[1].split(".")[0]): json.loads(p.read_text()) for p in paths}
+    return {rank: json.loads(path.read_text()) for rank, path in rank_files(attempt, f".{kind}.json").items()}
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
@@ -48,12 +49,12 @@ def test_rank_sleeping_before_a_collective_is_ended_and_named(slurm_cluster: Slu
     exits = _records(attempt, "exit")
     assert {r: e["status"] for r, e in exits.items()} == {0: "hang", 1: "hang"}
     assert {e["exit_code"] for e in exits.values()} == {124}
-    last_progress = _records(attempt, "heartbeat")[1]["unix"]  # rank 1's last step before it hung
+    last_progress = node_states(attempt)[1]["progress"]["unix"]  # rank 1's last step before it hung (its node file)
     ended = max(e["unix"] for e in exits.values())
     assert HANG_TIMEOUT_S <= ended - last_progress < 90, f"ended {ended - last_progress:.0f}s after the hang"
     request = json.loads((attempt / "hang.json").read_text())
     assert request["timeout_s"] == HANG_TIMEOUT_S
-    stacks = {r: (attempt / f"rank_{r}.stacks.txt").read_text() for r in (0, 1)}
+    stacks = {r: rank_file(attempt, r, ".stacks.txt").read_text() for r in (0, 1)}
     assert "ddp_fault.py" in stacks[1] and "in main" in stacks[1]
     assert "torch/" in stacks[0]  # rank 0 waits inside torch (DDP's backward or a collective)
 
@@ -86,7 +87,7 @@ def test_ranks_in_mismatched_collectives_are_named_from_the_flight_recorder(slur
     assert {r: e["status"] for r, e in _records(attempt, "exit").items()} == dict.fromkeys(range(4), "hang")
     last = {}
     for rank in range(4):
-        entries = json.loads((attempt / f"rank_{rank}.fr_trace.json").read_text())["entries"]
+        entries = json.loads(rank_file(attempt, rank, ".fr_trace.json").read_text())["entries"]
         last[rank] = max((e for e in entries if not e["is_p2p"]), key=lambda e: e["collective_seq_id"])
     assert len({e["collective_seq_id"] for e in last.values()}) == 1  # the same collective number on every rank
     assert {r: e["profiling_name"] for r, e in last.items()} == \

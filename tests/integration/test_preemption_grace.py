@@ -8,8 +8,9 @@ preemptions by `urgent`:
 1. mid-training; the save after the flag takes 100 s, longer than the 75 s the supervisor would allow from
    `--signal-delay` (90 - 15), and a second SIGTERM (`scancel --signal=TERM`, as an array or retry requeue
    sends) comes in the middle of it: the save completes, the job is requeued;
-2. while both ranks of the next attempt are still starting: their logs are named pipes that the test opens
-   only later, so each rank blocks in the open of its log, before the point where the worker used to
+2. while both ranks of the next attempt are still starting: their logs (`attempt_1/<host>/rank_R.log`, on
+   every node the job may get) are named pipes that the test opens only later, so each rank blocks in the
+   open of its log, before the point where the worker used to
    install its handlers: the SIGTERM still sets the flag, the ranks save at once, the job is requeued;
 
 and the last attempt resumes from that second checkpoint and finishes.
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.integration.layout import node_states
 from tests.integration.test_submit import job_dir, read_records, release_when_held, start_async, wait_end
 
 if TYPE_CHECKING:
@@ -61,7 +63,13 @@ def events(text: str, name: str) -> dict[int, dict]:
 
 
 def logs(attempt: Path) -> str:
-    return "".join(p.read_text(errors="replace") for p in sorted(attempt.glob("rank_*.log*")) if p.is_file())
+    paths = sorted([*attempt.glob("rank_*.log*"), *attempt.glob("*/rank_*.log*")])  # in host folders
+    return "".join(p.read_text(errors="replace") for p in paths if p.is_file())
+
+
+def signal_records(attempt: Path) -> dict[int, dict]:
+    """Each rank's signals, as its node's agent wrote them into the node file (ddpslurm.launch.node_live)."""
+    return {rank: state["signal"] for rank, state in node_states(attempt).items() if state.get("signal")}
 
 
 def wait_for(check, timeout: float, what: str) -> None:
@@ -81,9 +89,9 @@ def preempt(cluster: SlurmCluster, jid: str) -> None:
              "Slurm to preempt the job")
 
 
-def blocked_in_log_open(jid: str, attempt: int) -> int:
-    """How many processes of the job's attempt sleep in the open of a named pipe (their rank log)."""
-    count = 0
+def blocked_in_log_open(jid: str, attempt: int) -> list[tuple[str, int]]:
+    """(node, rank) of the processes of the job's attempt that sleep in the open of a named pipe (their rank log)."""
+    blocked = []
     for proc in Path("/proc").iterdir():
         try:
             if (proc / "wchan").read_text() != "wait_for_partner":
@@ -92,8 +100,9 @@ def blocked_in_log_open(jid: str, attempt: int) -> int:
         except OSError:
             continue
         if f"SLURM_JOB_ID={jid}".encode() in environ and f"SLURM_RESTART_COUNT={attempt}".encode() in environ:
-            count += 1
-    return count
+            found = dict(item.decode(errors="replace").partition("=")[::2] for item in environ if b"=" in item)
+            blocked.append((found.get("SLURMD_NODENAME", "?"), int(found.get("SLURM_PROCID", "-1"))))
+    return sorted(blocked)
 
 
 def drain(fifo: Path, copy: Path) -> threading.Thread:
@@ -116,10 +125,13 @@ def test_long_save_after_the_flag_completes_and_an_early_sigterm_still_requeues(
     jdir = job_dir(folder)
     first, second, last = (jdir / f"attempt_{n}" for n in range(3))
     wait_for(lambda: re.search(r"^step 10$", logs(first), re.M), 180, "attempt 0 to reach step 10")
-    second.mkdir()  # the next attempt's rank logs are named pipes, in place before it can start
-    fifos = [second / f"rank_{rank}.log" for rank in (0, 1)]
-    for fifo in fifos:
-        os.mkfifo(fifo)
+    # the next attempt's rank logs are named pipes, in place before it can start, in the host folder of every node
+    # it may run on (the batch step makes the folders that are missing and leaves these)
+    nodes = slurm_cluster.run(["sinfo", "-h", "-N", "-o", "%N"]).stdout.split()
+    for node in set(nodes):
+        (second / node).mkdir(parents=True)
+        for rank in (0, 1):
+            os.mkfifo(second / node / f"rank_{rank}.log")
 
     preempt(slurm_cluster, jid)
     wait_for(lambda: len(events(logs(first), "saving")) == 2, 60, "both ranks to start saving")
@@ -128,14 +140,15 @@ def test_long_save_after_the_flag_completes_and_an_early_sigterm_still_requeues(
     wait_for(lambda: (first / "requeue.json").exists(), SAVE_S + 60, "the batch step to requeue")
 
     deadline = time.time() + 240
-    while time.time() < deadline and blocked_in_log_open(jid, 1) < 2:
+    while time.time() < deadline and len(blocked_in_log_open(jid, 1)) < 2:
         release_when_held(slurm_cluster, jid)
         time.sleep(1)
-    assert blocked_in_log_open(jid, 1) == 2, "attempt 1's ranks did not reach the open of their logs"
+    blocked = blocked_in_log_open(jid, 1)
+    assert sorted(rank for _, rank in blocked) == [0, 1], f"attempt 1's ranks did not open their logs: {blocked}"
     preempt(slurm_cluster, jid)
     time.sleep(3)  # the SIGTERM reaches the blocked ranks
     opened = time.time()
-    drains = [drain(fifo, second / f"drained_{rank}.txt") for rank, fifo in enumerate(fifos)]
+    drains = [drain(second / node / f"rank_{rank}.log", second / f"drained_{rank}.txt") for node, rank in blocked]
     assert wait_end(slurm_cluster, jid, timeout=400) == "COMPLETED"
     for thread in drains:
         thread.join(30)
@@ -143,8 +156,8 @@ def test_long_save_after_the_flag_completes_and_an_early_sigterm_still_requeues(
     # 1: the 100 s save completed through the second SIGTERM; the supervisor waited for it
     saved, saving = events(logs(first), "saved"), events(logs(first), "saving")
     assert sorted(saved) == [0, 1], "attempt 0's save was cut"
-    signals = read_records(first, "signal")
-    assert {r["signal"] for r in signals.values()} == {"SIGTERM"}
+    signals = signal_records(first)
+    assert sorted(signals) == [0, 1] and {r["signal"] for r in signals.values()} == {"SIGTERM"}
     for rank, record in signals.items():
         assert saved[rank]["unix"] - record["unix"] >= SAVE_S  # the whole save ran after the signal
         later = [e for e in record.get("later", []) if e["signal"] == "SIGTERM"]
@@ -157,7 +170,7 @@ def test_long_save_after_the_flag_completes_and_an_early_sigterm_still_requeues(
 
     # 2: the SIGTERM that came while the ranks were blocked before the old install point set the flag
     drained = "".join((second / f"drained_{rank}.txt").read_text(errors="replace") for rank in (0, 1))
-    early = read_records(second, "signal")
+    early = signal_records(second)
     assert sorted(early) == [0, 1] and all(r["unix"] < opened for r in early.values()), early
     assert all(r["unix"] > opened for r in read_records(second, "start").values())
     assert {r["step"] for r in events(drained, "resumed").values()} == {saved[0]["step"]}

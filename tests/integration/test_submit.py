@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.integration.layout import node_states, rank_file, rank_files
+
 if TYPE_CHECKING:
     from tests.conftest import SlurmCluster
 
@@ -52,7 +54,7 @@ def job_id(folder: Path) -> str:
 
 def read_records(attempt: Path, kind: str) -> dict[int, dict]:
     out = {}
-    for path in attempt.glob(f"rank_*.{kind}.json"):
+    for path in rank_files(attempt, f".{kind}.json").values():
         record = json.loads(path.read_text())
         out[record["rank"]] = record
     return out
@@ -61,7 +63,7 @@ def read_records(attempt: Path, kind: str) -> dict[int, dict]:
 def finals(attempt: Path) -> dict[int, dict]:
     """The final JSON line examples/train.py prints, per rank, from the per-rank logs."""
     out = {}
-    for log in attempt.glob("rank_*.log"):
+    for log in rank_files(attempt, ".log").values():
         for line in log.read_text(errors="replace").splitlines():
             if line.startswith("{") and '"final"' in line:
                 record = json.loads(line)
@@ -136,6 +138,14 @@ def test_two_nodes_train_finishes_with_identical_parameters(slurm_cluster: Slurm
     assert (jdir / f"{jdir.name.removeprefix('job_')}_submission.sh").exists()
     record = json.loads((jdir / "ddpslurm.json").read_text())
     assert record["spec"]["nodes"] == 2 and record["max_requeues"] == 3
+    # the layout: one folder and one node file per node in the attempt folder, each rank's files in its host's
+    # folder, made by the batch step; the script's output once (the rank log), not in submitit's task files too
+    hosts = sorted({r["host"] for r in starts.values()})
+    assert sorted(p.name for p in attempt.iterdir()) == sorted([*hosts, *(f"node_{h}.json" for h in hosts)])
+    assert {r: p.parent.name for r, p in rank_files(attempt, ".log").items()} == {r: starts[r]["host"] for r in (0, 1)}
+    assert {r: s["exit"]["status"] for r, s in node_states(attempt).items()} == {0: "ok", 1: "ok"}
+    task_out = "".join(p.read_text(errors="replace") for p in jdir.glob("*_log.out"))
+    assert '"final"' not in task_out and '"final"' in rank_file(attempt, 0, ".log").read_text()
 
 
 @pytest.mark.slow
@@ -164,7 +174,7 @@ def test_torchrun_launcher(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     assert {r["launcher"] for r in starts.values()} == {"torchrun"}
     assert sorted(r["local_rank"] for r in starts.values()) == [0, 0, 1, 1]
     for rank in range(4):  # every rank's output went to its own log, and only there
-        lines = [ln for ln in (attempt / f"rank_{rank}.log").read_text().splitlines() if '"final"' in ln]
+        lines = [ln for ln in rank_file(attempt, rank, ".log").read_text().splitlines() if '"final"' in ln]
         assert len(lines) == 1 and json.loads(lines[0])["rank"] == rank
 
 
@@ -206,7 +216,7 @@ def test_failing_rank_ends_the_job_fast(slurm_cluster: SlurmCluster, tmp_path: P
     assert "failed" in done.stderr and "ddpslurm analyze" in done.stderr
     jdir = job_dir(folder)
     attempt = jdir / "attempt_0"
-    fault = next(json.loads(ln) for ln in (attempt / "rank_1.log").read_text().splitlines()
+    fault = next(json.loads(ln) for ln in rank_file(attempt, 1, ".log").read_text().splitlines()
                  if ln.startswith('{"event": "fault"'))
     exits = read_records(attempt, "exit")
     if mode == "raise":
@@ -239,9 +249,11 @@ def preempt_through_urgent(cluster: SlurmCluster, tmp_path: Path, *submit_args: 
     jid = start_async(cluster, folder, TRAIN, ["--epochs", "1", "--steps-per-epoch", str(URGENT_STEPS),
                                                "--step-sleep", "0.1", "--checkpoint-every", "100000"], "--nodes", "2",
                       *submit_args)
-    log = job_dir(folder) / "attempt_0" / "rank_0.log"
     deadline = time.time() + 120
-    while time.time() < deadline and not re.search(r"step ([2-9]\d|\d{3})\b", log.read_text() if log.exists() else ""):
+    while time.time() < deadline:
+        log = rank_file(job_dir(folder) / "attempt_0", 0, ".log")
+        if re.search(r"step ([2-9]\d|\d{3})\b", log.read_text() if log.exists() else ""):
+            break
         time.sleep(1)
     nodes = cluster.run(["squeue", "-h", "-j", jid, "-o", "%N"]).stdout.strip()
     cluster.run(["sbatch", "-p", "urgent", "-N", "2", "-w", nodes, "--exclusive", "-o", "/dev/null",
@@ -256,13 +268,13 @@ def assert_resumed_from_the_preemption(jdir: Path, signal_name: str) -> None:
     first = jdir / "attempt_0"
     exits = read_records(first, "exit")
     assert sorted(exits) == [0, 1] and {r["status"] for r in exits.values()} == {"preempted"}, exits
-    signals = {json.loads(p.read_text())["signal"] for p in first.glob("rank_*.signal.json")}
-    assert signals == {signal_name}
+    signals = {state["signal"]["signal"] for state in node_states(first).values()}  # the node files' (node_live)
+    assert signals == {signal_name} and sorted(node_states(first)) == [0, 1]
     requeue = json.loads((first / "requeue.json").read_text())
     assert requeue["requeued"] is True and requeue["job_state"] == "RUNNING", requeue
     stopped_at = finals(first)[0]["step"]
     assert 0 < stopped_at < URGENT_STEPS
-    resumed = re.search(r"resumed from .* at step (\d+)", (jdir / "attempt_1" / "rank_0.log").read_text())
+    resumed = re.search(r"resumed from .* at step (\d+)", rank_file(jdir / "attempt_1", 0, ".log").read_text())
     assert resumed and int(resumed.group(1)) == stopped_at, "no checkpoint taken at the preemption"
     assert_identical_finish(jdir / "attempt_1", 2, URGENT_STEPS)
 
@@ -304,7 +316,7 @@ def test_time_limit_requeues_until_the_cap(slurm_cluster: SlurmCluster, tmp_path
     assert {(r["status"], r["reason"], r["requeue"]) for r in first.values()} == {("preempted", "time_limit", True)}
     assert {(r["status"], r["reason"], r["requeue"], r["exit_code"]) for r in last.values()} == {
         ("preempted", "time_limit", False, 75)}
-    resumed = re.search(r"resumed from .* at step (\d+)", (jdir / "attempt_1" / "rank_0.log").read_text())
+    resumed = re.search(r"resumed from .* at step (\d+)", rank_file(jdir / "attempt_1", 0, ".log").read_text())
     assert resumed and int(resumed.group(1)) == finals(jdir / "attempt_0")[0]["step"]
 
 
@@ -327,13 +339,15 @@ def requeued_and_restarted(cluster: SlurmCluster, folder: Path, script: str) -> 
     requeue), release it when Slurm holds it, wait until attempt 1's rank 0 starts, cancel it; its job folder."""
     jid = start_async(cluster, folder, SCRIPTS / script, [],
                       "--nodes", "2", "--time", "2", "--signal-delay", "40", "--max-requeues", "1")
-    restarted = job_dir(folder) / "attempt_1" / "rank_0.start.json"
+    def restarted() -> Path:
+        return rank_file(job_dir(folder) / "attempt_1", 0, ".start.json")
+
     deadline = time.time() + 300
-    while time.time() < deadline and not restarted.exists():
+    while time.time() < deadline and not restarted().exists():
         release_when_held(cluster, jid)
         time.sleep(2)
     cluster.run(["scancel", jid], check=False)  # it never ends by itself; the restart is what counts
-    assert restarted.exists(), "the job was not requeued and restarted"
+    assert restarted().exists(), "the job was not requeued and restarted"
     return job_dir(folder)
 
 
@@ -344,7 +358,7 @@ def test_script_ignoring_the_flag_is_still_requeued(slurm_cluster: SlurmCluster,
     assert sorted(first) == [0, 1]
     assert {(r["status"], r["requeue"]) for r in first.values()} == {("preempted", True)}
     assert {r["forced_stop"] for r in first.values()} == {True}, "a forced stop must be recorded as such"
-    logs = (jdir / "attempt_0" / "rank_0.log").read_text() + (jdir / "attempt_0" / "rank_1.log").read_text()
+    logs = rank_file(jdir / "attempt_0", 0, ".log").read_text() + rank_file(jdir / "attempt_0", 1, ".log").read_text()
     assert "ignored the preemption flag" in logs
 
 
@@ -354,7 +368,7 @@ def test_time_limit_with_ranks_stuck_in_a_collective_is_still_requeued(slurm_clu
     """Every rank reads the flag, then hangs in C++ (rank 0 in an all_reduce): the batch step requeues when
     the grace after the signal runs out, before the time limit."""
     first = requeued_and_restarted(slurm_cluster, tmp_path / "jobs", "stuck_after_flag.py") / "attempt_0"
-    assert "flag read" in (first / "rank_0.log").read_text()
+    assert "flag read" in rank_file(first, 0, ".log").read_text()
     requeue = json.loads((first / "requeue.json").read_text())
     assert requeue["requeued"] is True and "grace time" in requeue["reason"] and "[0, 1]" in requeue["reason"]
 

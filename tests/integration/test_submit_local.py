@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.layout import rank_file, rank_files
+
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train.py"
 FAULT = Path(__file__).resolve().parent / "scripts" / "fault.py"
 
 
 def _records(attempt: Path, kind: str) -> dict[int, dict]:
-    return {int(p.name.split("_")[1].split(".")[0]): json.loads(p.read_text()) for p in attempt.glob(f"*.{kind}.json")}
+    return {rank: json.loads(path.read_text()) for rank, path in rank_files(attempt, f".{kind}.json").items()}
 
 
 def _local(tmp_path: Path, script: Path, *args: str) -> subprocess.CompletedProcess:
@@ -34,7 +36,7 @@ def test_local_runs_two_ranks_to_completion(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     (job,) = (tmp_path / "jobs").glob("job_*")
     attempt = job / "attempt_0"
-    finals = [json.loads(line) for rank in (0, 1) for line in (attempt / f"rank_{rank}.log").read_text().splitlines()
+    finals = [json.loads(line) for rank in (0, 1) for line in rank_file(attempt, rank, ".log").read_text().splitlines()
               if line.startswith("{") and '"final"' in line]
     assert sorted(f["rank"] for f in finals) == [0, 1]
     assert len({f["params_sha256"] for f in finals}) == 1 and {f["step"] for f in finals} == {4}

@@ -15,9 +15,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from ddpslurm import jobfolder
 from ddpslurm.errors import UsageError
 from ddpslurm.launch import hang_monitor, heartbeat
-from ddpslurm.launch.hang_monitor import HangMonitor, Progress, scan_attempt, stalled_ranks
+from ddpslurm.launch.hang_monitor import HangMonitor, Progress, stalled_ranks
+from ddpslurm.launch.node_files import NodeFiles
+from ddpslurm.launch.node_live import RankLink, node_record
 from ddpslurm.launch.plan import batch_setup, plan
 from ddpslurm.launch.spec import make_spec
 
@@ -33,41 +36,47 @@ def test_stalled_ranks(changes, now, timeout, finished, expected):
     assert stalled_ranks(progress, finished, now, timeout) == expected
 
 
-def test_progress_is_a_changed_file_key_timed_by_the_monitor_clock():
+def test_progress_is_a_changed_key_timed_by_the_monitor_clock():
     progress = Progress()
-    progress.observe({0: (1, 100, 50), 1: (2, 100, 50)}, now=1.0)
-    progress.observe({0: (1, 100, 50), 1: (3, 200, 50)}, now=5.0)  # rank 1 rewrote its file
+    progress.observe({0: (10, 5), 1: (20, 5)}, now=1.0)
+    progress.observe({0: (10, 5), 1: (22, 6)}, now=5.0)  # rank 1 moved
     assert progress.changed == {0: 1.0, 1: 5.0}
 
 
-def test_scan_attempt_reads_names_not_contents(tmp_path: Path):
-    (tmp_path / "rank_0.heartbeat.json").write_text("{}")
-    (tmp_path / "rank_12.heartbeat.json").write_text("not json at all")
-    (tmp_path / "rank_3.exit.json").write_text("{}")
-    (tmp_path / "rank_4.heartbeat.json.tmp").write_text("{}")
-    beats, exited = scan_attempt(tmp_path)
-    assert sorted(beats) == [0, 12] and exited == {3}
-    assert scan_attempt(tmp_path / "missing") == ({}, set())
+def test_node_files_give_progress_and_ends_from_one_listing(tmp_path: Path):
+    _node(tmp_path, "n1", {0: {"progress": {"collectives": 4, "step": 2, "unix": 1.0}},
+                           3: {"progress": {"collectives": 4, "step": 2, "unix": 1.0}, "exit": {"status": "ok"}}})
+    (tmp_path / "node_n2.json").write_text("not json at all")
+    (tmp_path / ".node_n3.json.1.tmp").write_text("{}")
+    (tmp_path / "rank_4.heartbeat.json").write_text("{}")  # the older layout's per-rank files are not listed for
+    files = NodeFiles(tmp_path)
+    assert files.poll() == 1
+    assert files.progress() == {0: (4, 2), 3: (4, 2)} and sorted(files.exits()) == [3]
+    assert NodeFiles(tmp_path / "missing").poll() == 0
 
 
-def _beat(folder: Path, rank: int, step: int) -> None:
-    path = folder / f"rank_{rank}.heartbeat.json"
-    path.write_text(json.dumps({"step": step}))
-    os.utime(path, ns=(step * 10**9, step * 10**9))
+def _node(folder: Path, host: str, ranks: dict[int, dict]) -> None:
+    jobfolder.write_json(jobfolder.node_file_path(folder, host),
+                         node_record(host, {r: {"rank": r, **st} for r, st in ranks.items()}, 1, 5.0, 0.0))
+
+
+def _beat(folder: Path, steps: dict[int, int]) -> None:
+    """Node n1's agent writes its ranks' last steps."""
+    _node(folder, "n1", {rank: {"progress": {"collectives": step, "step": step, "unix": float(step)}}
+                         for rank, step in steps.items()})
 
 
 def test_monitor_signals_then_requests_then_kills(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     sent: list[tuple[str, str]] = []
     monitor = HangMonitor(tmp_path, "77", 30, signal_job=lambda job, sig: sent.append((job, sig)))
     for t in range(0, 20):  # both ranks progress for 20 s
-        _beat(tmp_path, 0, t)
-        _beat(tmp_path, 1, t)
+        _beat(tmp_path, {0: t, 1: t})
         monitor.poll(float(t))
     for t in range(20, 45):  # rank 0 goes on; rank 1 stops after t=19
-        _beat(tmp_path, 0, t)
+        _beat(tmp_path, {0: t, 1: 19})
         monitor.poll(float(t))
     assert sent == [] and not (tmp_path / "hang.json").exists()
-    _beat(tmp_path, 0, 49)
+    _beat(tmp_path, {0: 49, 1: 19})
     monitor.poll(49.0)  # rank 1 silent since 19: 30 s
     assert sent == [("77", str(int(signal.SIGWINCH)))] and monitor.stalled == [1]
     monitor.poll(50.0)
@@ -99,7 +108,7 @@ def test_hang_timeout_option(tmp_path: Path):
 
 
 def test_heartbeat_counts_steps(tmp_path: Path):
-    """A step the script names, then one more a call: what the thread writes into the heartbeat file."""
+    """A step the script names, then one more a call: what the thread tells the node's agent."""
     state, _ = _state(tmp_path)
     state.final_code = 0  # the script has ended: the hang request below only ends the thread
     thread = heartbeat.HeartbeatThread(state, 0.02, io.StringIO())
@@ -108,18 +117,19 @@ def test_heartbeat_counts_steps(tmp_path: Path):
     thread.start()
     try:
         deadline = time.time() + 5
-        while time.time() < deadline and '"step": 42' not in _read(tmp_path / "rank_3.heartbeat.json"):
+        while time.time() < deadline and '"step": 42' not in _read(tmp_path / "rank_3.json"):
             time.sleep(0.02)
     finally:
-        _write_request(tmp_path / "hang.json", {})
+        _write_request(tmp_path / "hang.json", {})  # the agent's node-local copy of the monitor's request
         thread.join(5)
-    assert json.loads(_read(tmp_path / "rank_3.heartbeat.json"))["step"] == 42 and not thread.is_alive()
+    assert json.loads(_read(tmp_path / "rank_3.json"))["progress"]["step"] == 42 and not thread.is_alive()
 
 
 def _state(attempt_dir: Path, rank: int = 3):
     written: list[tuple[str, int, dict]] = []
     state = SimpleNamespace(dist=SimpleNamespace(rank=rank), paths={"exit": attempt_dir / f"rank_{rank}.exit.json"},
                             final_code=None, tee=SimpleNamespace(stop=lambda timeout: None),
+                            link=RankLink(attempt_dir, rank, 0),
                             exit_record=lambda status, code, **fields: written.append((status, code, fields)))
     return state, written
 
@@ -137,7 +147,8 @@ def _rank_state(attempt_dir: Path, rank: int = 3):
     from ddpslurm.launch.rank_state import RankState
 
     return RankState(SimpleNamespace(grace_s=30), SimpleNamespace(rank=rank, job_id="7"), 0,
-                     rank_paths(attempt_dir, rank), SimpleNamespace(stop=lambda timeout: None))
+                     rank_paths(attempt_dir, rank), SimpleNamespace(stop=lambda timeout: None),
+                     RankLink(attempt_dir, rank, 0))
 
 
 def test_thread_writes_progress_and_ends_on_request(tmp_path: Path):
@@ -152,12 +163,14 @@ def test_thread_writes_progress_and_ends_on_request(tmp_path: Path):
     thread.start()
     heartbeat.heartbeat(step=7)
     deadline = time.time() + 5
-    while time.time() < deadline and '"step": 7' not in _read(tmp_path / "rank_3.heartbeat.json"):
+    while time.time() < deadline and '"step": 7' not in _read(tmp_path / "rank_3.json"):
         time.sleep(0.05)
-    assert json.loads(_read(tmp_path / "rank_3.heartbeat.json"))["step"] == 7
-    _write_request(tmp_path / "hang.json", {"timeout_s": 30, "stalled": [3]})
-    thread.join(5)
+    assert json.loads(_read(tmp_path / "rank_3.json"))["progress"]["step"] == 7
+    _write_request(tmp_path / "hang.json", {"timeout_s": 30, "stalled": [3]})  # the agent's node-local copy
+    thread.join(8)
     assert exits == [heartbeat.HANG_EXIT_CODE]
+    told = json.loads(_read(tmp_path / "rank_3.json"))["exit"]  # the node's agent is told how the rank ended
+    assert (told["status"], told["exit_code"]) == ("hang", 124)
     record = json.loads((tmp_path / "rank_3.exit.json").read_text())
     assert (record["status"], record["exit_code"], record["reason"], record["hang_timeout_s"], record["stalled"]) == (
         "hang", 124, "hang_monitor", 30, [3])
@@ -253,3 +266,18 @@ def test_flight_recorder_json_is_text_torch_wrote_for_gloo(tmp_path: Path) -> No
 def test_no_flight_recorder_without_torch_distributed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
     assert heartbeat.flight_recorder_json() is None
+
+
+def test_a_silence_shorter_than_two_node_intervals_is_never_a_hang(tmp_path: Path):
+    """At 20,000 nodes a node file is rewritten every 20 s: a 10 s --hang-timeout would take every rank for hung."""
+    assert hang_monitor.effective_timeout_s(30, 5.0) == 30
+    assert hang_monitor.effective_timeout_s(10, 20.0) == 42
+    sent: list[tuple[str, str]] = []
+    monitor = HangMonitor(tmp_path, "77", 10, signal_job=lambda job, sig: sent.append((job, sig)))
+    jobfolder.write_json(jobfolder.node_file_path(tmp_path, "n1"), node_record(
+        "n1", {0: {"rank": 0, "progress": {"collectives": 1, "step": 1, "unix": 0.0}}}, 1, 20.0, 0.0))
+    monitor.poll(0.0)
+    monitor.poll(41.0)
+    assert sent == []
+    monitor.poll(42.0)
+    assert sent and monitor.stalled == [0]

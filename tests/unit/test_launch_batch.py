@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from ddpslurm import preemption
-from ddpslurm.launch.batch import NONE, REQUEUE, WAIT, decide, main, read_attempt
+from ddpslurm import jobfolder, preemption
+from ddpslurm.launch.batch import NONE, REQUEUE, WAIT, AttemptReader, decide, main, read_attempt
+from ddpslurm.launch.node_live import node_record
 
 SIG = 1000.0
 
@@ -37,15 +39,33 @@ def test_decide(exits: dict, signal_unix: float | None, running: bool, now: floa
     assert got.action == action and why in got.reason, got
 
 
+def _node(attempt: Path, host: str, ranks: dict[int, dict]) -> None:
+    """A node file as the node's agent writes it (ddpslurm.launch.node_live)."""
+    jobfolder.write_json(jobfolder.node_file_path(attempt, host),
+                         node_record(host, {r: {"rank": r, **s} for r, s in ranks.items()}, 1, 5.0, 0.0))
+
+
 def test_read_attempt_takes_the_earliest_signal_and_skips_bad_files(tmp_path: Path) -> None:
-    (tmp_path / "rank_0.signal.json").write_text(json.dumps({"rank": 0, "unix": 12.5}))
-    (tmp_path / "rank_1.signal.json").write_text(json.dumps({"rank": 1, "unix": 11.0}))
-    (tmp_path / "rank_1.exit.json").write_text(json.dumps({"rank": 1, "status": "preempted", "unix": 13.0}))
-    (tmp_path / "rank_0.exit.json").write_text("{half a rec")
-    (tmp_path / "rank_2.exit.json").write_text(json.dumps(["not", "a", "record"]))
+    _node(tmp_path, "n1", {0: {"signal": {"unix": 12.5}}, 1: {"signal": {"unix": 11.0},
+                                                           "exit": {"status": "preempted", "unix": 13.0}}})
+    (tmp_path / "node_n2.json").write_text("{half a rec")
+    (tmp_path / "node_n3.json").write_text(json.dumps(["not", "a", "record"]))
+    (tmp_path / "rank_5.signal.json").write_text(json.dumps({"rank": 5, "unix": 1.0}))  # no per-rank signal files
     exits, first = read_attempt(tmp_path)
     assert first == 11.0 and list(exits) == [1] and exits[1]["status"] == "preempted"
     assert read_attempt(tmp_path / "missing") == ({}, None)
+
+
+def test_read_attempt_at_the_end_takes_the_exit_records_no_node_file_has(tmp_path: Path) -> None:
+    """The agent of node n2 was killed with its node: its rank's own exit record (host folder) still counts."""
+    _node(tmp_path, "n1", {0: {"signal": {"unix": 3.0}, "exit": {"status": "preempted", "unix": 4.0}}})
+    jobfolder.write_json(jobfolder.rank_paths(tmp_path, 1, "n2")["exit"],
+                         {"rank": 1, "status": "preempted", "unix": 5.0, "signal_unix": 2.5})
+    reader = AttemptReader(tmp_path, world_size=2)
+    exits, first = reader.poll()
+    assert first == 3.0 and list(exits) == [0]
+    exits, first = reader.poll(final=True)
+    assert first == 2.5 and sorted(exits) == [0, 1] and exits[1]["status"] == "preempted"
 
 
 def test_main_needs_a_command_after_the_separator(capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,16 +85,15 @@ def test_the_flag_is_seen_only_once_asked_after_the_signal() -> None:
         preemption.reset()
 
 
-def test_reader_ignores_exit_records_until_a_signal_and_picks_up_late_records(tmp_path: Path) -> None:
-    from ddpslurm.launch.batch import AttemptReader
-
+def test_reader_reads_only_node_files_that_changed_and_needs_a_signal(tmp_path: Path) -> None:
     reader = AttemptReader(tmp_path)
-    (tmp_path / "rank_0.exit.json").write_text(json.dumps({"rank": 0, "status": "exception", "unix": 5.0}))
+    _node(tmp_path, "n1", {0: {"exit": {"status": "exception", "unix": 5.0}}})
     assert reader.poll() == ({}, None)
-    (tmp_path / "rank_1.signal.json").write_text(json.dumps({"rank": 1, "unix": 9.0}))
+    assert reader.files.poll() == 0  # unchanged: listed, not read
+    _node(tmp_path, "n2", {1: {"signal": {"unix": 9.0}}})
     exits, first = reader.poll()
-    assert first == 9.0 and list(exits) == [0]
-    (tmp_path / "rank_1.exit.json").write_text(json.dumps({"rank": 1, "status": "preempted", "unix": 10.0}))
+    assert first == 9.0 and list(exits) == [0] and reader.signalled == {1}
+    _node(tmp_path, "n2", {1: {"signal": {"unix": 9.0}, "exit": {"status": "preempted", "unix": 10.0}}})
     exits, _ = reader.poll()
     assert sorted(exits) == [0, 1]
 
@@ -99,15 +118,15 @@ def test_supervise_returns_srun_status_and_records_why_it_did_not_requeue(
     conf.write_text("# stand-in\n")
     monkeypatch.setenv("SLURM_CONF", str(conf))
     attempt = tmp_path / "job_77" / "attempt_0"
-    attempt.mkdir(parents=True)
+    monkeypatch.delenv("DDPSLURM_FOLDERS_MADE", raising=False)
     # records stamped now, and the stand-in lives on 1.5 s: the supervisor's polls (every second) while it runs must
-    # find the 20 s grace time running, not over
-    fake_srun = ("now=$(date +%s) && printf '{\"rank\": 0, \"unix\": %s}' \"$now\" > rank_0.signal.json && "
-                 "printf '{\"rank\": 0, \"status\": \"preempted\", \"unix\": %s}' \"$now\" > rank_0.exit.json && "
-                 "sleep 1.5 && exit 9")
-    monkeypatch.chdir(attempt)
-    code = supervise(["sh", "-c", fake_srun], folder=str(tmp_path), world_size=2, grace_s=20, max_requeues=3,
-                     environ={"SLURM_JOB_ID": "77"})
-    assert code == 9
+    # find the 20 s grace time running, not over. Its node file is what node n1's agent writes.
+    fake_srun = ("now=$(date +%s) && printf '{\"ranks\": {\"0\": {\"signal\": {\"unix\": %s}, \"exit\": "
+                 "{\"status\": \"preempted\", \"unix\": %s}}}}' \"$now\" \"$now\" > node_n1.json && "
+                 "test -d n1 && test -d n2 && test -d ../checkpoints && sleep 1.5 && exit 9")
+    code = supervise(["sh", "-c", f"cd {attempt} && {fake_srun}"], folder=str(tmp_path), world_size=2, grace_s=20,
+                     max_requeues=3, environ={"SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]"})
+    assert code == 9  # the folders were there before srun (else `test -d` exits 1)
+    assert os.environ.pop("DDPSLURM_FOLDERS_MADE") == str(attempt)
     record = json.loads((attempt / "requeue.json").read_text())
     assert record["requeued"] is False and "[1]" in record["why_not"]

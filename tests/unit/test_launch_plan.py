@@ -141,7 +141,10 @@ def test_the_sbatch_script_strips_inherited_rendezvous_variables_and_requeues_fr
     assert "-m ddpslurm.launch.batch --folder /jobs --world-size 2" in supervisor and '-- srun "$@"' in supervisor
     assert not any("--wait" in arg for arg in result.srun_args)
     no_requeue = plan(make_spec(SCRIPT, folder="/jobs", max_requeues=0)).executor_params["setup"]
-    assert not any(line.startswith("srun() {") for line in no_requeue)
+    supervised = next(line for line in no_requeue if line.startswith("srun() {"))  # still the post-mortem
+    assert "--max-requeues 0" in supervised and "--no-analyze" not in supervised
+    bare = plan(make_spec(SCRIPT, folder="/jobs", max_requeues=0, analyze=False)).executor_params["setup"]
+    assert not any(line.startswith("srun() {") for line in bare)
 
 
 def test_master_port_is_chosen_by_flag_only() -> None:

@@ -11,6 +11,7 @@ import pytest
 from ddpslurm import jobfolder
 from ddpslurm.launch import same_root
 from ddpslurm.launch.heartbeat import progress_record
+from ddpslurm.launch.node_live import node_record
 from ddpslurm.launch.plan import plan as make_plan
 from ddpslurm.launch.records import exit_record
 from ddpslurm.launch.retries import chain_lines, chain_of_job, run_chain
@@ -28,16 +29,19 @@ def write_job(job_dir: Path, script: Path, *, step: int | None = None, exception
     spec = make_spec(script, nodes=2, max_requeues=0)
     jobfolder.write_json(jobfolder.job_record_path(job_dir), job_record(spec, make_plan(spec), job_dir.name[4:], 1e9))
     attempt = jobfolder.attempt_folder(job_dir, 0)
+    states: dict[str, dict[int, dict]] = {}
     for rank in range(RANKS):
+        host = f"n0{rank // 2 + 1}"
         raised = exception is not None and rank == failing_rank
         info = {"type": exception, "message": "boom", "traceback": "..."} if raised else None
-        record = exit_record(rank=rank, host=f"n0{rank // 2 + 1}", pid=100 + rank, job_id=job_dir.name[4:], attempt=0,
+        record = exit_record(rank=rank, host=host, pid=100 + rank, job_id=job_dir.name[4:], attempt=0,
                              status="exception" if raised else "signal", exit_code=1, unix=time.time(),
                              exception=info)
-        jobfolder.write_json(jobfolder.rank_paths(attempt, rank)["exit"], record)
-        if step is not None:
-            beat = progress_record(rank, collectives=3 * step + rank, step=step, unix=time.time())
-            jobfolder.write_json(jobfolder.heartbeat_path(attempt, rank), beat)
+        jobfolder.write_json(jobfolder.rank_paths(attempt, rank, host)["exit"], record)
+        beat = progress_record(collectives=3 * step + rank, step=step, unix=time.time()) if step is not None else None
+        states.setdefault(host, {})[rank] = {"rank": rank, "progress": beat}
+    for host, ranks in states.items():  # what each node's agent leaves (ddpslurm.launch.node_live)
+        jobfolder.write_json(jobfolder.node_file_path(attempt, host), node_record(host, ranks, 1, 5.0, time.time()))
     folder = jobfolder.checkpoints_folder(job_dir)
     folder.mkdir(parents=True, exist_ok=True)
     if checkpoint:

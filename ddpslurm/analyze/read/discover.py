@@ -27,7 +27,16 @@ from typing import TYPE_CHECKING
 from ddpslurm.analyze.model import FileSummary, SourceFile
 from ddpslurm.analyze.read.file_names import path_info
 from ddpslurm.errors import AnalyzeInputError, UsageError
-from ddpslurm.jobfolder import FR_TRACE_SUFFIX, HANG_FILE, HEARTBEAT_SUFFIX, STACKS_SUFFIX, rank_file_pattern
+from ddpslurm.jobfolder import (
+    DIAGNOSIS_JSON,
+    DIAGNOSIS_MD,
+    FR_TRACE_SUFFIX,
+    HANG_FILE,
+    HEARTBEAT_SUFFIX,
+    NODE_FILE_NAME,
+    STACKS_SUFFIX,
+    rank_file_pattern,
+)
 
 #: a metadata request (a stat, an open) slower than this is a network file system's round trip to its metadata server
 #: (NFS, Lustre, GPFS; a local disk's answers from the kernel, far sooner): then METADATA_THREADS threads ask side by
@@ -55,6 +64,8 @@ MAX_DEPTH = 64
 SKIP_SUFFIXES = (".pkl", ".pickle", ".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".npy", ".npz", ".so", ".gz",
                  ".zip", ".tar", ".png", ".jpg", ".core", ".h5", ".sqlite", ".db")
 SKIP_NAMES = ("label.json",)
+#: ddpslurm's own post-mortem in a job folder (ddpslurm.postmortem): the analyzer's output, never its input
+OWN_OUTPUT_NAMES = (DIAGNOSIS_JSON, DIAGNOSIS_MD)
 _RECORD_KINDS = ("start_record", "exit_record", "job_record", "elastic_error", "doctor_record", "stack_dump",
                  "hang_record", "fr_trace")
 #: the hang monitor's files (ddpslurm.launch.heartbeat): stack dumps parsed by analyze/stacks.py, flight recorder
@@ -62,7 +73,8 @@ _RECORD_KINDS = ("start_record", "exit_record", "job_record", "elastic_error", "
 _HANG_FILES = ((rank_file_pattern(STACKS_SUFFIX, 7), "stack_dump"),
                (rank_file_pattern(FR_TRACE_SUFFIX, 7), "fr_trace"),
                (rank_file_pattern(HEARTBEAT_SUFFIX, 7), "hang_record"),
-               (re.compile(re.escape(HANG_FILE)), "hang_record"))
+               (re.compile(re.escape(HANG_FILE)), "hang_record"),
+               (NODE_FILE_NAME, "hang_record"))  # a node's liveness file (ddpslurm.launch.node_live)
 
 if TYPE_CHECKING:
     from ddpslurm.analyze.model import Diagnosis
@@ -95,6 +107,8 @@ def _skip_rule(name: str) -> tuple[str, str] | None:
         return ".*", "hidden"
     if name in SKIP_NAMES:
         return name, "a case label, not a log"
+    if name in OWN_OUTPUT_NAMES:
+        return name, "ddpslurm's own diagnosis, not a log"
     lower = name.lower()
     if not lower.endswith(SKIP_SUFFIXES):  # one call for all of them: 32k files of a 16k-rank job pass here
         return None

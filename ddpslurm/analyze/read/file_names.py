@@ -16,8 +16,10 @@ from ddpslurm.jobfolder import (
     ATTEMPT_NAME,
     DOCTOR_DIR,
     EXIT_SUFFIX,
+    FR_TRACE_SUFFIX,
     JOB_PREFIX,
     JOB_RECORD_FILE,
+    STACKS_SUFFIX,
     START_SUFFIX,
     SUBMITIT_TASK_FILE,
     doctor_record_node,
@@ -42,6 +44,9 @@ class PathInfo:
 #: ddpslurm's `rank_R.log` and its records; a person's `rank3.log`, `rank-3.txt` name the global rank too
 _DDP_RANK = re.compile(rf"^rank[_-]?(?P<rank>\d+)"
                        rf"(?P<rec>{re.escape(START_SUFFIX)}|{re.escape(EXIT_SUFFIX)}|\.log|\.out|\.err|\.txt)?$")
+#: the per-rank files ddpslurm writes into a host folder (`rank_3.log`, `rank_3.exit.json`, `rank_3.stacks.txt`)
+_OWN_RANK_FILE = re.compile(rf"^rank_(?P<rank>\d{{1,7}})(?P<rec>{re.escape(START_SUFFIX)}|{re.escape(EXIT_SUFFIX)}|"
+                            rf"\.log|{re.escape(STACKS_SUFFIX)}|{re.escape(FR_TRACE_SUFFIX)})$")
 _HOSTDIR = re.compile(rf"^(?:node[-_]?rank[-_]?\d+[-_])?(?P<host>{HOST})$")
 _ELASTIC_RUN = re.compile(r"^[\w.-]+_[a-z0-9]{8}$")  # torchrun --log-dir: <run_id>_<random>
 #: the folder torchrun's agent makes right above `attempt_N` (`tempfile.mkdtemp(prefix=f"{run_id}_")`): its random
@@ -53,7 +58,8 @@ _RANKDIR = re.compile(r"^(?:rank[_-]?)?(?P<n>\d{1,5})$")
 def path_info(relative: PurePath | tuple[str, ...]) -> PathInfo:
     """Rank/host/attempt from a path relative to the folder given to analyze.
 
-    `%j_%t_log.out` -> task id = global rank; `attempt_N/rank_R.log` (ddpslurm); torchrun's
+    `%j_%t_log.out` -> task id = global rank; `attempt_N/<host>/rank_R.log` (ddpslurm; `attempt_N/rank_R.log` in
+    job folders of older ddpslurm); torchrun's
     `[host/]attempt_N/<local_rank>/{stdout,stderr}.log|error.json` -> local rank (host from a parent folder).
     """
     parts = relative if isinstance(relative, tuple) else relative.parts  # a tuple: the parts themselves
@@ -66,6 +72,10 @@ def path_info(relative: PurePath | tuple[str, ...]) -> PathInfo:
             above = i - 1 if i and _ELASTIC_RUN_ABOVE_ATTEMPT.match(parts[i - 1]) else i  # the agent's, not a host
             host = _host_from(parts[:above])
             rest = parts[i + 1:-1]
+            own = _OWN_RANK_FILE.match(name)
+            if own and len(rest) == 1:  # ddpslurm: attempt_N/<host>/rank_R.*, the folder is the host whatever its name
+                kind = {START_SUFFIX: "start_record", EXIT_SUFFIX: "exit_record"}.get(own["rec"] or "", "log")
+                return PathInfo(rank=int(own["rank"]), host=rest[0], attempt=attempt, kind=kind)
             if rest and _RANKDIR.match(rest[0]):
                 kind = "elastic_error" if name == "error.json" else "log"
                 return PathInfo(local_rank=int(_RANKDIR.match(rest[0])["n"]), host=host, attempt=attempt, kind=kind)

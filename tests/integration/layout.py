@@ -1,0 +1,29 @@
+"""The attempt folder's files as the tests read them: per-rank files in the ranks' host folders
+(`attempt_N/<host>/rank_R.*`), the ranks' signals and progress in the node files (`attempt_N/node_<host>.json`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ddpslurm import jobfolder
+
+
+def rank_file(attempt: Path, rank: int, suffix: str) -> Path:
+    """Rank `rank`'s file of one kind (`.log`, `.exit.json`) in whichever host folder holds it; while none does, a
+    path that does not exist (callers poll `.exists()`)."""
+    return jobfolder.rank_record_paths(attempt, suffix).get(rank, attempt / f"rank_{rank}{suffix}")
+
+
+def rank_files(attempt: Path, suffix: str) -> dict[int, Path]:
+    return jobfolder.rank_record_paths(attempt, suffix)
+
+
+def node_states(attempt: Path) -> dict[int, dict[str, Any]]:
+    """Every rank's last state, as its node's agent wrote it."""
+    out: dict[int, dict[str, Any]] = {}
+    for path in sorted(attempt.glob(f"{jobfolder.NODE_FILE_PREFIX}*{jobfolder.NODE_FILE_SUFFIX}")):
+        for rank, state in json.loads(path.read_text())["ranks"].items():
+            out[int(rank)] = state
+    return out

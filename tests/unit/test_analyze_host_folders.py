@@ -1,0 +1,69 @@
+"""`ddpslurm analyze` on the job folder layout of issue 43: rank files in per-host folders (`attempt_N/<host>/`),
+one node file per node beside them; the older layout (every rank file straight in `attempt_N/`) still reads the same."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path, PurePath
+
+import pytest
+
+from ddpslurm import jobfolder
+from ddpslurm.analyze.api import analyze_paths
+from ddpslurm.analyze.read.discover import discover
+from ddpslurm.analyze.read.file_names import path_info
+from ddpslurm.launch.node_live import node_record
+
+RAISED = """Traceback (most recent call last):
+  File "/home/me/train.py", line 12, in <module>
+    main()
+  File "/home/me/train.py", line 9, in main
+    raise ValueError("bad batch at step 3")
+ValueError: bad batch at step 3
+"""
+
+
+@pytest.mark.parametrize(("parts", "rank", "host", "attempt", "kind"), [
+    (("attempt_0", "gpu-a", "rank_3.log"), 3, "gpu-a", 0, "log"),  # a host name with no digit: the folder says so
+    (("attempt_2", "n01", "rank_12.exit.json"), 12, "n01", 2, "exit_record"),
+    (("attempt_2", "n01", "rank_12.start.json"), 12, "n01", 2, "start_record"),
+    (("attempt_1", "rank_3.log"), 3, None, 1, "log"),  # the older layout
+    (("attempt_0", "0", "stdout.log"), None, None, 0, "log"),  # torchrun's --log-dir: local rank 0, not a host
+])
+def test_path_info_reads_host_folders(parts, rank, host, attempt, kind) -> None:
+    info = path_info(PurePath(*parts))
+    assert (info.rank, info.host, info.attempt, info.kind) == (rank, host, attempt, kind)
+
+
+def _job(root: Path, layout: str) -> Path:
+    job = root / "job_5"
+    attempt = jobfolder.attempt_folder(job, 0)
+    for rank, host in ((0, "n1"), (1, "n2")):
+        paths = jobfolder.rank_paths(attempt, rank, host if layout == "new" else None)
+        text = RAISED if rank == 1 else "step 1\nstep 2\n"
+        paths["log"].parent.mkdir(parents=True, exist_ok=True)
+        paths["log"].write_text(text)
+        status = "exception" if rank == 1 else "signal"
+        jobfolder.write_json(paths["exit"], {"schema": 1, "kind": "exit", "rank": rank, "host": host, "pid": 10,
+                                             "job_id": "5", "attempt": 0, "status": status, "exit_code": 1,
+                                             "signal": None, "exception": None, "time": "2026-12-02T10:00:0"
+                                             f"{rank}.000000+00:00", "unix": 1.78e9 + rank})
+        if layout == "new":
+            jobfolder.write_json(jobfolder.node_file_path(attempt, host), node_record(
+                host, {rank: {"rank": rank, "exit": {"status": status, "exit_code": 1}}}, 3, 5.0, 1.78e9))
+    return job
+
+
+@pytest.mark.parametrize("layout", ["new", "old"])
+def test_a_failing_rank_in_its_host_folder_is_named_with_its_host(tmp_path: Path, layout: str) -> None:
+    got = analyze_paths([str(_job(tmp_path, layout))]).to_dict()
+    assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("user_code_exception", 1, "n2")
+    assert not got["skipped"]
+
+
+def test_node_files_are_bookkeeping_not_logs(tmp_path: Path) -> None:
+    job = _job(tmp_path, "new")
+    kinds = {Path(s.path).name: s.kind for s in discover([str(job)])}
+    assert kinds["node_n1.json"] == kinds["node_n2.json"] == "hang_record"
+    assert kinds["rank_1.log"] == "log" and kinds["rank_1.exit.json"] == "exit_record"
+    assert json.loads((job / "attempt_0" / "node_n2.json").read_text())["kind"] == "node"
