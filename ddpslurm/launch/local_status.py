@@ -8,7 +8,6 @@ those records and from whether the controller still runs.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -38,12 +37,10 @@ def local_job_folder(ref: str, root: str = jobfolder.DEFAULT_ROOT) -> Path | Non
 
 def _controller_alive(pid: int) -> bool:
     """Whether submitit's local controller `pid` still runs (a reused pid running something else does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    from ddpslurm.launch.node_live import pid_exists
+
+    if not pid_exists(pid):
         return False
-    except PermissionError:
-        return True
     try:
         return b"submitit" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:

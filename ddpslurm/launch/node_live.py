@@ -209,9 +209,8 @@ def news_of(state: Mapping[str, Any]) -> tuple[Any, ...]:
     return (json.dumps(sig, sort_keys=True), json.dumps(state.get("exit"), sort_keys=True))
 
 
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
+def pid_exists(pid: int) -> bool:
+    """Whether a process `pid` exists (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -219,6 +218,10 @@ def _alive(pid: Any) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _alive(pid: Any) -> bool:
+    return isinstance(pid, int) and pid > 0 and pid_exists(pid)
 
 
 class NodeAgent:
