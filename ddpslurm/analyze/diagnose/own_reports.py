@@ -37,7 +37,7 @@ def own_failures(tl: JobTimeline) -> list[Vote]:
         if not own or (died_as_victim(rt) and all(e.kind in DEATH_REPORT_KINDS for e in own)):
             continue  # only the report of a death its own log explains as a victim's
         first = own[0]
-        strongest = max(own, key=lambda e: (own_weight(e), -own.index(e)))
+        strongest = max(own, key=own_weight)  # max keeps the first of equals: the earliest
         cause = strongest.cause if strongest.cause not in (None, "unknown") else _first_known_cause(own)
         if all(e.kind in LAUNCHER_PICK_KINDS for e in own):
             spared = _spared_with(tl) if spared is None else spared
