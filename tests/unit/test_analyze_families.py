@@ -14,12 +14,6 @@ from ddpslurm.analyze.api import analyze_paths
 from ddpslurm.analyze.model import SourceFile
 from ddpslurm.analyze.parse.attribution import body_rank, interface_list, interface_scope, strip_prefixes
 from ddpslurm.analyze.parse.scan import scan_file
-from ddpslurm.analyze.rules.loading import load_signatures
-
-
-@pytest.fixture(scope="module")
-def sigs():
-    return load_signatures(use_env=False)
 
 
 def scan_text(tmp_path: Path, sigs, text: str, name: str = "job.log"):

@@ -11,24 +11,11 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.model import SourceFile
-from ddpslurm.analyze.parse.scan import scan_file
-from ddpslurm.analyze.rules.loading import load_signatures
+from tests.unit.test_analyze_families import scan_text
 
 SIGNALS = {6: "Aborted", 9: "Killed", 11: "Segmentation fault", 7: "Bus error"}
 NOISE = ("--------------------------------------------------------------------------",
          "[1,0]<stdout>:Epoch 1/1", "[1,2]<stdout>:step 120 loss 0.41")
-
-
-@pytest.fixture(scope="module")
-def sigs():
-    return load_signatures(use_env=False)
-
-
-def scan_text(tmp_path: Path, sigs, text: str, name: str = "mpirun.log"):
-    path = tmp_path / name
-    path.write_text(text)
-    return scan_file(SourceFile(path=str(path), display=name, size=path.stat().st_size), sigs)[0]
 
 
 def noticed(launcher: str, rank: int, pid: int, host: str, signum: int, wrapped: bool) -> list[str]:

@@ -301,16 +301,22 @@ def screenshot_colours(browser: Browser, shape: dict, points: list[dict]) -> lis
     return [rgb_at(png, p["cx"] - svg["left"], p["cy"] - svg["top"]) for p in points]
 
 
+def drawn_narrow(case: Path, tmp_path: Path, browser: Browser) -> tuple[Diagnosis, dict]:
+    """A case's diagnosis and the geometry of its report drawn in a narrow window."""
+    diagnosis = diagnosis_of(case)
+    write_html(diagnosis, tmp_path / "report.html")
+    browser.window(NARROW)
+    browser.dom(tmp_path / "report.html")
+    return diagnosis, geometry(browser)
+
+
 def test_a_straggler_culprit_shows_first_in_a_screenshot_of_a_narrow_window(tmp_path: Path, browser: Browser) -> None:
     """lab-collective_timeout-1: rank 4 sleeps while the others' collectives time out; its only failure line is the
     teardown's SIGTERM. It is drawn where it fell silent, left of every rank that timed out waiting for it, and the
     screenshot shows the culprit's red at its place and the victims' orange at theirs."""
     case = REPO / "analyzer" / "cases" / "lab-collective_timeout-1"
-    diagnosis = diagnosis_of(case)
-    write_html(diagnosis, tmp_path / "report.html")
-    browser.window(NARROW)
-    browser.dom(tmp_path / "report.html")
-    shape = geometry(browser)
+    diagnosis, shape = drawn_narrow(case, tmp_path, browser)
+    check_layout(shape, diagnosis.first_failing_rank)
     victims = [e for e in shape["timed"] if e.get("role") == "victim" and "mark" in e["cls"].split()]
     assert victims and all(shape["culprit"]["right"] < v["left"] for v in victims)
     assert shape["culprit"]["cx"] - shape["svg"]["left"] < shape["svg"]["width"] / 2
@@ -324,11 +330,7 @@ def test_an_xid_before_the_failure_is_on_the_culprits_node_row_past_a_human_brea
     culprit node's row, a break labelled in minutes between it and the ranks' failures, and the culprit (whose CUDA
     error has no time) still the biggest mark, red in the screenshot, named beside it."""
     case = REPO / "analyzer" / "cases" / "gpu-hardware-xid79-fell-off-bus-rank12-journal-srun-label"
-    diagnosis = diagnosis_of(case)
-    write_html(diagnosis, tmp_path / "report.html")
-    browser.window(NARROW)
-    browser.dom(tmp_path / "report.html")
-    shape = geometry(browser)
+    diagnosis, shape = drawn_narrow(case, tmp_path, browser)
     check_layout(shape, diagnosis.first_failing_rank)
     (row,) = [r for r in shape["rows"] if r["host"] == diagnosis.first_failing_host]
     assert shape["hosts"] and all(row["top"] <= h["cy"] <= row["bottom"] for h in shape["hosts"])
