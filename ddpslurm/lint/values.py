@@ -165,13 +165,7 @@ class Values:
         if not bound and isinstance(node, ast.Attribute):
             default = self.option_default(node.attr)
             return None if default is None else {default}
-        values: set[object] = set()
-        for m, value in bound:
-            found = self.literals(m, value, depth + 1)
-            if found is None:
-                return None
-            values |= found
-        return values or None
+        return self._union_of_literals(bound, depth) or None
 
     def arguments(self, parameter: Parameter) -> list[tuple[Module, ast.AST]] | None:
         """What the calls of its function pass for `parameter` (its default where a call leaves it out); None
@@ -195,10 +189,12 @@ class Values:
     def _parameter_literals(self, parameter: Parameter, depth: int) -> set[object] | None:
         """The literals a parameter receives: each call's argument, or the default where a call leaves it out."""
         given = self.arguments(parameter)
-        if given is None:
-            return None
+        return None if given is None else self._union_of_literals(given, depth)
+
+    def _union_of_literals(self, sources: list[tuple[Module, ast.AST]], depth: int) -> set[object] | None:
+        """Every literal the expressions can take; None when one of them cannot be told."""
         found: set[object] = set()
-        for module, value in given:
+        for module, value in sources:
             literals = self.literals(module, value, depth + 1)
             if literals is None:
                 return None
