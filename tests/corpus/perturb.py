@@ -901,6 +901,11 @@ _FAILURE_HINT = re.compile(
 RENDEZVOUS_NEVER_COMPLETED = ("rendezvous_timeout", "network_unreachable", "port_in_use")
 #: Launchers a record may name; such a record goes only into a job whose logs show the same launcher.
 _LAUNCHERS = {"torchrun": _TORCHRUN, "submitit": re.compile(r"submitit")}
+#: what names a launcher in a benign record: its marks in a case's text, and torchrun's modules by the source path a
+#: glog-style line names them by (`torch/distributed/elastic/agent/server/api.py:525]`), which the analyzer reads as
+#: a torchrun agent's line (parse.line_streams.TORCHRUN): such a record goes only into a job launched so
+_RECORD_LAUNCHERS = {**_LAUNCHERS, "torchrun": re.compile(
+    _TORCHRUN.pattern + r"|torch/distributed/(?:run|elastic|launch)")}
 _BLOCK_OPENERS = ("Traceback (most recent call last):", "During handling of the above exception",
                   "The above exception was the direct cause")
 
@@ -1025,7 +1030,7 @@ def _adapt_record(record: BenignRecord, stream: _Stream, prefix: str, when: tupl
     from ddpslurm.analyze.parse.timestamps import parse_time
 
     text = "\n".join(record.lines)
-    if any(mark.search(text) and name not in ctx["launchers"] for name, mark in _LAUNCHERS.items()):
+    if any(mark.search(text) and name not in ctx["launchers"] for name, mark in _RECORD_LAUNCHERS.items()):
         return None
     torchrun = "torchrun" in ctx["launchers"]
     if (record.writer == "store-host" and not (torchrun or stream.rank == 0)) or \

@@ -584,15 +584,16 @@ def test_deepspeed_launcher_report_hard_wrapped_before_its_exit_code(tmp_path: P
         [(2, named, code)]
 
 
-@pytest.mark.parametrize(("local", "named"), [(0, 0), (3, None), (12, None)])
+@pytest.mark.parametrize(("local", "named"), [(0, True), (3, False), (12, False)])
 def test_deepspeed_launcher_report_names_the_worker_only_when_it_was_the_only_one(tmp_path: Path, sigs,
-                                                                                  local: int,
-                                                                                  named: int | None) -> None:
+                                                                                  local: int, named: bool) -> None:
     """DeepSpeed's sigkill_handler prints the spawn loop's last command: '--local_rank=N' is the node's highest local
-    rank, whichever worker failed; 0 means one worker, the failed one. Cut before its code, it names no cause."""
+    rank, whichever worker failed; 0 means one worker, the failed one. Cut before its code, it names no cause. One
+    worker on the node is not one node: no world size is stated, so the local rank names no global rank."""
     (tmp_path / "train.log").write_text(f"{DS_HEAD}'--local_rank={local}', '--deepspeed', 'ds.json', '--bf16\n")
     d = analyze_paths([tmp_path])
-    assert (d.cause, d.first_failing_rank) == ("unknown", named)
+    assert (d.cause, d.first_failing_rank) == ("unknown", None)
+    assert any("local rank 0 " in note for note in d.notes) is named, d.notes
 
 
 @pytest.mark.parametrize("failed", [0, 1, 2])

@@ -95,16 +95,35 @@ def combine(tl: JobTimeline, node_causes: frozenset[str] = frozenset()) -> Verdi
     votes = final_votes(on_one_clock(all_votes(tl), offsets, tl), tl)
     verdict = _combine(tl, votes)
     verdict.notes += [note] if (note := clock_note(offsets)) else []
+    worker = local_only(verdict)
+    verdict.notes += [local_rank_note(worker)] if worker is not None else []
     if verdict.rank is None and verdict.decided_by == "none":
         _name_the_sole_rank(verdict, tl)
     if verdict.rank is None and verdict.cause not in node_causes:
         if verdict.cause == "unknown" and _named_lost_peer(verdict):
             verdict.decided_by = "lost peer"  # where to look, not a cause: the node stays out of exclude_nodes
-        else:
-            verdict.host = None  # no rank, and a cause that is not a node's: no node to name either
+        elif not (worker is not None and _same_host(worker.host, verdict.host)):
+            verdict.host = None  # no rank, and a cause that is not a node's: no node to name either (but the host
+            # of one worker the logs name by its local rank only: what is known of it)
     if verdict.host is not None and not is_host_name(verdict.host):
         verdict.host = None  # an address or a container id no record maps to a node
     return verdict
+
+
+def local_only(verdict: Verdict) -> Event | None:
+    """The one worker the verdict's evidence names by its local rank only (a launcher's `local_rank: L`), where the
+    world size the logs state does not show one node (resolve.shows_one_node), so its global rank is not known."""
+    told = (verdict.chosen, *verdict.support, *(e for v in verdict.votes if v.rank is None for e in v.evidence))
+    named = {(e.host, e.local_rank): e for e in told if e is not None and e.rank is None and e.local_rank is not None
+             and e.role in ("culprit", "either")}
+    return next(iter(named.values())) if verdict.rank is None and len(named) == 1 else None
+
+
+def local_rank_note(e: Event) -> str:
+    """The report's note on a worker known by its host and local rank only."""
+    where = f"on host {e.host}" if e.host else "on a host the logs do not name"
+    return (f"the failure is local rank {e.local_rank} {where}" + (f" (pid {e.pid})" if e.pid is not None else "") +
+            "; the logs state no world size that fits one node, so its global rank is not known")
 
 
 def on_one_clock(votes: list[Vote], offsets: dict[str, Offset], tl: JobTimeline) -> list[Vote]:

@@ -2,8 +2,9 @@
 
 Sources of a rank, strongest first: the line's own prefix or the file it came from, a torchrun worker folder
 whose NCCL init names its rank, NCCL's `host:pid` mapped through its init/channel lines, ddpslurm's records
-(host and pid, host and local rank), a single-host job's local rank. srun's `N: ` labels number torchrun's
-nodes, not ranks, when an elastic agent is present.
+(host and pid, host and local rank), a local rank where the world size the logs state shows one node (a world
+no larger than the node's local ranks, a hostlist of one node); else a local rank names no global rank. srun's `N: `
+labels number torchrun's nodes, not ranks, when an elastic agent is present.
 
 Every rank set here is bounded by what was launched or seen, never by a number read in a log (a line may say
 `world_size=99999999999`).
@@ -124,12 +125,13 @@ def _collect_ids(events: Sequence[Event], facts: JobFacts, facts_in: dict[str, A
             _note_worker(e, facts, local_rank, launched)
         elif e.kind in ("store_barrier", "rank_info") and _int_field(e, "world_size"):
             said.append(_int_field(e, "world_size") or 0)
+    world = max(said) if said else None  # once: once per process was quadratic (16k ranks under torchrun)
     for (h, pid), (r, n) in nccl_best.items():
         facts.pid_rank.setdefault((h, pid), r)
-        if (h, pid) in nccl_local and said and n == max(said):  # the world's communicator: its rank is global
+        if (h, pid) in nccl_local and n == world:  # the world's communicator: its rank is global
             local_rank.setdefault((h, nccl_local[(h, pid)]), r)
     facts.launched_world = min(max(launched), MAX_RANK_LIST) if launched else None
-    facts.said_world = max(said) if said else None
+    facts.said_world = world
     return local_rank
 
 
@@ -176,6 +178,7 @@ class _Maps:
     unique_pid: dict[int, tuple[int, str]]
     single_host: bool
     host_of_pid: dict[int, str]  # a pid printed with a host (NCCL's `host:pid:tid` head) on one host only
+    one_node: bool = False  # the world size the logs state shows one node: a local rank is then a global rank
 
 
 def _maps(events: Sequence[Event], sources: Sequence[SourceFile], facts: JobFacts,
@@ -184,9 +187,33 @@ def _maps(events: Sequence[Event], sources: Sequence[SourceFile], facts: JobFact
     for (h, pid), r in facts.pid_rank.items():
         pid_hosts[pid].append((r, h))
     hosts, pid_host = _hosts_and_pids(events, sources)
+    single_host = len(hosts) <= 1
     return _Maps(worker_dir=_worker_dirs(events, sources), local_rank=local_rank,
                  unique_pid={pid: pairs[0] for pid, pairs in pid_hosts.items() if len(pairs) == 1},
-                 single_host=len(hosts) <= 1, host_of_pid={pid: h for pid, h in pid_host.items() if h})
+                 single_host=single_host, host_of_pid={pid: h for pid, h in pid_host.items() if h},
+                 one_node=single_host and shows_one_node(events, sources, facts))
+
+
+#: a DeepSpeed `WORLD INFO DICT` hostlist's node names: `'node01': [0, 1]`
+_HOSTLIST_NODE = re.compile(r"""['"]([^'"]+)['"]\s*:\s*\[""")
+
+
+def shows_one_node(events: Iterable[Event], sources: Sequence[SourceFile], facts: JobFacts) -> bool:
+    """The logs show the whole world on one node: a hostlist that names one node, or a world size (launched, or
+    stated: WORLD_SIZE, NCCL's nranks, a store's world_size) no larger than the local ranks that node shows (a local
+    rank L says the node ran L + 1 workers at least). Seeing one host is not enough: a paste or a file may hold one
+    node's lines of many."""
+    highest_local = max((s.local_rank for s in sources if s.local_rank is not None), default=-1)
+    nodes: set[str] | None = None
+    for e in events:
+        if e.local_rank is not None and e.local_rank > highest_local and e.local_rank < MAX_RANK_LIST:
+            highest_local = e.local_rank
+        if e.kind == "hostlist" and e.get("hostlist"):
+            nodes = (nodes or set()) | set(_HOSTLIST_NODE.findall(e.get("hostlist", "")))
+    if nodes is not None:
+        return len(nodes) == 1
+    world = facts.launched_world or facts.said_world
+    return world is not None and 0 < world <= highest_local + 1
 
 
 def _hosts_and_pids(events: Sequence[Event], sources: Sequence[SourceFile]) -> tuple[set[str], dict[int, str | None]]:
@@ -227,9 +254,10 @@ def _attribute(e: Event, facts: JobFacts, maps: _Maps) -> Event:
     if rank is None and host and e.local_rank is not None:
         rank = maps.local_rank.get((host, e.local_rank))
     if rank is None and e.local_rank is not None and maps.single_host:
-        # the one host's worker of that local rank, where NCCL's rank map tells its global rank; else the local rank
+        # the one host's worker of that local rank, where NCCL's rank map tells its global rank; else the local rank,
+        # where the world the logs state fits that one node (else its global rank is not known: host + local rank)
         mapped = {r for (_h, lr), r in maps.local_rank.items() if lr == e.local_rank}
-        rank = mapped.pop() if len(mapped) == 1 else e.local_rank
+        rank = mapped.pop() if len(mapped) == 1 else e.local_rank if maps.one_node else None
     return evolve(e, rank=rank, host=host) if (rank, host) != (e.rank, e.host) else e
 
 
