@@ -9,16 +9,26 @@ its prefixes read, then the first reading that takes it (a block, a start-up lin
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from ddpslurm.analyze.model import FACT_KINDS
-from ddpslurm.analyze.parse.attribution import clean, prefix_spans
+from ddpslurm.analyze.parse.attribution import Prefix, PrefixSpans, clean, prefix_spans
 from ddpslurm.analyze.parse.channel_lines import repeated_channel_line
 from ddpslurm.analyze.parse.continued_lines import LAST_ERROR
-from ddpslurm.analyze.parse.line_recipes import DIGITS_TO_ZERO, RememberedShapes
+from ddpslurm.analyze.parse.line_recipes import RememberedShapes, line_key
 from ddpslurm.analyze.parse.line_streams import body_is_slurm, mentions_torchrun
 from ddpslurm.analyze.read.blocks import MAX_LINE
-from ddpslurm.analyze.rules.signatures import PLANNED_CHARS, ROOT_CAUSE_HEADER, memo_key
+from ddpslurm.analyze.rules.signatures import PLANNED_CHARS, ROOT_CAUSE_HEADER
+
+
+@functools.lru_cache(maxsize=1024)
+def _prefixes(text: str) -> tuple[PrefixSpans, Prefix]:
+    """Where the prefixes of a line's text are, and what they say (pure, both immutable): the lines read last are
+    remembered, so that a line a log repeats (a traceback printed again and again, read in line mode, where no
+    shape is remembered) is cut into its prefixes once."""
+    spans = prefix_spans(text)
+    return spans, spans.prefix(text)
 
 
 @dataclass
@@ -33,12 +43,16 @@ class FileState(RememberedShapes):
         key = None
         if not self.line_mode:
             if len(raw) <= PLANNED_CHARS:
-                key = memo_key(raw.translate(DIGITS_TO_ZERO))
+                key = line_key(raw)
                 known = self.sigs.caches.inert_lines.get(key)
                 if known is not None and self.still_inert(raw, *known):
                     return
             if b"INFO Channel " in raw and repeated_channel_line(raw, self.channel_lines):
                 return
+        elif not self.must_read_on and len(raw) <= PLANNED_CHARS:
+            # only a logged exception watched: every line is read for a sign the process went on (`_went_on`),
+            # which a line of a known shape gets replayed too (an exception logged again and again, a retry loop)
+            key = line_key(raw)
         if key is not None:
             recipe = self.sigs.caches.line_recipes.get(key)
             if recipe is not None and self.replay(recipe, raw.decode("ascii"), lineno):
@@ -46,8 +60,7 @@ class FileState(RememberedShapes):
         text = clean(raw[:MAX_LINE].decode("utf-8", errors="replace").rstrip("\n"))
         if not text:
             return
-        spans = prefix_spans(text)
-        p = spans.prefix(text)
+        spans, p = _prefixes(text)
         slurm = body_is_slurm(p.text)
         rank, local, host, stream = self._take_prefix(p, slurm, lineno)
         body = p.text

@@ -13,18 +13,37 @@ from dataclasses import dataclass
 
 import regex
 
+from ddpslurm.analyze.model import FACT_KINDS
 from ddpslurm.analyze.parse.attribution import BODY_RANK, NCCL_SOURCE, PrefixSpans, Span, number, piece
 from ddpslurm.analyze.parse.continued_lines import LAST_ERROR, WRAPPED_HEAD, ContinuedLines
 from ddpslurm.analyze.parse.line_events import NCCL_INIT_ANY_DIGIT
 from ddpslurm.analyze.parse.line_streams import SLURM_HEAD, TORCHRUN, body_is_slurm, mentions_torchrun
 from ddpslurm.analyze.parse.timestamps import EVERY_FORM, TimePlan, time_plan
 from ddpslurm.analyze.rules.digit_shape import shape
-from ddpslurm.analyze.rules.signatures import Signature, SignatureSet, remember
+from ddpslurm.analyze.rules.signatures import Signature, SignatureSet, memo_key, remember
 
 #: raw lines of at most this many bytes may be remembered as saying nothing (MatchCaches.inert_lines), and so many
 MAX_INERT = 50_000
 #: a raw line's digits written as 0: its shape
 DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+
+#: a date's shape: the prefix rules' one digit-sensitive part is its century (`19|20`)
+DATE_SHAPE = b"0000-00-00"
+
+
+def line_key(raw: bytes) -> object:
+    """The memo key of a raw line (at most PLANNED_CHARS bytes): its shape (`DIGITS_TO_ZERO`) with each date's
+    century kept as written, the one digit the prefix rules read (`19|20`): lines of one key have the same spans."""
+    masked = raw.translate(DIGITS_TO_ZERO)
+    at = masked.find(DATE_SHAPE)
+    if at < 0:
+        return memo_key(masked)
+    kept = bytearray(masked)
+    while at >= 0:
+        kept[at:at + 2] = raw[at:at + 2]
+        at = masked.find(DATE_SHAPE, at + len(DATE_SHAPE))
+    return memo_key(bytes(kept))
+
 
 #: raw line shapes a process remembers how to replay (MatchCaches.line_recipes)
 MAX_RECIPES = 50_000
@@ -88,14 +107,14 @@ class RememberedShapes(ContinuedLines):
         watchdog and rank-map lines).
 
         That holds when each step the line went through decides by its shape alone: the prefix rules (digit-blind
-        but the timestamp's `19|20`: no `0000-00-00` in the shape), the other patterns a recipe stands in for
-        (`recipe_patterns_blind`), no start-up line the scanner reads with patterns of its own (`NOT_REPLAYED`;
-        an NCCL `Init` line, whose `0x` is a digit), and the signatures: the digit-blind one that matched, or
-        none, decides unless one of a few digit-sensitive ones matches (`SignatureSet.replay_checks`, run again
-        on each line replayed); and when it left no state a later line depends on (nothing pending, no block
-        opened). Only printable ASCII lines."""
-        if (self.line_mode or b"0000-00-00" in raw.translate(DIGITS_TO_ZERO)
-                or not raw.isascii() or text != raw.decode("ascii") or not recipe_patterns_blind()):
+        but the timestamp's `19|20`: a date's century is kept in the key, `line_key`), the other patterns a recipe
+        stands in for (`recipe_patterns_blind`), no start-up line the scanner reads with patterns of its own
+        (`NOT_REPLAYED`; an NCCL `Init` line, whose `0x` is a digit), and the signatures: the digit-blind one that
+        matched, or none, decides unless one of a few digit-sensitive ones matches (`SignatureSet.replay_checks`,
+        run again on each line replayed); and when it left no state a later line depends on (nothing pending, no
+        block opened: `must_read_on`; a logged exception watched is no such state, `replay` reads the line for it
+        as `FileState.handle` does). Only printable ASCII lines."""
+        if (self.must_read_on or not raw.isascii() or text != raw.decode("ascii") or not recipe_patterns_blind()):
             return
         body = text[spans.start:]
         if any(word in body for word in NOT_REPLAYED) or ("Init " in body and NCCL_INIT_ANY_DIGIT.search(body)):
@@ -114,17 +133,21 @@ class RememberedShapes(ContinuedLines):
         if recipe.checks and self.sigs.first_match(text[recipe.prefix.start:], recipe.checks) is not None:
             return False
         p = recipe.prefix.prefix(text)
-        rank, local, host, _stream = self._take_prefix(p, recipe.slurm, lineno)
+        rank, local, host, stream = self._take_prefix(p, recipe.slurm, lineno)
         if recipe.torchrun and self.summary is not None:
             self.summary.torchrun = True
-        if recipe.signature is None:
-            return True
         body = p.text
+        if recipe.signature is None:
+            if self.watching:
+                self._went_on(stream, body, lineno, False)
+            return True
         groups = {name: body[start:end] for name, start, end in recipe.groups}
         ns = None if recipe.source is None else (piece(body, recipe.source[0]), number(body, recipe.source[1]))
         named = number(body, recipe.body_rank)
-        self._signature_event(self.sigs.signatures[recipe.signature], groups, body, lineno, p.time_text, rank, local,
-                              host, ns, named, recipe.time)
+        sig = self.sigs.signatures[recipe.signature]
+        self._signature_event(sig, groups, body, lineno, p.time_text, rank, local, host, ns, named, recipe.time)
+        if self.watching:  # as `FileState.handle` reads a line while a logged exception is watched
+            self._went_on(stream, body, lineno, sig.kind not in FACT_KINDS)
         return True
 
     def note_inert(self, key: object, raw: bytes, text: str, p, body: str) -> None:
@@ -133,13 +156,12 @@ class RememberedShapes(ContinuedLines):
         skipped after only those (16k ranks' NCCL INFO lines).
 
         That holds when each step the line went through decides by its shape alone: the prefix rules (all
-        digit-blind but the timestamp's `19|20`: no `0000-00-00` in it), the start-up patterns (digit-blind; `Init `
-        excluded, its `0x` is a digit), and the signatures (`SignatureSet.only_sensitive`); and when it left
+        digit-blind but the timestamp's `19|20`: kept in the key, `line_key`), the start-up patterns (digit-blind;
+        `Init ` excluded, its `0x` is a digit), and the signatures (`SignatureSet.only_sensitive`); and when it left
         nothing behind: no rank prefix (`ranks_seen`), no srun line, no torchrun mention, nothing pending, no block
         opened. Only printable ASCII lines, whose text after the prefixes starts at the same byte in every one.
         """
         if (p.rank is not None or self.line_mode or "Init " in body or not raw.isascii()
-                or b"0000-00-00" in raw.translate(DIGITS_TO_ZERO)
                 or text != raw.decode("ascii") or body_is_slurm(body) or mentions_torchrun(body)):
             return
         sensitive = self.sigs.only_sensitive(body)
