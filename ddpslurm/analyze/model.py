@@ -140,6 +140,7 @@ class SourceFile:
     kind: str = "log"  # log | start_record | exit_record | job_record | elastic_error
     size: int = 0
     task_file: bool = False  # the rank came from an srun task id (a node index under torchrun)
+    restart: int | None = None  # K of `attempt_N/<host>/restart_K/`; None for the usual names (`discover.restart_of`)
 
 
 @dataclass(slots=True)
@@ -150,7 +151,9 @@ class FileSummary:
     lines: int = 0
     bytes: int = 0
     tail: list[str] | tuple[str, ...] = field(default_factory=list)  #: the last lines, of the first files only
-    last_line: str | None = None  #: the last line (not ddpslurm's or submitit's own) with its numbers masked
+    last_line: str | None = None  #: the last of `tail_shapes`
+    #: the shapes (digits deleted) of the file's last lines, oldest first, ddpslurm's and submitit's own aside
+    tail_shapes: tuple[str, ...] = ()
     #: ranks the file's line prefixes name, but a log file's own rank (a scan returns an empty set frozen)
     ranks_seen: set[int] | frozenset[int] = field(default_factory=set)
     binary: bool = False
@@ -252,6 +255,9 @@ class Diagnosis:
     #: why this rank, what was not read, what the times could not tell (the text report and `--json`)
     notes: list[str] = field(default_factory=list)
     accounting: dict[str, Any] | None = None
+    #: the attempt and in-place restart diagnosed (`read.discover.RunChoice.to_dict`): `--json`'s `run`, only for an
+    #: attempt that restarted in place or a restart asked for
+    run: dict[str, Any] | None = None
     #: not part of the JSON schema: per-rank times and Slurm's job-level events, for the HTML timeline
     timeline: list[TimelineRow] = field(default_factory=list)
     job_events: list[Evidence] = field(default_factory=list)
@@ -273,4 +279,5 @@ class Diagnosis:
             "exclude_nodes": list(self.exclude_nodes),
             "skipped": [dict(s) for s in self.skipped],
             "notes": list(self.notes),
+            **({"run": dict(self.run)} if self.run is not None else {}),
         }

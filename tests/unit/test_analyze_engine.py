@@ -6,6 +6,7 @@ names the phenomenon it checks, not a log file.
 
 from __future__ import annotations
 
+import random
 import tracemalloc
 from dataclasses import replace
 from pathlib import Path
@@ -109,10 +110,45 @@ def test_a_connect_refusal_that_cannot_be_ordered_is_retried_through_when_the_ra
 
 
 def test_a_log_that_goes_on_past_the_others_did_not_stop_early() -> None:
-    last = {0: "step N loss N", 1: "RuntimeError: timeout", 2: "RuntimeError: timeout", 3: "RuntimeError: timeout"}
+    last = {0: ("step N loss N",), 1: ("RuntimeError: timeout",), 2: ("RuntimeError: timeout",),
+            3: ("RuntimeError: timeout",)}
     assert stopped_early(last, {0: 500, 1: 100, 2: 100, 3: 100}) == set()
-    last[2] = "step N loss N"
+    last[2] = ("step N loss N",)
     assert stopped_early(last, {0: 500, 1: 100, 2: 40, 3: 100}) == {2}
+
+
+READY = "[rank N] index ready: N samples; calling init_process_group (world_size=N)"
+OTHER_LINES = ("UserWarning: TypedStorage is deprecated", "wandb: Syncing run N", "NCCL INFO Bootstrap : Using ethN:N",
+               "Downloading shards: N%", "INFO:root:cache hit ratio N", "[W socket.cpp:N] connect retry N",
+               "slurmstepd: notice: cgroup N", "tokenizers: The current process just got forked", "tqdm N%|",
+               "FutureWarning: `resume_download` is deprecated", "Loading checkpoint shards: N/N", "ip: N")
+
+
+@pytest.mark.parametrize("ranks", [8, 9, 33])
+@pytest.mark.parametrize("seed", range(6))
+def test_lines_printed_after_the_common_end_do_not_make_a_log_end_early(ranks: int, seed: int) -> None:
+    """Every rank but one reaches the line most logs end on; around it the ranks print other lines (a library's
+    warning, a notice, a line every rank prints): only the rank whose last lines lack that line stopped early,
+    wherever the other lines fall and whichever rank it is."""
+    rng = random.Random(seed)
+    silent = rng.randrange(ranks)
+    everyone = rng.choice(OTHER_LINES)
+    tails = {}
+    for r in range(ranks):
+        tail = ["[rank N] building index from /data/train.lmdb"] + ([] if r == silent else [READY])
+        for line in [everyone, *rng.sample(OTHER_LINES, rng.randrange(3))]:
+            tail.insert(rng.randrange(1, len(tail) + 1), line)
+        tails[r] = tuple(tail[-6:])
+    counts = {r: 10 for r in range(ranks)}
+    assert stopped_early(tails, counts) == {silent}
+    other = (silent + 1) % ranks
+    tails[other] = tails[silent]  # a second rank that stopped at the same place
+    assert stopped_early(tails, counts) == {silent, other}
+
+
+def test_no_line_most_ranks_hold_tells_nothing() -> None:
+    tails = {r: (f"line of kind {chr(97 + r)}",) for r in range(5)}
+    assert stopped_early(tails, dict.fromkeys(range(5), 10)) == set()
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -46,10 +46,10 @@ def test_the_tally_counts_each_label_and_keeps_its_last_line() -> None:
     tally.feed(text[half:], len(text) - half)
     ends = tally.ends(last_line_shape)
     assert sorted(ends) == [0, 1, 2, 3]
-    assert ends[0] == (3, "torch.distributed.DistStoreError: Timed out after N seconds waiting for clients. N/N "
+    assert ends[0] == (3, "torch.distributed.DistStoreError: Timed out after  seconds waiting for clients. / "
                           "clients joined.")
-    assert ends[1] == ends[2] == (2, "[rank N] index ready; calling init_process_group (world_size=N)")
-    assert ends[3] == (1, "[rank N] building index from /data/train.lmdb")
+    assert ends[1] == ends[2] == (2, "[rank ] index ready; calling init_process_group (world_size=)")
+    assert ends[3] == (1, "[rank ] building index from /data/train.lmdb")
 
 
 @pytest.mark.parametrize("text", [

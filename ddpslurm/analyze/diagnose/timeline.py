@@ -250,14 +250,14 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
     """Line counts per rank, and the ranks whose log ends unlike most ranks' logs or far shorter. A rank without a
     log of its own is read from its stream in a log srun --label merged (not under torchrun: labels number nodes)."""
     rank_of = {s.display: s.rank for s in sources if s.rank is not None and s.kind == "log"}
-    last: dict[int, str] = {}
+    last: dict[int, tuple[str, ...]] = {}
     for summary in summaries:
         rank = rank_of.get(summary.file)
         if rank is None:
             continue
         ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += summary.lines
-        if summary.last_line is not None:
-            last[rank] = summary.last_line
+        if summary.tail_shapes:
+            last[rank] = summary.tail_shapes
     own = set(rank_of.values())
     for summary in summaries if labels_are_ranks else ():
         for rank, (lines, shape) in summary.streams.items():
@@ -265,20 +265,35 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
                 continue
             ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += lines
             if shape is not None:
-                last[rank] = shape
+                last[rank] = (shape,)
     for rank in stopped_early(last, {r: tl.log_lines for r, tl in ranks.items() if r in last}):
         ranks[rank].stopped_early = True
 
 
-def stopped_early(last_lines: dict[int, str], line_counts: dict[int, int]) -> set[int]:
-    """Ranks whose log ends on a line unlike most ranks' last line (numbers masked), or has far fewer lines."""
-    if len(last_lines) < 3:
+def stopped_early(tails: dict[int, tuple[str, ...]], line_counts: dict[int, int]) -> set[int]:
+    """Ranks whose log's last lines (shapes, numbers masked, oldest first) lack the latest line that most ranks'
+    last lines hold, or that have far fewer lines. A line printed after that one (a warning, a notice, another
+    process's chatter) does not make a log end early; one that goes on past the others (rank 0's progress) did not
+    stop early either."""
+    if len(tails) < 3:
         return set()
     counts = sorted(line_counts.values())
     median = counts[len(counts) // 2] if counts else 0
     short = {r for r, n in line_counts.items() if median >= 4 and n * 2 < median}
-    (common, n), *_ = Counter(last_lines.values()).most_common(1)
-    if n <= len(last_lines) // 2:
+    end = _common_end(tails)
+    if end is None:
         return short
-    # a log that goes on past the others (rank 0's progress chatter) ends differently but did not stop early
-    return {r for r, tail in last_lines.items() if tail != common and line_counts.get(r, 0) <= median} | short
+    return {r for r, tail in tails.items() if end not in tail and line_counts.get(r, 0) <= median} | short
+
+
+def _common_end(tails: dict[int, tuple[str, ...]]) -> str | None:
+    """The line shape that most ranks' last lines hold and some lack (held by more than half of the ranks, not by
+    every one: a line every rank printed tells no rank from another) that comes last in most of them; None when
+    there is none."""
+    holders = Counter(shape for tail in tails.values() for shape in set(tail))
+    telling = {shape for shape, n in holders.items() if len(tails) // 2 < n < len(tails)}
+    if not telling:
+        return None
+    latest = Counter(next(s for s in reversed(tail) if s in telling) for tail in tails.values()
+                     if not telling.isdisjoint(tail))
+    return max(sorted(telling), key=lambda shape: latest[shape])

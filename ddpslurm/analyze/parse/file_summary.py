@@ -1,13 +1,12 @@
-"""A file's summary as its scan leaves it: the raw last lines of its blocks in, its tail and last line's shape out.
-The scan keeps the last lines of every block it reads (`last_lines`, split from the block's end); at the file's end
-the summary gets its tail (decoded, for the few files a report may show) and the shape of its last line, numbers
-masked (ddpslurm's and submitit's own lines aside), which most ranks' logs end on alike. Empty rank sets, tails and
+"""A file's summary as its scan leaves it: the raw last lines of its blocks in, its tail and its last lines' shapes
+out. The scan keeps the last lines of every block it reads (`last_lines`, split from the block's end); at the file's
+end the summary gets its tail (decoded, for the few files a report may show) and the shapes of its last lines, digits
+deleted (ddpslurm's and submitit's own lines aside), which most ranks' logs end on alike. Empty rank sets, tails and
 stream maps are shared ones (`settled`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from ddpslurm.analyze.model import FileSummary
@@ -34,34 +33,27 @@ def settled(summary: FileSummary) -> FileSummary:
     return summary
 
 
-def decoded_from_end(tail: Sequence[bytes]) -> list[str]:
-    """The last lines `last_line_shape` reads of `tail` (raw, blank ones aside), decoded from the end only as far as
-    it reads them: up to the last line that is not ddpslurm's or submitit's own, and the very last line. Most of a
-    16k-rank job's files keep no tail: their six last lines are not all decoded for one shape."""
-    out: list[str] = []
-    for raw in reversed(tail):
-        if not raw.strip():
-            continue
-        line = clean(raw.decode("utf-8", errors="replace"))
-        out.append(line)
-        if not line.startswith(OWN_LINES):
-            break
-    out.reverse()
-    return out
-
-
-#: the heads of ddpslurm's and submitit's own lines: a log's last line is read before them (`last_line_shape`)
+#: the heads of ddpslurm's and submitit's own lines: a log's last lines are read before them
 OWN_LINES = ("ddpslurm:", "submitit ")
 
 
-def last_line_shape(tail: Sequence[str]) -> str | None:
-    """The file's last line with its numbers masked (ddpslurm's and submitit's own lines aside when others exist):
-    what most ranks' logs end on is compared with it."""
-    lines = [ln for ln in tail if not ln.startswith(OWN_LINES)] or tail
-    return canonical(_DIGITS.sub("N", lines[-1])) if lines else None
+def line_shapes(lines: Sequence[str]) -> tuple[str, ...]:
+    """The shapes of a file's last lines (decoded, digits deleted: lines that differ only in their numbers have one
+    shape), oldest first, blank ones and ddpslurm's and submitit's own aside where others exist. Which line most
+    ranks' logs hold near their end is asked of them (timeline.stopped_early)."""
+    kept = [ln for ln in lines if ln.strip()]
+    kept = [ln for ln in kept if not ln.startswith(OWN_LINES)] or kept
+    return tuple([canonical(ln) for ln in kept])
 
 
-_DIGITS = re.compile(r"\d+")
+def last_line_shape(lines: Sequence[str]) -> str | None:
+    """The shape (`line_shapes`) of the last of `lines` that is not ddpslurm's or submitit's own, where one is."""
+    shapes = line_shapes([ln.translate(_NO_DIGITS) for ln in lines])
+    return shapes[-1] if shapes else None
+
+
+_NO_DIGITS = str.maketrans("", "", "0123456789")
+_DIGIT_BYTES = b"0123456789"
 
 
 def last_lines(block: bytes | bytearray, count: int, end: int | None = None) -> list[bytes]:
@@ -82,10 +74,14 @@ def last_lines(block: bytes | bytearray, count: int, end: int | None = None) -> 
 
 
 def note_tail(summary: FileSummary, tail: Sequence[bytes], keep_tail: bool) -> None:
-    """The summary's last line's shape from the file's raw last lines `tail`, and its tail itself with `keep_tail`
+    """The summary's last lines' shapes from the file's raw last lines `tail`, and its tail itself with `keep_tail`
     (a report shows a few files' tails when nothing matched: 16k ranks' tails are not held for that)."""
+    raw = b"\n".join(t for t in tail if t.strip())
+    lines = [clean(ln) for ln in raw.decode("utf-8", errors="replace").split("\n")] if raw else []
+    # digits deleted on the cleaned lines' bytes (a UTF-8 sequence holds no ASCII digit byte): str.translate's
+    # per-character lookups cost several times more
+    shapes = "\n".join(lines).encode().translate(None, _DIGIT_BYTES).decode().split("\n") if lines else []
+    summary.tail_shapes = line_shapes(shapes)
+    summary.last_line = summary.tail_shapes[-1] if summary.tail_shapes else None
     if keep_tail:
-        summary.tail = [clean(t.decode("utf-8", errors="replace")) for t in tail if t.strip()]
-        summary.last_line = last_line_shape(summary.tail)
-    else:
-        summary.last_line = last_line_shape(decoded_from_end(tail))
+        summary.tail = [ln for ln in lines if ln.strip()]
