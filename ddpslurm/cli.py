@@ -45,7 +45,9 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @cli.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("script", type=click.Path())  # a path: shell completion offers files
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("-N", "--nodes", type=int, default=1, show_default=True, help="Number of nodes.")
+@click.option("-N", "--nodes", default="1", show_default=True, metavar="N|MIN:MAX",
+              help="Number of nodes, or a range MIN:MAX (torchrun: the job runs on what Slurm gives and goes on "
+                   "after losing nodes while MIN remain).")
 @click.option("--tasks-per-node", "--ntasks-per-node", "tasks_per_node", type=int, default=None,
               help="Ranks per node [default: --gpus-per-node or 1].")
 @click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (sbatch --gpus-per-node).")
@@ -61,8 +63,12 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("-w", "--nodelist", default=None, help="Nodes to run on, e.g. node[01-02] (sbatch --nodelist).")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, metavar="KEY=VALUE",
               help="Any other sbatch option (repeatable), e.g. --sbatch-arg reservation=r1.")
-@click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun", show_default=True,
-              help="srun: one task per rank; torchrun: one task per node running torchrun.")
+@click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default=None,
+              help="srun: one task per rank; torchrun: one task per node running torchrun [default: srun; torchrun "
+                   "with --max-restarts or --nodes MIN:MAX].")
+@click.option("--max-restarts", type=int, default=0, show_default=True, metavar="N",
+              help="torchrun: after a worker fails, restart all workers in place (same job, same nodes) at most N "
+                   "times; the script resumes from its checkpoint.")
 @click.option("--folder", default=DEFAULT_ROOT, show_default=True,
               help=f"Jobs folder; the job gets {job_folder_name('<id>')}/.")
 @click.option("--max-requeues", type=int, default=3, show_default=True,
@@ -95,10 +101,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option("--lint", "lint_mode", type=click.Choice(["error", "warn", "off"]), default="warn", show_default=True,
               help="Run `ddpslurm lint` on SCRIPT first: warn prints its findings on stderr, error also refuses a "
                    "script with error-level findings, off skips it.")
-def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node: int | None,
+def submit(script: str, script_args: tuple[str, ...], nodes: str, tasks_per_node: int | None,
            gpus_per_node: int | None, cpus_per_task: int | None, mem: str | None, partition: str | None,
            account: str | None, qos: str | None, time_limit: str, constraint: str | None, exclude: str | None,
-           nodelist: str | None, sbatch_args: tuple[str, ...], launcher: str, folder: str, max_requeues: int,
+           nodelist: str | None, sbatch_args: tuple[str, ...], launcher: str | None, max_restarts: int, folder: str,
+           max_requeues: int,
            signal_delay: int, interface: str | None, job_name: str, python: str | None, master_port: int | None,
            hang_timeout: int, preflight: bool, retries: int, dry_run: bool, wait: bool, local: bool, as_json: bool,
            lint_mode: str, no_analyze: bool) -> None:
@@ -120,7 +127,8 @@ def submit(script: str, script_args: tuple[str, ...], nodes: int, tasks_per_node
              account=account, qos=qos, time=time_limit, constraint=constraint, exclude=exclude, nodelist=nodelist,
              sbatch_args=sbatch_args, launcher=launcher, folder=folder, max_requeues=max_requeues,
              signal_delay_s=signal_delay, interface=interface, local=local, job_name=job_name, python=python,
-             master_port=master_port, hang_timeout_s=hang_timeout, preflight=preflight, analyze=not no_analyze),
+             master_port=master_port, hang_timeout_s=hang_timeout, preflight=preflight, analyze=not no_analyze,
+             max_restarts=max_restarts),
         dry_run=dry_run, wait=wait, as_json=as_json, echo=click.echo, retries=retries, lint=lint_mode)
     if code:
         sys.exit(code)  # click.exceptions.Exit would be swallowed by standalone_mode=False
@@ -183,10 +191,17 @@ def status(job: str, wait: bool, as_json: bool) -> None:
 
     result = result if local else with_diagnosis(result)  # a failed job's post-mortem: folder, else accounting
     chain = chain_of_job(result.job_id, result.folder)  # `submit --retries`: the whole chain this job is part of
+    from ddpslurm.launch.restarts import first_summary, summary_line
+    from ddpslurm.postmortem.lookup import job_folders
+
+    # `submit --max-restarts`: torchrun's in-place restarts, from the job's folder (given, its StdOut's, or default)
+    restarted = first_summary(job_folders(result.job_id, result.folder, result.stdout))
     if as_json:
-        click.echo(json_dumps({**result.to_dict(), **({"retry_chain": chain} if chain else {})}))
+        click.echo(json_dumps({**result.to_dict(), **({"retry_chain": chain} if chain else {}),
+                               **({"restarts": restarted} if restarted else {})}))
     else:
-        click.echo("\n".join([render_text(result), *(chain_lines(chain, terminal) if chain else [])]))
+        click.echo("\n".join([render_text(result), *([summary_line(restarted)] if restarted else []),
+                              *(chain_lines(chain, terminal) if chain else [])]))
     code = exit_code_for(result, waited=wait)
     if code:
         sys.exit(code)
@@ -281,15 +296,19 @@ def template(name: str | None, train_args: tuple[str, ...], list_only: bool, out
               help="Wrap the text report at N columns [default: the terminal's; not wrapped in a pipe].")
 @click.option("--signatures", "signature_dirs", multiple=True, metavar="DIR",
               help="Extra folder of *.toml failure signatures (also $DDPSLURM_SIGNATURES).")
-@click.option("--attempt", default=None, metavar="N|all", help="Which attempt of a requeued job [default: the last].")
+@click.option("--attempt", default=None, metavar="N|all",
+              help="Which attempt of a requeued job [default: the last]; `all`: every attempt and restart together.")
+@click.option("--restart", default=None, metavar="K|all",
+              help="Which in-place restart of the attempt (--max-restarts; 0: its first start) [default: the last, "
+                   "the run that ended it]; `all`: all its restarts together.")
 @click.option("--jobs", type=click.IntRange(1, MAX_ANALYZE_JOBS), default=None,
               help=f"Worker processes for large inputs, 1 to {MAX_ANALYZE_JOBS} [default: CPU count, at most 8].")
 @click.option("--folder", "folders", multiple=True, metavar="ROOT", help="Where job folders are, for a JOBID.")
 @click.option("--html", "html_file", default=None, metavar="FILE",
               help="Also write a self-contained HTML report (per-rank timeline, verdict, evidence) to FILE.")
 def analyze(inputs: tuple[str, ...], as_json: bool, fmt: str | None, width: int | None,
-            signature_dirs: tuple[str, ...], attempt: str | None, jobs: int | None, folders: tuple[str, ...],
-            html_file: str | None) -> None:
+            signature_dirs: tuple[str, ...], attempt: str | None, restart: str | None, jobs: int | None,
+            folders: tuple[str, ...], html_file: str | None) -> None:
     """Tell why a multi-node job failed: the cause and the first failing rank.
 
     PATH is a job folder, a torchrun --log-dir, a folder of slurm-*.out files, or log files; `-` reads a
@@ -300,7 +319,8 @@ def analyze(inputs: tuple[str, ...], as_json: bool, fmt: str | None, width: int 
     from ddpslurm.analyze.command import output_format, run_analyze
 
     code = run_analyze(inputs, output=output_format(as_json, fmt, width), signature_dirs=signature_dirs,
-                       attempt=attempt, jobs=jobs, folders=folders, echo=click.echo, html_file=html_file, width=width)
+                       attempt=attempt, restart=restart, jobs=jobs, folders=folders, echo=click.echo,
+                       html_file=html_file, width=width)
     if code:
         sys.exit(code)
 

@@ -12,19 +12,22 @@ Writers (`submit`, the worker, the batch step, the hang monitor, `doctor`) and r
         %j_submission.sh             submitit: %j_submitted.pkl, %j_%t_log.out, %j_%t_log.err, %j_%t_result.pkl
         doctor/node_<host>.json      one pre-flight record per node (doctor, submit --preflight)
         attempt_<N>/                 N = SLURM_RESTART_COUNT; made once by the batch step, before srun
-          node_<host>.json           one per node: its ranks' progress, signals and ends (launch/node_live.py)
+          node_<host>.json           one per node: its ranks' progress, signals, start and exit records
+                                     (`ranks.<R>.start`, `ranks.<R>.exit`; launch/node_live.py)
           <host>/                    one per node, made by the batch step with the attempt folder
             rank_<R>.log             the rank's stdout and stderr: the one copy of its output
-            rank_<R>.start.json      rank_<R>.exit.json
-            rank_<R>.stacks.txt      with --hang-timeout; rank_<R>.fr_trace.json on a hang
+            rank_<R>.stacks.txt      on a hang only (--hang-timeout); rank_<R>.fr_trace.json beside it
+            rank_<R>.start.json      rank_<R>.exit.json: only where the node's agent did not confirm the
+                                     rank's records in time (the rank then writes its own)
           hang.json                  the hang monitor's request to end the attempt
           requeue.json               the batch step's requeue outcome
 
-Older job folders hold every rank file straight in `attempt_<N>/`, with a
-`rank_<R>.heartbeat.json` and `rank_<R>.signal.json` per rank: the readers take both layouts
-(`rank_record_paths`).
+Older job folders hold a start and an exit record per rank in the host folders, or every rank file straight in
+`attempt_<N>/` with a `rank_<R>.heartbeat.json` and `rank_<R>.signal.json` per rank: the readers take every
+layout (`read_rank_records`, `rank_record_paths`).
 
-Names and patterns are pure; `write_json` and `check_folder` are the two writers' helpers (they touch disk).
+Names and patterns are pure; `read_rank_records` is the readers' one way to a rank's records; `write_json` and
+`check_folder` are the two writers' helpers (they touch disk).
 """
 
 from __future__ import annotations
@@ -72,6 +75,11 @@ FR_TRACE_SUFFIX = ".fr_trace.json"
 #: one node's liveness and records file in the attempt folder: `node_<host>.json`
 NODE_FILE_PREFIX = "node_"
 NODE_FILE_SUFFIX = ".json"
+#: `<host>/restart_<K>/`: an in-place restart's earlier rank files; `<host>/restarts.json`: its restarts
+RESTART_PREFIX = "restart_"
+RESTARTS_FILE = "restarts.json"
+#: `attempt_<N>/below_min.json`: the batch step's decision when a node range fell below its MIN
+BELOW_MIN_FILE = "below_min.json"
 #: the hang monitor's request to end the attempt
 HANG_FILE = "hang.json"
 REQUEUE_FILE = "requeue.json"
@@ -88,6 +96,8 @@ SUBMITIT_SUBMISSION = "%j_submission.sh"
 JOB_FOLDER_NAME = re.compile(rf"^{JOB_PREFIX}(\d+(?:_\d+)?)$")
 #: `attempt_<N>`; group `n`
 ATTEMPT_NAME = re.compile(rf"^{ATTEMPT_PREFIX}(?P<n>\d+)$")
+#: `restart_<K>` (in a host folder); group `k`
+RESTART_NAME = re.compile(rf"^{RESTART_PREFIX}(?P<k>\d+)$")
 #: a node file's name (`node_<host>.json`); group `host`
 NODE_FILE_NAME = re.compile(rf"^{NODE_FILE_PREFIX}(?P<host>[A-Za-z0-9][A-Za-z0-9._-]*){re.escape(NODE_FILE_SUFFIX)}$")
 #: submitit's per-task files in the job folder; groups `job`, `task`
@@ -172,6 +182,61 @@ def rank_record_paths(attempt_dir: Path, suffix: str) -> dict[int, Path]:
             match = pattern.fullmatch(name)
             if match:
                 found[int(match["rank"])] = Path(folder, name)
+    return found
+
+
+#: the kinds of rank record a node file holds (`ranks.<R>.<kind>`, each a whole record with that `kind`)
+RECORD_KINDS = ("start", "exit")
+#: the suffix of a rank's own file of each record kind
+RECORD_SUFFIXES = {"start": START_SUFFIX, "exit": EXIT_SUFFIX}
+#: a node file or a rank record bigger than this is not one (a node of 10k local ranks' records is ~30 MB)
+MAX_RECORDS_BYTES = 64 << 20
+
+
+def node_file_records(node: Any, kind: str) -> dict[int, dict[str, Any]]:
+    """The whole `kind` records ("start", "exit") a node file's content holds, by rank; a state whose entry is not
+    a record of that kind (older node files kept a summary of the end, `{status, exit_code}`, beside the rank's
+    own file) is none. Pure."""
+    ranks = node.get("ranks") if isinstance(node, dict) else None
+    found: dict[int, dict[str, Any]] = {}
+    for key, state in (ranks or {}).items() if isinstance(ranks, dict) else ():
+        record = state.get(kind) if isinstance(state, dict) else None
+        if isinstance(record, dict) and record.get("kind") == kind and str(key).isdigit():
+            found[int(key)] = record
+    return found
+
+
+def _read_object(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read(MAX_RECORDS_BYTES + 1) or b"null")
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def node_file_paths(attempt_dir: Path) -> list[Path]:
+    """The node files of an attempt (one listing), sorted by name."""
+    try:
+        names = sorted(os.listdir(attempt_dir))
+    except OSError:
+        return []
+    return [attempt_dir / name for name in names if NODE_FILE_NAME.fullmatch(name)]
+
+
+def read_rank_records(attempt_dir: Path, kind: str) -> dict[int, dict[str, Any]]:
+    """Every rank's `kind` record ("start", "exit") of one attempt, by rank, in every layout: the node files' first
+    (the agents'), then, for the ranks they do not name, the ranks' own files (a rank whose agent did not confirm
+    in time, or an older job folder: `rank_record_paths`). Reads the attempt folder's listing, the node files and
+    one listing per host folder: O(nodes) requests, plus one read per rank file found."""
+    found: dict[int, dict[str, Any]] = {}
+    for path in node_file_paths(attempt_dir):
+        found.update(node_file_records(_read_object(path), kind))
+    for rank, path in rank_record_paths(attempt_dir, RECORD_SUFFIXES[kind]).items():
+        if rank not in found:
+            record = _read_object(path)
+            if record is not None:
+                found[rank] = record
     return found
 
 

@@ -20,6 +20,8 @@ What it shows:
   asked after every step; the ranks agree on it with one all-reduce, rank 0 saves a checkpoint and
   the script exits with status 0 (PREEMPTED_EXIT_CODE). The launcher requeues the job; the next attempt
   resumes from that checkpoint.
+- in-place restarts (`ddpslurm submit --max-restarts N`): torchrun starts the script again after a worker failed,
+  in the same job; it resumes from its checkpoint exactly as after a requeue, and logs DDPSLURM_RESTART_COUNT.
 - at the end every rank prints one JSON line, e.g.
   {"event": "final", "status": "done", "rank": 1, "world_size": 4, "step": 40, "params_sha256": "..."}
   so a test (or a person) can check that all ranks ended with identical parameters.
@@ -58,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds to sleep per step (slow jobs for tests)")
+    parser.add_argument("--log-every", type=int, default=10, help="rank 0 logs the loss every this many steps")
     parser.add_argument("--checkpoint-every", type=int, default=10,
                         help="steps between checkpoints (0: at the end only)")
     parser.add_argument("--checkpoint-dir", type=Path, default=None)
@@ -69,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.checkpoint_dir is None:
         job_folder = os.environ.get("DDPSLURM_JOB_FOLDER")
         args.checkpoint_dir = Path(job_folder) / "checkpoints" if job_folder else Path("checkpoints")
-    for name in ("epochs", "steps_per_epoch", "batch_size"):
+    for name in ("epochs", "steps_per_epoch", "batch_size", "log_every"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
@@ -196,7 +199,8 @@ def train(args: argparse.Namespace) -> int:
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     loss_fn = nn.MSELoss()
     total_steps = args.epochs * args.steps_per_epoch
-    log(rank, f"world_size={world_size} backend={dist.get_backend()} steps={step}->{total_steps}")
+    restart = int(os.environ.get("DDPSLURM_RESTART_COUNT", "0"))  # in-place restarts so far (torchrun)
+    log(rank, f"world_size={world_size} backend={dist.get_backend()} steps={step}->{total_steps} restart={restart}")
 
     status, loss = "done", float("nan")
     while step < total_steps:
@@ -212,7 +216,7 @@ def train(args: argparse.Namespace) -> int:
             step, loss = step + 1, batch_loss.item()
             if args.step_sleep:
                 time.sleep(args.step_sleep)
-            if step % 10 == 0 or step == total_steps:
+            if step % args.log_every == 0 or step == total_steps:
                 log(rank, f"epoch {epoch} step {step} loss {loss:.5f}")
 
             stop = agree(preemption_requested(), device)
@@ -231,7 +235,8 @@ def train(args: argparse.Namespace) -> int:
             break
 
     print(json.dumps({"event": "final", "status": status, "rank": rank, "world_size": world_size, "step": step,
-                      "loss": loss, "params_sha256": params_sha256(model), "host": socket.gethostname()}),
+                      "loss": loss, "params_sha256": params_sha256(model), "host": socket.gethostname(),
+                      "restart": restart}),
           flush=True)
     # DDP holds the process group: drop it first, so that the group (and gloo's worker threads) is torn down here,
     # not during interpreter shutdown, where torch's gloo may abort ("terminate called without an active exception")

@@ -17,6 +17,7 @@ from ddpslurm.analyze.parse.scan import scan_files
 from ddpslurm.analyze.parse.tag_hosts import settle_hosts
 from ddpslurm.analyze.parse.years import assumed_year, settle_years
 from ddpslurm.analyze.read.discover import (
+    apply_run,
     apply_skipped,
     check_not_empty,
     check_readable,
@@ -24,7 +25,7 @@ from ddpslurm.analyze.read.discover import (
     empty_logs_note,
     is_record,
     scan_skips,
-    select_attempt,
+    select_run,
 )
 from ddpslurm.analyze.read.streams import Streams, read_streams
 from ddpslurm.analyze.report.render import fill, render
@@ -44,14 +45,15 @@ def diagnose(events: list[Event], sources: Sequence[SourceFile], summaries: Sequ
 
 def analyze_paths(paths: Sequence[str | Path], *, workers: int | None = None, progress: bool = False,
                   signature_dirs: Sequence[str | Path] = (), attempt: str | int | None = None,
-                  signatures: SignatureSet | None = None) -> Diagnosis:
+                  signatures: SignatureSet | None = None, restart: str | int | None = None) -> Diagnosis:
     """Read the logs under `paths` and say why the job failed (see DESIGN.md, Analyze). A path `-` is standard
-    input, and a fifo or pipe (/dev/fd/N) is read as it comes (`read.streams`)."""
+    input, and a fifo or pipe (/dev/fd/N) is read as it comes (`read.streams`). `attempt`, `restart`: which run of
+    a requeued or restarted job (`read.discover.select_run`; default: the last attempt's last restart)."""
     if not paths:
         raise AnalyzeInputError("no path given", "give a job folder, log files, or a job id")
     with without_cycle_collection(), read_streams(paths) as streams:  # `-`, pipes: read into temporary copies
         return _analyze_paths(streams, workers=workers, progress=progress, signature_dirs=signature_dirs,
-                              attempt=attempt, signatures=signatures)
+                              attempt=attempt, signatures=signatures, restart=restart)
 
 
 @contextlib.contextmanager
@@ -72,12 +74,12 @@ def without_cycle_collection() -> Iterator[None]:
 
 def _analyze_paths(streams: Streams, *, workers: int | None, progress: bool,
                    signature_dirs: Sequence[str | Path], attempt: str | int | None,
-                   signatures: SignatureSet | None) -> Diagnosis:
+                   signatures: SignatureSet | None, restart: str | int | None = None) -> Diagnosis:
     sigs = signatures or load_signatures(signature_dirs)
     discovery = discover_all(streams.paths, streams.shown)
     discovery.skipped[:0] = streams.skipped
     paths = streams.names()
-    sources = select_attempt(discovery.sources, attempt)
+    sources, run = select_run(discovery.sources, attempt, restart)
     records = [s for s in sources if is_record(s)]
     logs = [s for s in sources if not is_record(s)]
     if not sources:
@@ -111,6 +113,7 @@ def _analyze_paths(streams: Streams, *, workers: int | None, progress: bool,
                                 "give the job's .out/.err/.log files (pickles and checkpoints are skipped)")
     diagnosis = diagnose(settle_hosts(settle_years(events, year, written)), sources, summaries, sigs, facts)
     diagnosis.notes.extend(record_notes)
+    apply_run(diagnosis, run, asked=restart is not None)
     empty = empty_logs_note(discovery.explicit, summaries)
     if empty:
         diagnosis.notes.append(empty)

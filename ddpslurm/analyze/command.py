@@ -39,21 +39,23 @@ def output_format(as_json: bool, fmt: str | None, width: int | None) -> str:
 
 def run_analyze(inputs: Sequence[str], *, output: str, signature_dirs: Sequence[str], attempt: str | None,
                 jobs: int | None, folders: Sequence[str], echo, html_file: str | None = None,
-                width: int | None = None) -> int:
+                width: int | None = None, restart: str | None = None) -> int:
     """Analyze and print in `output` format (text | markdown | json) at `width` columns (text), and the HTML
-    report to `html_file`."""
+    report to `html_file`; `attempt`, `restart`: which run of a requeued or restarted job (default: the last)."""
     from ddpslurm.analyze.api import add_accounting, analyze_paths
     from ddpslurm.analyze.report.text import json_pieces, render_text, to_markdown
 
     if attempt is not None and attempt not in ("all", "last") and not attempt.isdigit():
         raise UsageError(f"--attempt {attempt!r} is not a number", "use --attempt N, --attempt last or --attempt all")
+    if restart is not None and restart not in ("all", "last") and not restart.isdigit():
+        raise UsageError(f"--restart {restart!r} is not a number", "use --restart K, --restart last or --restart all")
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1", "use --jobs 1 for a single process")
     paths, job_id = resolve_inputs(inputs, folders)
     if STDIN in inputs and sys.stdin.isatty():
         echo("ddpslurm: reading a log from standard input: paste it, then press Ctrl-D", err=True)
     diagnosis = analyze_paths(paths, workers=jobs, progress=output == "text" and sys.stderr.isatty(),
-                              signature_dirs=signature_dirs, attempt=attempt)
+                              signature_dirs=signature_dirs, attempt=attempt, restart=restart)
     if job_id is not None:
         add_accounting(diagnosis, job_id)
     if html_file:

@@ -263,6 +263,9 @@ def supervise(srun_argv: Sequence[str], *, folder: str, world_size: int, grace_s
             acted = True
             requeue_if_running(job_id, attempt_dir, decision.reason)
         if code is not None:
+            if code and not acted and decision.action != REQUEUE:  # fewer than --nodes MIN left (torchrun)
+                acted = requeue_below_min(job_id, attempt_dir, attempt=attempt, max_requeues=max_requeues,
+                                          environ=environ)
             if decision.action == NONE and signal_unix is not None and not acted:
                 record_no_requeue(job_id, attempt_dir, decision.reason)
             return code
@@ -328,3 +331,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def requeue_below_min(job_id: str, attempt_dir: Path, *, attempt: int, max_requeues: int,
+                      environ: Mapping[str, str]) -> bool:
+    """Once srun has ended: requeue the job when its torchrun agents gave up for want of nodes
+    (`below_min.decide`); whether it was requeued. Records its decision; does nothing for any other end."""
+    from ddpslurm.launch.below_min import NONE, decide, read_gave_up, write_record
+    from ddpslurm.scheduler.hostlist import expand_hostlist
+
+    gave_up = read_gave_up(attempt_dir)
+    if not gave_up or not job_id:
+        return False
+    try:
+        hosts = expand_hostlist(environ.get("SLURM_JOB_NODELIST", ""))
+    except ValueError:
+        hosts = []
+    decision = decide(gave_up, hosts=hosts, attempt=attempt, max_requeues=max_requeues)
+    if decision.action == NONE:
+        if decision.reason:
+            write_record(attempt_dir, decision, False)
+            record_no_requeue(job_id, attempt_dir, decision.reason)
+        return False
+    write_record(attempt_dir, decision, True)  # before the requeue: Slurm ends this batch step with it
+    requeued = requeue_if_running(job_id, attempt_dir, decision.reason)
+    if not requeued:
+        write_record(attempt_dir, decision, False)
+    return requeued

@@ -12,8 +12,10 @@ nanoseconds per call). The thread tells the node's agent (`node_live.RankLink`: 
 file system) only when something moved; the agent puts it into the node's one file (`node_<host>.json`).
 
 On a hang the batch step's monitor (`hang_monitor.py`) first sends `STACK_SIGNAL`: faulthandler, registered
-here, writes every thread's Python stack into `attempt_N/<host>/rank_R.stacks.txt` from the signal handler (it
-works while the main thread is stuck in C++ with or without the GIL). Then it writes `attempt_N/hang.json`;
+here, writes every thread's Python stack from the signal handler (it works while the main thread is stuck in C++
+with or without the GIL) into a node-local file (the node-local folder of `node_live`: no file per rank on the
+shared file system while nothing hangs), which the node's agent, and the thread below, copy into
+`attempt_N/<host>/rank_R.stacks.txt`. Then it writes `attempt_N/hang.json`;
 the node's agent copies it node-locally, the thread sees it there, writes the rank's `hang` exit record and ends
 the rank with `HANG_EXIT_CODE`, which ends the step through srun's --kill-on-bad-exit. Before the record it
 writes torch's flight recorder (the recent collectives of every process group, with their sequence numbers and
@@ -118,7 +120,7 @@ class HeartbeatThread(threading.Thread):
         super().__init__(name="ddpslurm-heartbeat", daemon=True)
         self.state, self.interval_s, self.stacks = state, interval_s, stacks
         self.link = state.link
-        self.folder = state.paths["exit"].parent  # the rank's host folder
+        self.folder = state.paths["exit"].parent  # the rank's host folder (on the shared file system)
         self.exit = os._exit  # tests replace it
 
     def run(self) -> None:
@@ -143,6 +145,12 @@ class HeartbeatThread(threading.Thread):
             return  # the script ended by itself meanwhile
         if _only_header(self.stacks):  # the signal did not come: dump from here
             faulthandler.dump_traceback(file=self.stacks, all_threads=True)
+        shared = stacks_path(self.folder, self.state.dist.rank)
+        with contextlib.suppress(OSError):  # the node-local dump into the host folder, unless the agent copied it
+            self.stacks.flush()
+            text = Path(self.stacks.name).read_text(encoding="utf-8", errors="replace")
+            if not _same_size(shared, len(text.encode("utf-8"))):
+                records.write_text(shared, text)
         trace = flight_recorder_json()
         if trace:
             with contextlib.suppress(OSError):
@@ -151,13 +159,20 @@ class HeartbeatThread(threading.Thread):
             self.state.exit_record("hang", HANG_EXIT_CODE, final=True, reason="hang_monitor",
                                    hang_timeout_s=request.get("timeout_s"), stalled=request.get("stalled"))
         print(f"ddpslurm: rank {self.state.dist.rank}: the hang monitor saw no progress for "
-              f"{request.get('timeout_s', '?')}s; stacks in {self.stacks.name}; ending the job",
+              f"{request.get('timeout_s', '?')}s; stacks in {shared}; ending the job",
               file=sys.stderr, flush=True)
         started = time.monotonic()
-        self.link.wait_flushed()
+        self.state.flush()
         time.sleep(max(0.0, HANG_EXIT_DELAY_S - (time.monotonic() - started)))
         self.state.tee.stop(timeout=0.5)
         self.exit(HANG_EXIT_CODE)
+
+
+def _same_size(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size == size
+    except OSError:
+        return False
 
 
 def _only_header(handle: TextIO) -> bool:
@@ -179,8 +194,7 @@ def start(environ: Mapping[str, str], state: Any) -> HeartbeatThread | None:
         return None
     if not 0 < interval <= 3600 or getattr(state, "link", None) is None:
         return None
-    attempt_dir = state.paths["exit"].parent
-    stacks = register_stack_dump(stacks_path(attempt_dir, state.dist.rank), state.dist.rank)
+    stacks = register_stack_dump(stacks_path(state.link.folder, state.dist.rank), state.dist.rank)  # node-local
     thread = HeartbeatThread(state, interval, stacks)
     thread.start()
     return thread

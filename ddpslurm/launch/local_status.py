@@ -81,10 +81,10 @@ def local_status(folder: Path, now: Callable[[], float] = time.time) -> JobStatu
     job["folder"] = str(folder)
     world = int(job.get("world_size") or 1)
     attempt = jobfolder.attempt_folder(folder, 0)
-    exit_paths = jobfolder.rank_record_paths(attempt, jobfolder.EXIT_SUFFIX)  # host folders, or the older layout
-    start_paths = jobfolder.rank_record_paths(attempt, jobfolder.START_SUFFIX)
-    exits = [_read(exit_paths[rank]) if rank in exit_paths else None for rank in range(world)]
-    starts = [_read(start_paths[rank]) if rank in start_paths else None for rank in range(world)]
+    found_exits = jobfolder.read_rank_records(attempt, "exit")  # the node files, the ranks' own files, older layouts
+    found_starts = jobfolder.read_rank_records(attempt, "start")
+    exits = [found_exits.get(rank) for rank in range(world)]
+    starts = [found_starts.get(rank) for rank in range(world)]
     pid = str(job.get("job_id", ""))
     alive = pid.isdigit() and _controller_alive(int(pid))
     return status_from_records(job, exits, starts, alive, now())

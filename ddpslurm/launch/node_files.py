@@ -2,8 +2,10 @@
 
 One listing of the attempt folder per poll for everything the supervisor and its hang monitor watch: a node file's
 inode (from the listing itself, no stat) changes each time its agent rewrites it (a new file renamed over the old
-one), and only the files that changed are read. At the end of the step one full read, and, for the ranks no node
-file names as ended, their own exit records (`<host>/rank_R.exit.json`): an agent killed with its node says nothing.
+one), and only the files that changed are read. A node file holds each rank's whole exit record (`ranks.R.exit`).
+At the end of the step one full read, and, for the ranks no node file names as ended, their own exit records
+(`<host>/rank_R.exit.json`: a rank whose agent did not confirm its record writes it itself; older job folders).
+An agent killed with its node says nothing.
 """
 
 from __future__ import annotations

@@ -1,12 +1,16 @@
 """Liveness and records per node, not per rank: the rank side and the per-node agent.
 
 Every rank writes what the batch step must know live (its progress with `--hang-timeout`, its first and later
-preemption signals, how it ended) into a node-local folder (`/dev/shm`, else `$TMPDIR` or `/tmp`: a tmpfs or a
-local disk, no metadata server) as `rank_<R>.json`. One agent per node, a process forked by the first rank of the
-node to take `agent.lock` (flock), gathers those files and writes ONE small file for the node into the attempt
-folder on the shared file system, `node_<host>.json` (`ddpslurm.jobfolder`): at most once per `interval_s` for
-progress (`node_interval_s`: 5 s, growing with the job past 5,000 nodes), within a second for news (a signal, an
-end). The batch step reads one listing of the attempt folder per poll (`node_files.NodeFiles`).
+preemption signals) and its records (the start record, the exit record) into a node-local folder (`/dev/shm`,
+else `$TMPDIR` or `/tmp`: a tmpfs or a local disk, no metadata server) as `rank_<R>.json`. One agent per node, a
+process forked by the first rank of the node to take `agent.lock` (flock), gathers those files and writes ONE
+small file for the node into the attempt folder on the shared file system, `node_<host>.json`
+(`ddpslurm.jobfolder`): at most once per `interval_s` for progress (`node_interval_s`: 5 s, growing with the job
+past 5,000 nodes), within a second for news (a start, a signal, an end). The batch step reads one listing of the
+attempt folder per poll (`node_files.NodeFiles`); the post-mortem readers take the records from the node files
+(`jobfolder.read_rank_records`). So an attempt holds, per rank, only its log; per node, one file. What a node
+that dies whole (SIGKILL, power) loses is what its agent had not written yet: at most the last second of news
+and the last interval of progress.
 
 Why an agent process, not local rank 0: it outlives the rank that started it (local rank 0 may leave first after a
 preemption, while the others still save), it never waits behind a rank's GIL, and a rank that dies does not take
@@ -18,7 +22,10 @@ the node file says how.
 
 Hangs: the hang monitor's stack signal reaches every process of the step, the agent too; from then on the agent
 looks for `hang.json` every tick (else only every `HANG_LOOK_S` s) and copies it into the node-local folder,
-where each rank's heartbeat thread sees it.
+where each rank's heartbeat thread sees it. The ranks' stack dumps (faulthandler's, from the signal handler) go
+into node-local files too; `STACK_COPY_S` after the signal the agent copies those that hold a dump into the host
+folder (`<host>/rank_R.stacks.txt`, as the rank's heartbeat thread does for its own): stack files exist on the
+shared file system only on a hang, for a rank stuck with its GIL held too.
 """
 
 from __future__ import annotations
@@ -61,6 +68,8 @@ INTERVAL_ENV = "DDPSLURM_NODE_INTERVAL_S"
 LOCK_NAME = "agent.lock"
 FLUSHED_NAME = "flushed.json"
 HANG_COPY_NAME = jobfolder.HANG_FILE  # the node-local copy has the job folder's name
+#: seconds after the stack signal at which the agent copies the ranks' dumps into the host folder
+STACK_COPY_S = 2.0
 _IGNORED_IN_AGENT = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM,
                      signal.SIGCONT, signal.SIGPIPE)
 
@@ -197,16 +206,18 @@ def read_states(folder: Path) -> dict[int, dict[str, Any]]:
 
 def node_record(host: str, states: Mapping[int, Mapping[str, Any]], serial: int, interval_s: float,
                 now: float) -> dict[str, Any]:
-    """What `node_<host>.json` holds: every local rank's last state. Pure."""
+    """What `node_<host>.json` holds: every local rank's last state (`progress`, `signal`, and its whole `start` and
+    `exit` records, `records.start_record` / `records.exit_record`). Pure."""
     return {"schema": SCHEMA, "kind": "node", "host": host, "serial": serial, "interval_s": interval_s,
             "unix": now, "time": records.timestamp(now),
             "ranks": {str(rank): dict(states[rank]) for rank in sorted(states)}}
 
 
 def news_of(state: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What in a rank's state is written within a second: its signals and its end (progress waits). Pure."""
+    """What in a rank's state is written within a second: its start, its signals and its end (progress waits).
+    Pure."""
     sig = state.get("signal") or {}
-    return (json.dumps(sig, sort_keys=True), json.dumps(state.get("exit"), sort_keys=True))
+    return (bool(state.get("start")), json.dumps(sig, sort_keys=True), json.dumps(state.get("exit"), sort_keys=True))
 
 
 def pid_exists(pid: int) -> bool:
@@ -230,6 +241,7 @@ class NodeAgent:
     def __init__(self, local: Path, node_file: Path, host: str, local_ranks: int, interval_s: float,
                  hang_file: Path | None, alive: Callable[[Any], bool] = _alive) -> None:
         self.local, self.node_file, self.host = local, node_file, host
+        self.host_dir = jobfolder.host_folder(node_file.parent, host)  # where stack dumps are copied
         self.local_ranks, self.interval_s, self.hang_file = local_ranks, interval_s, hang_file
         self.alive = alive
         self.serial = 0
@@ -240,6 +252,7 @@ class NodeAgent:
         self.last_hang_look = float("-inf")
         self.stack_signal_at: float | None = None
         self.hang_copied = False
+        self.stacks_copied: dict[str, int] = {}  # name -> the size copied
         self.last_alive = time.monotonic()
 
     def tick(self, now: float) -> bool:
@@ -253,6 +266,8 @@ class NodeAgent:
             self.write(states, now)
             self.written, self.written_progress = news, progress
         self.look_for_hang(now)
+        if self.stack_signal_at is not None and time.time() - self.stack_signal_at >= STACK_COPY_S:
+            self.copy_stacks()
         return self.go_on(states, now)
 
     def write(self, states: Mapping[int, Mapping[str, Any]], now: float) -> None:
@@ -285,6 +300,25 @@ class NodeAgent:
             records.write_text(self.local / HANG_COPY_NAME, text)
             self.hang_copied = True
 
+    def copy_stacks(self) -> int:
+        """Copy the node-local stack files that hold a dump (more than their header line) and grew since their last
+        copy into the host folder; how many were copied."""
+        copied = 0
+        try:
+            names = [n for n in os.listdir(self.local) if n.startswith(jobfolder.RANK_PREFIX)
+                     and n.endswith(jobfolder.STACKS_SUFFIX)]
+        except OSError:
+            return 0
+        for name in names:
+            with contextlib.suppress(OSError):
+                text = (self.local / name).read_text(encoding="utf-8", errors="replace")
+                if text.count("\n") <= 1 or self.stacks_copied.get(name) == len(text):
+                    continue
+                records.write_text(self.host_dir / name, text)
+                self.stacks_copied[name] = len(text)
+                copied += 1
+        return copied
+
     def go_on(self, states: Mapping[int, Mapping[str, Any]], now: float) -> bool:
         """False once every local rank has ended and been written, or none has been alive for ORPHAN_S."""
         ended = [rank for rank, state in states.items() if state.get("exit")]
@@ -301,6 +335,8 @@ class NodeAgent:
     def run(self) -> None:
         while self.tick(time.time()):
             time.sleep(TICK_S)
+        if self.stack_signal_at is not None:
+            self.copy_stacks()
         self.cleanup()  # at once: Slurm ends the agent with the step, once the last rank has left
 
     def cleanup(self) -> None:

@@ -83,6 +83,8 @@ class WorkerConfig:
     grace_s: int
     interface: str | None
     env_defaults: tuple[tuple[str, str], ...]
+    max_restarts: int = 0  # torchrun --max-restarts: in-place restarts of all workers within the attempt
+    min_nodes: int = 0  # --nodes MIN:MAX: torchrun --nnodes MIN:<nodes allocated>; 0: a fixed node count
 
 
 #: sbatch options (as `--sbatch-arg KEY=VALUE` keys) that change what the ranks see, and why that matters.
@@ -125,8 +127,12 @@ class LaunchPlan:
 
 
 def srun_args(spec: JobSpec) -> tuple[str, ...]:
-    """Arguments for the srun that starts the tasks: fail fast (see REQUEUE_MARGIN_S for why no --wait)."""
-    return ("--kill-on-bad-exit=1",)
+    """Arguments for the srun that starts the tasks: fail fast (see REQUEUE_MARGIN_S for why no --wait); with a
+    node range also `--no-kill`, so that a lost node does not end the step (torchrun carries on with the others).
+
+    In-place restarts need nothing here: torchrun restarts its workers without its task (the per-node agent)
+    exiting, so --kill-on-bad-exit sees nothing until the last restart is spent and an agent exits non-zero."""
+    return ("--kill-on-bad-exit=1", "--no-kill") if spec.elastic else ("--kill-on-bad-exit=1",)
 
 
 def batch_grace_s(signal_delay_s: int) -> int:
@@ -171,11 +177,14 @@ def _slurm_params(spec: JobSpec) -> dict[str, Any]:
     extra: dict[str, Any] = {"requeue" if spec.max_requeues > 0 else "no-requeue": True}
     # submitit's own default `--wckey=submitit` is dropped (sites that enforce wckeys refuse unknown ones);
     # `--sbatch-arg wckey=KEY` sets one
+    if spec.elastic:  # sbatch's range: Slurm starts the job with as many nodes as it can give, MIN at least;
+        extra["nodes"] = f"{spec.min_nodes}-{spec.nodes}"  # and a failed node does not revoke the allocation
+        extra["no-kill"] = True
     for key, value in spec.sbatch_args:
         extra[key] = value if value != "" else True
     params: dict[str, Any] = {
         "job_name": spec.job_name,
-        "nodes": spec.nodes,
+        "nodes": spec.min_nodes if spec.elastic else spec.nodes,  # submitit counts its tasks from it
         "ntasks_per_node": 1 if torchrun else spec.tasks_per_node,
         "time": spec.time_min,
         "signal_delay_s": spec.signal_delay_s,
@@ -214,10 +223,12 @@ def rank_env(spec: JobSpec) -> tuple[tuple[str, str], ...]:
     master = "127.0.0.1" if spec.local else "host of rank 0 (expanded SLURM_STEP_NODELIST)"
     iface = spec.interface or ("lo" if spec.local else "interface routing to another node of the job")
     nccl_iface = spec.interface or ("lo" if spec.local else "NCCL's own choice (set only with --interface)")
+    world = (f"{spec.min_nodes * spec.tasks_per_node}..{spec.world_size} (nodes in the rendezvous x "
+             f"{spec.tasks_per_node}; re-derived at every restart)" if spec.elastic else str(spec.world_size))
     derived = (
         ("RANK", f"0..{spec.world_size - 1} from {source}"),
         ("LOCAL_RANK", f"0..{spec.tasks_per_node - 1}"),
-        ("WORLD_SIZE", str(spec.world_size)),
+        ("WORLD_SIZE", world),
         ("LOCAL_WORLD_SIZE", str(spec.tasks_per_node if not spec.local else spec.world_size)),
         ("NODE_RANK", f"0..{spec.nodes - 1}" if not spec.local else "0"),
         ("MASTER_ADDR", master),
@@ -226,6 +237,9 @@ def rank_env(spec: JobSpec) -> tuple[tuple[str, str], ...]:
         ("GLOO_SOCKET_IFNAME", iface),
         ("DDPSLURM_JOB_FOLDER", str(jobfolder.job_folder(spec.folder, jobfolder.SHOWN_JOB_ID))),
         ("DDPSLURM_ATTEMPT", "SLURM_RESTART_COUNT (0 for the first attempt)"),
+        *((("DDPSLURM_RESTART_COUNT", f"0..{spec.max_restarts}: in-place restarts so far in this attempt "
+                                      "(torchrun's TORCHELASTIC_RESTART_COUNT counts only this node's failures)"),)
+          if spec.max_restarts or spec.elastic else ()),
     )
     defaults = tuple((name, f"{value} (unless set)") for name, value, _ in ENV_DEFAULTS)
     only_new_nccl = "(unless set; only with CUDA and NCCL >= 2.23)"
@@ -245,6 +259,7 @@ def plan(spec: JobSpec) -> LaunchPlan:
         grace_s=_grace_s(spec.signal_delay_s), interface=spec.interface,
         env_defaults=tuple((name, value) for name, value, _ in ENV_DEFAULTS)
         + (HANG_ENV_DEFAULTS if spec.hang_timeout_s else ()),
+        max_restarts=spec.max_restarts, min_nodes=spec.min_nodes or 0,
     )
     return LaunchPlan(
         executor="local" if spec.local else "slurm",

@@ -15,9 +15,14 @@ dispatcher thread and decides:
   submitit writing `<job>_<task>_result.pkl`; cut between its `.save_tmp` file and the rename, the stale
   file fails that task of the next attempt: "A temporary saved file already exists").
 
+Records per node, not per rank: the start, signal and exit records are told to the node's agent
+(`node_live.RankLink`, node-local), which writes them into the node's one file (`node_<host>.json`). Before the
+rank leaves it waits for the agent to confirm (`flush`); where the agent did not in time (killed, stuck), the rank
+writes its own `rank_R.start.json` and `rank_R.exit.json` into its host folder, which every reader takes too
+(`jobfolder.read_rank_records`). A rank without a link (unit tests, older callers) writes its own files at once.
+
 Exit records go through one lock: the first terminal one (`hang`, `signal`) seals the record, so the main
-thread failing afterwards (a peer left) cannot replace it. Each is told to the node's agent too (how the rank
-ended, for the batch step); a rank without a link (unit tests, older callers) writes `rank_R.signal.json` itself.
+thread failing afterwards (a peer left) cannot replace it.
 """
 
 from __future__ import annotations
@@ -82,17 +87,34 @@ class RankState:
         with self._lock:
             if self._sealed or (while_running and self.script_ended):
                 return False
-            records.write_json(self.paths["exit"], record)
+            if self.link is None:
+                records.write_json(self.paths["exit"], record)
+            else:
+                self.link.publish(exit=record)
             self.final_code = exit_code
             self._sealed = final
-            if self.link is not None:
-                self.link.publish(exit={k: record[k] for k in ("status", "exit_code", "signal", "unix")})
             return True
 
+    def start_record(self, record: dict[str, Any]) -> None:
+        """The rank's start record: to the node's agent (its own file only without a link)."""
+        if self.link is None:
+            records.write_json(self.paths["start"], record)
+        else:
+            self.link.publish(start=record)
+
     def flush(self) -> None:
-        """Before the rank leaves: wait (briefly) for the node's agent to have written what the rank told it."""
-        if self.link is not None:
-            self.link.wait_flushed()
+        """Before the rank leaves: wait (briefly) for the node's agent to have written what the rank told it; where
+        it did not, write the rank's own start and exit records (never raises: the rank is leaving)."""
+        if self.link is None or self.link.wait_flushed():
+            return
+        for kind in ("start", "exit"):
+            record = self.link.state.get(kind)
+            if isinstance(record, dict):
+                try:
+                    records.write_json(self.paths[kind], record)
+                except OSError as error:
+                    print(f"ddpslurm: rank {self.dist.rank}: cannot write {self.paths[kind]}: {error}",
+                          file=sys.stderr, flush=True)
 
     def end_script(self, arrivals: list[tuple[int, float]]) -> bool:
         """The script has returned: from now on no signal ends the rank. Whether a preemption signal came

@@ -83,6 +83,14 @@ def _node_progress(job_dir: Path) -> Iterator[dict[str, Any]]:
                 yield state["progress"]
 
 
+def _exit_records(job_dir: Path) -> Iterator[dict[str, Any]]:
+    """The exit records of every attempt of the job, in every layout (`jobfolder.read_rank_records`: the node files',
+    the ranks' own files)."""
+    for attempt in sorted(job_dir.glob(f"{jobfolder.ATTEMPT_PREFIX}*")):
+        found = jobfolder.read_rank_records(attempt, "exit")
+        yield from (found[rank] for rank in sorted(found))
+
+
 def _read_records(paths: Iterable[Path], max_bytes: int = 0) -> Iterator[dict[str, Any]]:
     for count, path in enumerate(paths):
         if count >= MAX_ENTRIES:
@@ -126,7 +134,7 @@ def exception_type(job_dir: str | Path, rank: int | None = None) -> str | None:
     """The type of the exception the job's exit records show: that of `rank` (the failing rank) when it has
     one, else the most common (the first by name on a tie); None when no rank recorded an exception."""
     kinds: list[tuple[Any, str]] = []
-    for record in _records(Path(job_dir), jobfolder.EXIT_SUFFIX):
+    for record in _exit_records(Path(job_dir)):
         exc = record.get("exception")
         if record.get("status") == "exception" and isinstance(exc, dict) and isinstance(exc.get("type"), str):
             kinds.append((record.get("rank"), exc["type"][:200]))

@@ -19,6 +19,9 @@ from ddpslurm.jobfolder import DEFAULT_ROOT
 from ddpslurm.sbatch_values import check_sbatch_value, parse_sbatch_args, parse_time
 
 LAUNCHERS = ("srun", "torchrun")
+#: the launcher that restarts workers in place and runs with a range of nodes
+ELASTIC_LAUNCHER = "torchrun"
+_NODE_RANGE = re.compile(r"\s*(\d+)\s*[:-]\s*(\d+)\s*")
 DEFAULT_SIGNAL_DELAY_S = 90
 DEFAULT_MAX_REQUEUES = 3
 DEFAULT_TIME = "60"
@@ -71,6 +74,13 @@ class JobSpec:
     preflight: bool = False  # the doctor's checks before the training step (ddpslurm.doctor.preflight)
     analyze: bool = True  # the post-mortem at a failed job's end (ddpslurm.postmortem.jobend); --no-analyze
     python: str = field(default_factory=lambda: sys.executable)  # the interpreter every rank runs
+    max_restarts: int = 0  # torchrun's in-place restarts of all workers within one attempt (--max-restarts)
+    min_nodes: int | None = None  # --nodes MIN:MAX: MIN (then `nodes` is MAX); None: a fixed node count
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the job runs on a range of nodes (`--nodes MIN:MAX`)."""
+        return self.min_nodes is not None
 
     @property
     def world_size(self) -> int:
@@ -128,6 +138,43 @@ def python_path(python: str | None) -> str:
                               "Give the interpreter's path, e.g. --python ~/venv/bin/python")
         python = found
     return os.path.abspath(os.path.expanduser(python))
+
+
+def parse_nodes(value: int | str) -> tuple[int | None, int]:
+    """--nodes as (MIN or None, MAX): `4` -> (None, 4); `2:4` (or sbatch's `2-4`) -> (2, 4). Pure."""
+    if isinstance(value, int):
+        return None, value
+    text = str(value).strip()
+    if text.isdigit():
+        return None, int(text)
+    found = _NODE_RANGE.fullmatch(text)
+    if not found:
+        raise UsageError(f"--nodes {text!r} is neither a node count nor a range MIN:MAX",
+                         "Give a count such as 4, or a range such as 2:4")
+    low, high = int(found[1]), int(found[2])
+    if not 1 <= low <= high:
+        raise UsageError(f"--nodes {text!r} is not a range of at least one node",
+                         "Give MIN:MAX with 1 <= MIN <= MAX, e.g. 2:4")
+    return (low, high) if low < high else (None, high)
+
+
+def _elastic_launcher(launcher: str | None, *, max_restarts: int, min_nodes: int | None, local: bool) -> str:
+    """The launcher: torchrun when --max-restarts > 0 or --nodes MIN:MAX asks for it (an explicit `--launcher srun`
+    with either is refused), else the one given (default srun)."""
+    _positive("--max-restarts", max_restarts, allow_zero=True)
+    wants = [flag for flag, on in (("--max-restarts", max_restarts > 0), ("--nodes MIN:MAX", min_nodes is not None))
+             if on]
+    if not wants:
+        return launcher or "srun"
+    asked, need = " and ".join(wants), "need" if len(wants) > 1 else "needs"
+    if local:
+        raise UsageError(f"{asked} {need} torchrun on Slurm and cannot run with --local",
+                         f"Drop --local, or drop {asked}")
+    if launcher not in (None, ELASTIC_LAUNCHER):
+        raise UsageError(f"{asked} {need} --launcher {ELASTIC_LAUNCHER}: srun neither restarts a failed "
+                         "rank in place nor runs on a range of nodes",
+                         f"Use --launcher {ELASTIC_LAUNCHER} (or leave --launcher out)")
+    return ELASTIC_LAUNCHER
 
 
 def _check_numbers(*, nodes: int, tasks_per_node: int | None, gpus_per_node: int | None,
@@ -188,7 +235,7 @@ def make_spec(
     script: str | os.PathLike[str],
     script_args: Sequence[str] = (),
     *,
-    nodes: int = 1,
+    nodes: int | str = 1,
     tasks_per_node: int | None = None,
     gpus_per_node: int | None = None,
     cpus_per_task: int | None = None,
@@ -201,7 +248,7 @@ def make_spec(
     exclude: str | None = None,
     nodelist: str | None = None,
     sbatch_args: Iterable[str] = (),
-    launcher: str = "srun",
+    launcher: str | None = None,
     folder: str | os.PathLike[str] = DEFAULT_ROOT,
     max_requeues: int = DEFAULT_MAX_REQUEUES,
     interface: str | None = None,
@@ -213,8 +260,12 @@ def make_spec(
     preflight: bool = False,
     python: str | None = None,
     analyze: bool = True,
+    max_restarts: int = 0,
 ) -> JobSpec:
-    """Validate raw flag values into a `JobSpec`. `tasks_per_node` defaults to `gpus_per_node`, else 1."""
+    """Validate raw flag values into a `JobSpec`. `tasks_per_node` defaults to `gpus_per_node`, else 1; `nodes` is a
+    count or a range `MIN:MAX`; `launcher` None: srun, or torchrun where --max-restarts or a node range needs it."""
+    min_nodes, nodes = parse_nodes(nodes)
+    launcher = _elastic_launcher(launcher, max_restarts=max_restarts, min_nodes=min_nodes, local=local)
     _check_numbers(nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node,
                    cpus_per_task=cpus_per_task, max_requeues=max_requeues, signal_delay_s=signal_delay_s,
                    master_port=master_port)
@@ -234,5 +285,5 @@ def make_spec(
         launcher=launcher, folder=folder_path, max_requeues=max_requeues,
         interface=interface, signal_delay_s=signal_delay_s, local=local, job_name=job_name,
         master_port=master_port, hang_timeout_s=hang_timeout_s, preflight=preflight, python=python_path(python),
-        analyze=analyze,
+        analyze=analyze, max_restarts=max_restarts, min_nodes=min_nodes,
     )

@@ -104,15 +104,35 @@ def render_sbatch(plan: LaunchPlan) -> str:
     return executor._make_submission_file_text(executor._submitit_command_str, "dry-run")
 
 
+def _restart_lines(spec: JobSpec) -> list[str]:
+    """The dry run's lines on in-place restarts and node ranges (torchrun's argv as each node's agent derives it)."""
+    if not spec.max_restarts and not spec.elastic:
+        return []
+    from ddpslurm.launch.torchrun_agent import shown_argv
+
+    lines = [f"# in-place restarts: at most {spec.max_restarts} (all workers, same job and attempt; "
+             "DDPSLURM_RESTART_COUNT tells the script)"]
+    if spec.elastic:
+        lines.append(f"# node range: sbatch --nodes={spec.min_nodes}-{spec.nodes}, srun --no-kill: a lost node leaves "
+                     f"the others training while {spec.min_nodes} remain; below that torchrun gives up after its "
+                     "rendezvous join timeout and the batch step requeues the job (--max-requeues)")
+    shown = shown_argv(min_nodes=spec.min_nodes or 0, max_nodes=spec.nodes, max_restarts=spec.max_restarts)
+    lines.append(f"# per node: {shown}")
+    return lines
+
+
 def dry_run_text(spec: JobSpec, plan: LaunchPlan) -> str:
     """What `--dry-run` prints: the plan, the complete sbatch script, and the environment of every rank."""
     launcher = "local" if spec.local else spec.launcher
     shown_job = jobfolder.job_folder_name(jobfolder.SHOWN_JOB_ID)
+    nodes = f"{spec.min_nodes}..{spec.nodes}" if spec.elastic else str(spec.nodes)
+    world = f"{(spec.min_nodes or 0) * spec.tasks_per_node}..{spec.world_size}" if spec.elastic else spec.world_size
     lines = [
         f"# ddpslurm dry run: nothing is submitted. Job folder: {spec.folder}/{shown_job}/",
         f"# script: {spec.script}",
         f"# script args: {json.dumps(list(spec.script_args))}",
-        f"# ranks: {spec.nodes} node(s) x {spec.tasks_per_node} = {spec.world_size}, launcher {launcher}",
+        f"# ranks: {nodes} node(s) x {spec.tasks_per_node} = {world}, launcher {launcher}",
+        *_restart_lines(spec),
         f"# signal {plan.signal} (seconds before the time limit), max requeues {plan.max_requeues}, "
         f"grace {plan.worker.grace_s}s for a script that ignores the flag",
         f"# python: {plan.python or sys.executable} (checked for {', '.join(NEEDED_MODULES)} at submission"
@@ -203,11 +223,11 @@ def wait_local(submitted: Submitted, poll_s: float = 0.5) -> int:
 def local_outcome(job_dir: Path, world_size: int) -> int:
     """0 when every rank's exit record says ok, else the first non-zero exit code (1 when one is missing)."""
     codes = []
-    paths = jobfolder.rank_record_paths(jobfolder.attempt_folder(job_dir, 0), jobfolder.EXIT_SUFFIX)
+    found = jobfolder.read_rank_records(jobfolder.attempt_folder(job_dir, 0), "exit")  # node files, rank files
     for rank in range(world_size):
         try:
-            codes.append(int(json.loads(paths[rank].read_text(encoding="utf-8"))["exit_code"]))
-        except (OSError, ValueError, KeyError):
+            codes.append(int(found[rank]["exit_code"]))
+        except (KeyError, TypeError, ValueError):
             codes.append(1)
     return next((code for code in codes if code), 0)
 

@@ -5,7 +5,8 @@ only take note; a thread writes the signal record and decides), then derive and 
 torch.distributed variables, set post-mortem / fail-fast defaults (each overridable by the person's
 environment; the flight recorder too), choose the network interface, start the node's agent if no rank of the
 node has (`node_live`: liveness and records per node), capture fds 1 and 2 into `attempt_<N>/<host>/rank_<R>.log`
-(the one copy of the rank's output), write start and exit records, run the script as `__main__`, and after the
+(the one copy of the rank's output), tell start and exit records to the node's agent (`rank_state`: they end up
+in the node's one file), run the script as `__main__`, and after the
 preemption signal record `preempted` for the batch step, which requeues. The folders are the batch step's, made
 before srun; a rank makes one only when it is missing (`--local`). With `--launcher torchrun` the task
 is a per-node agent that runs torchrun in-process; each torchrun child re-enters here through
@@ -406,7 +407,7 @@ def run_rank(cfg: WorkerConfig, launcher: str) -> int:
         flight_recorder_defaults(environ, paths["log"].parent, versions.get("torch"))
         patch_pg_timeout(environ)
         now = time.time()
-        records.write_json(paths["start"], records.start_record(
+        state.start_record(records.start_record(  # to the node's agent: into node_<host>.json
             rank=dist.rank, local_rank=dist.local_rank, node_rank=dist.node_rank, world_size=dist.world_size,
             local_world_size=dist.local_world_size, host=socket.gethostname(), pid=os.getpid(),
             job_id=dist.job_id, step_id=environ.get("SLURM_STEP_ID"), attempt=attempt, launcher=launcher,
@@ -477,9 +478,12 @@ def config_from_env(text: str) -> WorkerConfig:
 def torchrun_argv(cfg: WorkerConfig, environ: Mapping[str, str]) -> list[str]:
     """torchrun's argv for this node: Slurm-derived c10d rendezvous, children through ddpslurm's child entry."""
     from ddpslurm.env import derive_torchrun_args
+    from ddpslurm.launch.torchrun_agent import elastic_argv, join_timeout
 
     args = derive_torchrun_args(environ, cfg.tasks_per_node)
-    return [*args.argv(), "--max-restarts=0", "--module", "ddpslurm.launch.child", cfg.script, *cfg.script_args]
+    rendezvous = elastic_argv(args.argv(), nodes_in_step=args.nnodes, max_restarts=cfg.max_restarts,
+                              min_nodes=cfg.min_nodes, join_timeout_s=join_timeout(environ))
+    return [*rendezvous, "--module", "ddpslurm.launch.child", cfg.script, *cfg.script_args]
 
 
 def keep_agent_through_sigterm(inbox: signals.Inbox) -> None:
@@ -516,6 +520,23 @@ def agent_on_signal(signum: int, unix: float) -> None:
               "(the first one is their preemption flag); waiting for them", file=sys.stderr, flush=True)
 
 
+def _install_restart_hooks(cfg: WorkerConfig, environ: Mapping[str, str], job_id: str, attempt: int,
+                           attempt_dir: Path) -> None:
+    """torchrun's in-place restarts, recorded per node (`ddpslurm.launch.torchrun_agent`); only with --max-restarts
+    or --nodes MIN:MAX (a plain torchrun job never restarts: its first failure ends the step)."""
+    if not cfg.max_restarts and not cfg.min_nodes:
+        return
+    from ddpslurm.launch.torchrun_agent import install_restart_hooks, join_timeout
+
+    host = node_live.node_name(environ)
+    key = node_live.local_key(job_id, environ.get("SLURM_STEP_ID"), attempt, host)
+    fallback = jobfolder.host_folder(attempt_dir, host) / f".live.{jobfolder.folder_host(key)}"
+    install_restart_hooks(host_dir=jobfolder.host_folder(attempt_dir, host), host=host,
+                          max_restarts=cfg.max_restarts, node_file=jobfolder.node_file_path(attempt_dir, host),
+                          node_local=node_live.local_folder(environ, key, fallback), min_nodes=cfg.min_nodes,
+                          join_timeout_s=join_timeout(environ))
+
+
 def run_torchrun_agent(cfg: WorkerConfig) -> int:
     """One task per node: run torchrun in this process; ranks write their own records and logs."""
     inbox = install_signal_handling()
@@ -527,8 +548,9 @@ def run_torchrun_agent(cfg: WorkerConfig) -> int:
     apply_defaults(cfg.env_defaults, environ)
     apply_interface(cfg, node, environ)
     attempt = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    _job_dirs(cfg, node.job_id, attempt, environ)
+    _, attempt_dir = _job_dirs(cfg, node.job_id, attempt, environ)
     environ[CONFIG_ENV] = config_to_env(cfg)
+    _install_restart_hooks(cfg, environ, node.job_id, attempt, attempt_dir)
     argv = torchrun_argv(cfg, environ)
     signals.Dispatcher(inbox, agent_on_signal).start()
     print(f"ddpslurm: node {node.node_rank} ({socket.gethostname()}): torchrun {' '.join(argv)}",

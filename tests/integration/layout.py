@@ -1,5 +1,6 @@
 """The attempt folder's files as the tests read them: per-rank files in the ranks' host folders
-(`attempt_N/<host>/rank_R.*`), the ranks' signals and progress in the node files (`attempt_N/node_<host>.json`)."""
+(`attempt_N/<host>/rank_R.*`), the ranks' signals, progress and records in the node files
+(`attempt_N/node_<host>.json`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ def rank_file(attempt: Path, rank: int, suffix: str) -> Path:
 
 def rank_files(attempt: Path, suffix: str) -> dict[int, Path]:
     return jobfolder.rank_record_paths(attempt, suffix)
+
+
+def rank_records(attempt: Path, kind: str) -> dict[int, dict[str, Any]]:
+    """Every rank's start or exit record (`kind`), from the node files or the ranks' own files, as every reader
+    takes them (`jobfolder.read_rank_records`)."""
+    return jobfolder.read_rank_records(attempt, kind)
 
 
 def node_states(attempt: Path) -> dict[int, dict[str, Any]]:

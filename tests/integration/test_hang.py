@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.integration.layout import node_states, rank_file, rank_files
+from tests.integration.layout import node_states, rank_file, rank_records
 
 if TYPE_CHECKING:
     from tests.conftest import SlurmCluster
@@ -26,7 +26,7 @@ PG_TIMEOUT_S = 600  # ddpslurm's default process-group timeout (DDPSLURM_PG_TIME
 
 
 def _records(attempt: Path, kind: str) -> dict[int, dict]:
-    return {rank: json.loads(path.read_text()) for rank, path in rank_files(attempt, f".{kind}.json").items()}
+    return rank_records(attempt, kind)
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])

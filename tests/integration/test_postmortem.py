@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpslurm import jobfolder
 from tests.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slurm
@@ -89,8 +90,7 @@ def test_a_failed_ddpslurm_job_diagnoses_itself(cluster: SlurmCluster, tmp_path:
     job_id = json.loads(done.stdout.splitlines()[-1])["job_id"]
     folder = root / f"job_{job_id}"
     diagnosis = json.loads((folder / "diagnosis.json").read_text())
-    start = next((folder / "attempt_0").rglob("rank_1.start.json"))  # per node folders or not
-    host = json.loads(start.read_text())["host"]
+    host = jobfolder.read_rank_records(folder / "attempt_0", "start")[1]["host"]  # node files or rank files
     assert (diagnosis["cause"], diagnosis["first_failing_rank"], diagnosis["first_failing_host"]) == (
         "user_code_exception", 1, host)
     assert "RuntimeError" in (folder / "diagnosis.md").read_text()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.integration.layout import node_states, rank_file, rank_files
+from tests.integration.layout import node_states, rank_file, rank_files, rank_records
 
 if TYPE_CHECKING:
     from tests.conftest import SlurmCluster
@@ -53,11 +53,9 @@ def job_id(folder: Path) -> str:
 
 
 def read_records(attempt: Path, kind: str) -> dict[int, dict]:
-    out = {}
-    for path in rank_files(attempt, f".{kind}.json").values():
-        record = json.loads(path.read_text())
-        out[record["rank"]] = record
-    return out
+    """Every rank's `kind` record of the attempt (the node files', else the ranks' own files), keyed by the rank
+    each record names."""
+    return {record["rank"]: record for record in rank_records(attempt, kind).values()}
 
 
 def finals(attempt: Path) -> dict[int, dict]:
@@ -339,15 +337,15 @@ def requeued_and_restarted(cluster: SlurmCluster, folder: Path, script: str) -> 
     requeue), release it when Slurm holds it, wait until attempt 1's rank 0 starts, cancel it; its job folder."""
     jid = start_async(cluster, folder, SCRIPTS / script, [],
                       "--nodes", "2", "--time", "2", "--signal-delay", "40", "--max-requeues", "1")
-    def restarted() -> Path:
-        return rank_file(job_dir(folder) / "attempt_1", 0, ".start.json")
+    def restarted() -> bool:
+        return 0 in rank_records(job_dir(folder) / "attempt_1", "start")
 
     deadline = time.time() + 300
-    while time.time() < deadline and not restarted().exists():
+    while time.time() < deadline and not restarted():
         release_when_held(cluster, jid)
         time.sleep(2)
     cluster.run(["scancel", jid], check=False)  # it never ends by itself; the restart is what counts
-    assert restarted().exists(), "the job was not requeued and restarted"
+    assert restarted(), "the job was not requeued and restarted"
     return job_dir(folder)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.layout import rank_file, rank_files
+from tests.integration.layout import rank_file, rank_records
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train.py"
@@ -18,7 +18,7 @@ FAULT = Path(__file__).resolve().parent / "scripts" / "fault.py"
 
 
 def _records(attempt: Path, kind: str) -> dict[int, dict]:
-    return {rank: json.loads(path.read_text()) for rank, path in rank_files(attempt, f".{kind}.json").items()}
+    return rank_records(attempt, kind)
 
 
 def _local(tmp_path: Path, script: Path, *args: str) -> subprocess.CompletedProcess:

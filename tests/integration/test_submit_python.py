@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ddpslurm import jobfolder
 from tests.integration.test_submit import job_dir, job_id, submit, wait_end
 
 if TYPE_CHECKING:
@@ -50,6 +51,6 @@ def test_a_python_the_nodes_lack_ends_the_job_in_one_line(slurm_cluster: SlurmCl
     assert lines == [f"ddpslurm: error: {python} cannot import what every rank needs (ModuleNotFoundError: No "
                      f"module named 'torch'). Install them into it (`{python} -m pip install 'ddpslurm[launch,torch]'` "
                      "brings torch, submitit and ddpslurm), or pass --python with one that has them"], batch_err
-    assert not list(job_dir(folder).glob("attempt_0/rank_*.start.json"))  # srun never started a rank
+    assert not jobfolder.read_rank_records(job_dir(folder) / "attempt_0", "start")  # srun never started a rank
     script = next(job_dir(folder).glob("*_submission.sh")).read_text()
     assert "--wckey" not in script and "#SBATCH --nodes=2" in script

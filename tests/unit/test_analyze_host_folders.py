@@ -36,34 +36,60 @@ def test_path_info_reads_host_folders(parts, rank, host, attempt, kind) -> None:
 
 
 def _job(root: Path, layout: str) -> Path:
+    """`node`: the records in the node files only (issue 43's last form); `new`: per-rank record files in the host
+    folders beside node files holding an end's summary; `old`: every rank file straight in the attempt folder."""
     job = root / "job_5"
     attempt = jobfolder.attempt_folder(job, 0)
     for rank, host in ((0, "n1"), (1, "n2")):
-        paths = jobfolder.rank_paths(attempt, rank, host if layout == "new" else None)
+        paths = jobfolder.rank_paths(attempt, rank, host if layout != "old" else None)
         text = RAISED if rank == 1 else "step 1\nstep 2\n"
         paths["log"].parent.mkdir(parents=True, exist_ok=True)
         paths["log"].write_text(text)
         status = "exception" if rank == 1 else "signal"
-        jobfolder.write_json(paths["exit"], {"schema": 1, "kind": "exit", "rank": rank, "host": host, "pid": 10,
-                                             "job_id": "5", "attempt": 0, "status": status, "exit_code": 1,
-                                             "signal": None, "exception": None, "time": "2026-12-02T10:00:0"
-                                             f"{rank}.000000+00:00", "unix": 1.78e9 + rank})
-        if layout == "new":
-            jobfolder.write_json(jobfolder.node_file_path(attempt, host), node_record(
-                host, {rank: {"rank": rank, "exit": {"status": status, "exit_code": 1}}}, 3, 5.0, 1.78e9))
+        record = {"schema": 1, "kind": "exit", "rank": rank, "host": host, "pid": 10, "job_id": "5", "attempt": 0,
+                  "status": status, "exit_code": 1, "signal": None, "exception": None,
+                  "time": f"2026-12-02T10:00:0{rank}.000000+00:00", "unix": 1.78e9 + rank}
+        start = {"schema": 1, "kind": "start", "rank": rank, "host": host, "world_size": 2, "unix": 1.78e9 - 9}
+        if layout == "node":
+            state = {"rank": rank, "start": start, "exit": record}
+        else:
+            jobfolder.write_json(paths["exit"], record)
+            state = {"rank": rank, "exit": {"status": status, "exit_code": 1}}
+        if layout != "old":
+            jobfolder.write_json(jobfolder.node_file_path(attempt, host), node_record(host, {rank: state}, 3, 5.0,
+                                                                                      1.78e9))
     return job
 
 
-@pytest.mark.parametrize("layout", ["new", "old"])
+@pytest.mark.parametrize("layout", ["node", "new", "old"])
 def test_a_failing_rank_in_its_host_folder_is_named_with_its_host(tmp_path: Path, layout: str) -> None:
     got = analyze_paths([str(_job(tmp_path, layout))]).to_dict()
     assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == ("user_code_exception", 1, "n2")
     assert not got["skipped"]
 
 
-def test_node_files_are_bookkeeping_not_logs(tmp_path: Path) -> None:
+def test_node_files_hold_records_not_logs(tmp_path: Path) -> None:
     job = _job(tmp_path, "new")
     kinds = {Path(s.path).name: s.kind for s in discover([str(job)])}
-    assert kinds["node_n1.json"] == kinds["node_n2.json"] == "hang_record"
+    assert kinds["node_n1.json"] == kinds["node_n2.json"] == "node_record"
     assert kinds["rank_1.log"] == "log" and kinds["rank_1.exit.json"] == "exit_record"
     assert json.loads((job / "attempt_0" / "node_n2.json").read_text())["kind"] == "node"
+
+
+def test_a_node_files_records_are_read_as_the_ranks_own_files_would_be(tmp_path: Path) -> None:
+    """The exit events from the node files' records equal those from the same records in files of their own (only the
+    file they cite differs); the older node files' summaries give none."""
+    from ddpslurm.analyze.parse.records import record_events
+    from ddpslurm.analyze.rules.loading import load_signatures
+
+    sigs = load_signatures(())
+    by_layout = {}
+    for layout in ("node", "new"):
+        job = _job(tmp_path / layout, layout)
+        sources = [s for s in discover([str(job)]) if s.kind in ("node_record", "exit_record")]
+        events = [e for s in sources for e in record_events(s, sigs)[0]]
+        by_layout[layout] = sorted((e.kind, e.rank, e.cause, e.text) for e in events if e.kind != "start")
+    assert by_layout["node"] == by_layout["new"] and by_layout["node"]
+    job = _job(tmp_path / "summary", "new")
+    node = next(s for s in discover([str(job)]) if s.kind == "node_record")
+    assert record_events(node, sigs) == ([], {})

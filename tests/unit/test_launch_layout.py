@@ -16,6 +16,7 @@ import pytest
 
 from ddpslurm import jobfolder
 from ddpslurm.launch.local_status import local_status
+from ddpslurm.launch.node_live import node_record
 from ddpslurm.launch.tee import FdTee
 
 RANK = """
@@ -54,13 +55,16 @@ def test_a_rank_leaves_its_files_in_its_host_folder_and_the_node_one_file(tmp_pa
     top = sorted(p.name for p in attempt.iterdir())
     assert top == sorted([host, f"node_{host}.json"])  # O(nodes) entries in the attempt folder
     files = sorted(p.name for p in (attempt / host).iterdir())
-    assert files == sorted(f"rank_{r}{suffix}" for r in (0, 1) for suffix in (".log", ".start.json", ".exit.json",
-                                                                               ".stacks.txt"))
+    assert files == ["rank_0.log", "rank_1.log"]  # per rank only its log: records and liveness are the node's
     assert "trained" in (attempt / host / "rank_1.log").read_text()
     node = json.loads((attempt / f"node_{host}.json").read_text())
     assert {r: s["exit"]["status"] for r, s in node["ranks"].items()} == {"0": "ok", "1": "ok"}
-    assert jobfolder.rank_record_paths(attempt, jobfolder.EXIT_SUFFIX) == {
-        r: attempt / host / f"rank_{r}.exit.json" for r in (0, 1)}
+    starts, exits = jobfolder.read_rank_records(attempt, "start"), jobfolder.read_rank_records(attempt, "exit")
+    assert {r: (s["kind"], s["world_size"], s["launcher"]) for r, s in starts.items()} == {
+        0: ("start", 2, "local"), 1: ("start", 2, "local")}
+    assert {r: (e["kind"], e["status"], e["exit_code"]) for r, e in exits.items()} == {
+        0: ("exit", "ok", 0), 1: ("exit", "ok", 0)}
+    assert jobfolder.rank_record_paths(attempt, jobfolder.EXIT_SUFFIX) == {}
     local = [Path(base, f"ddpslurm-{os.getuid()}", f"4242.x.0.{host}") for base in ("/dev/shm", tmp_path / "tmp")]
     deadline = time.time() + 10  # the node's agent removes its node-local folder once both ranks ended
     while time.time() < deadline and any(p.exists() for p in local):
@@ -95,17 +99,43 @@ def test_host_folder_names_are_safe(host: str, folder: str) -> None:
     assert jobfolder.folder_host(host) == folder
 
 
-@pytest.mark.parametrize("layout", ["new", "old"])
-def test_local_status_reads_either_layout(tmp_path: Path, layout: str) -> None:
+@pytest.mark.parametrize("layout", ["node", "new", "old"])
+def test_local_status_reads_every_layout(tmp_path: Path, layout: str) -> None:
     job = jobfolder.job_folder(tmp_path, "1")
     jobfolder.write_json(jobfolder.job_record_path(job), {"job_id": "999999999", "executor": "local", "world_size": 2})
     attempt = jobfolder.attempt_folder(job, 0)
+    states = {}
     for rank in (0, 1):
+        end = {"kind": "exit", "exit_code": rank * 3, "unix": 5.0}
+        start = {"kind": "start", "host": "h1"}
+        if layout == "node":
+            states[rank] = {"rank": rank, "start": start, "exit": end}
+            continue
         paths = jobfolder.rank_paths(attempt, rank, "h1" if layout == "new" else None)
-        jobfolder.write_json(paths["exit"], {"exit_code": rank * 3, "unix": 5.0})
-        jobfolder.write_json(paths["start"], {"host": "h1"})
+        jobfolder.write_json(paths["exit"], end)
+        jobfolder.write_json(paths["start"], start)
+    if states:
+        jobfolder.write_json(jobfolder.node_file_path(attempt, "h1"), node_record("h1", states, 1, 5.0, 5.0))
     status = local_status(job)
     assert status.exit_code == 3 and status.nodelist == "h1"
+
+
+def test_rank_records_come_from_node_files_then_from_the_ranks_own_files(tmp_path: Path) -> None:
+    """A node file's whole records win; a rank it does not name (its agent did not confirm) has its own file; an
+    older node file's summary of an end (no `kind`) is no record."""
+    attempt = tmp_path / "attempt_0"
+    jobfolder.write_json(jobfolder.node_file_path(attempt, "n1"), node_record("n1", {
+        0: {"rank": 0, "exit": {"kind": "exit", "rank": 0, "status": "ok"}},
+        1: {"rank": 1, "exit": {"status": "exception", "exit_code": 1}}}, 2, 5.0, 5.0))
+    jobfolder.write_json(jobfolder.rank_paths(attempt, 0, "n1")["exit"], {"kind": "exit", "rank": 0, "status": "x"})
+    jobfolder.write_json(jobfolder.rank_paths(attempt, 1, "n1")["exit"], {"kind": "exit", "rank": 1,
+                                                                          "status": "exception"})
+    jobfolder.write_json(jobfolder.rank_paths(attempt, 2)["exit"], {"kind": "exit", "rank": 2, "status": "signal"})
+    (attempt / "node_n2.json").write_text("{not json")
+    found = jobfolder.read_rank_records(attempt, "exit")
+    assert {r: e["status"] for r, e in found.items()} == {0: "ok", 1: "exception", 2: "signal"}
+    assert jobfolder.read_rank_records(attempt, "start") == {}
+    assert jobfolder.read_rank_records(tmp_path / "missing", "exit") == {}
 
 
 def test_tee_without_passthrough_writes_the_log_only(tmp_path: Path) -> None:

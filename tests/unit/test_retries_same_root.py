@@ -24,8 +24,9 @@ RANKS = 4
 
 
 def write_job(job_dir: Path, script: Path, *, step: int | None = None, exception: str | None = None,
-              failing_rank: int = 2, checkpoint: str | None = None) -> None:
-    """A job folder as a failed job leaves it: the job record, every rank's exit record, heartbeats, checkpoints."""
+              failing_rank: int = 2, checkpoint: str | None = None, records_in: str = "node") -> None:
+    """A job folder as a failed job leaves it: the job record, every rank's exit record (in its node's file, or with
+    `records_in="rank"` in a file of its own as older job folders hold them), heartbeats, checkpoints."""
     spec = make_spec(script, nodes=2, max_requeues=0)
     jobfolder.write_json(jobfolder.job_record_path(job_dir), job_record(spec, make_plan(spec), job_dir.name[4:], 1e9))
     attempt = jobfolder.attempt_folder(job_dir, 0)
@@ -37,9 +38,12 @@ def write_job(job_dir: Path, script: Path, *, step: int | None = None, exception
         record = exit_record(rank=rank, host=host, pid=100 + rank, job_id=job_dir.name[4:], attempt=0,
                              status="exception" if raised else "signal", exit_code=1, unix=time.time(),
                              exception=info)
-        jobfolder.write_json(jobfolder.rank_paths(attempt, rank, host)["exit"], record)
         beat = progress_record(collectives=3 * step + rank, step=step, unix=time.time()) if step is not None else None
         states.setdefault(host, {})[rank] = {"rank": rank, "progress": beat}
+        if records_in == "rank":
+            jobfolder.write_json(jobfolder.rank_paths(attempt, rank, host)["exit"], record)
+        else:
+            states[host][rank]["exit"] = record
     for host, ranks in states.items():  # what each node's agent leaves (ddpslurm.launch.node_live)
         jobfolder.write_json(jobfolder.node_file_path(attempt, host), node_record(host, ranks, 1, 5.0, time.time()))
     folder = jobfolder.checkpoints_folder(job_dir)
@@ -164,9 +168,11 @@ def test_fingerprint(diagnosis: dict, node_level: bool, script_name: str | None,
     assert same_root.fingerprint(diagnosis, node_level, script_name, exception) == key
 
 
-def test_the_exception_type_is_the_failing_ranks_whatever_rank_it_was(tmp_path: Path, script: Path) -> None:
-    write_job(tmp_path / "job_1", script, exception="ValueError", failing_rank=1)
-    write_job(tmp_path / "job_2", script, exception="ValueError", failing_rank=3)
+@pytest.mark.parametrize("records_in", ["node", "rank"])
+def test_the_exception_type_is_the_failing_ranks_whatever_rank_it_was(tmp_path: Path, script: Path,
+                                                                      records_in: str) -> None:
+    write_job(tmp_path / "job_1", script, exception="ValueError", failing_rank=1, records_in=records_in)
+    write_job(tmp_path / "job_2", script, exception="ValueError", failing_rank=3, records_in=records_in)
     assert same_root.exception_type(tmp_path / "job_1", 1) == same_root.exception_type(tmp_path / "job_2", None) == \
         "ValueError"
     assert same_root.exception_type(tmp_path / "job_1", 0) == "ValueError"  # the failing rank left none: the others'

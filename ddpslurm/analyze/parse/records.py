@@ -1,6 +1,9 @@
-"""ddpslurm's per-rank start/exit records, its job record, and torchelastic's error.json -> Events.
+"""ddpslurm's start/exit records, its job record, and torchelastic's error.json -> Events.
 
-Records are small JSON files read whole (capped); a malformed one is skipped, never fatal.
+A rank's start and exit records are in its node's file (`attempt_N/node_<host>.json`, `ranks.<R>.start` and
+`ranks.<R>.exit`: ddpslurm.launch.node_live), or in files of their own (`rank_R.start.json`, `rank_R.exit.json`: a
+rank whose node agent did not confirm them, older job folders); both read alike. Records are JSON files read whole
+(capped); a malformed one is skipped, never fatal.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from ddpslurm.analyze.rules.signatures import SignatureSet
 from ddpslurm.sanitize import escape_undecodable, terminal
 
 MAX_RECORD_BYTES = 4 << 20
+#: a node file holds every local rank's records (with their exceptions' tracebacks): more than a record
+MAX_NODE_FILE_BYTES = 64 << 20
+#: the records a node file holds per rank (ddpslurm.jobfolder.RECORD_KINDS)
+NODE_RECORD_KINDS = ("start", "exit")
 
 #: exit signal -> (cause, role) for a rank that died by that signal.
 SIGNAL_CAUSES: dict[str, tuple[str, str]] = {
@@ -69,18 +76,18 @@ class _NotANumber:
     """What NaN and +-Infinity decode to: a value no field rule accepts, so the field is noted as bad."""
 
 
-def read_json(path: str) -> Any:
-    """The JSON value of a small regular file, or None when it is not one, too big, unreadable, not JSON or nested
-    too deep."""
+def read_json(path: str, max_bytes: int = MAX_RECORD_BYTES) -> Any:
+    """The JSON value of a small regular file, or None when it is not one, bigger than `max_bytes`, unreadable, not
+    JSON or nested too deep."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)  # a fifo named like a record never blocks
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
-            data = handle.read(MAX_RECORD_BYTES + 1)
+            data = handle.read(max_bytes + 1)
     except OSError:
         return None
-    if len(data) > MAX_RECORD_BYTES:
+    if len(data) > max_bytes:
         return None
     try:
         return json.loads(data.decode("utf-8", errors="replace"), parse_constant=lambda _: _NotANumber())
@@ -178,6 +185,8 @@ def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], 
         return fr_events(source), {}
     if source.kind == "hang_record":  # the heartbeat's and the monitor's bookkeeping: no evidence of its own
         return [], {}
+    if source.kind == "node_record":
+        return node_record_events(source, sigs)
     data = read_json(source.path)
     if not isinstance(data, dict):
         return [], _bad_note(source, "skipped, not a readable JSON object")
@@ -188,6 +197,33 @@ def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], 
     clean, bad = validate_record(data)
     notes = _bad_note(source, "ignored invalid field(s) " + ", ".join(bad)) if bad else {}
     events, facts = _rank_record(source, clean, data.get("kind"), sigs)
+    return events, {**facts, **notes}
+
+
+def node_record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], dict[str, Any]]:
+    """Events of the start and exit records a node file holds, each read as a record file of its own would be; its
+    progress and signals are bookkeeping (no evidence). A node file of an older ddpslurm (an end's summary, no
+    `kind`: the rank's own file holds the record) gives none."""
+    data = read_json(source.path, MAX_NODE_FILE_BYTES)
+    ranks = data.get("ranks") if isinstance(data, dict) else None
+    if not isinstance(ranks, dict):
+        return [], _bad_note(source, "skipped, not a readable node file")
+    events: list[Event] = []
+    facts: dict[str, Any] = {}
+    bad: set[str] = set()
+    for key in sorted(ranks, key=lambda k: (len(str(k)), str(k))):
+        state = ranks[key]
+        for kind in NODE_RECORD_KINDS:
+            record = state.get(kind) if isinstance(state, dict) else None
+            if not isinstance(record, dict) or record.get("kind") != kind:
+                continue
+            clean, wrong = validate_record(record)
+            bad.update(wrong)
+            found, stated = _rank_record(source, clean, kind, sigs)
+            events.extend(found)
+            if "world_size" in stated:
+                facts["world_size"] = max(facts.get("world_size", 0), stated["world_size"])
+    notes = _bad_note(source, "ignored invalid field(s) " + ", ".join(sorted(bad))) if bad else {}
     return events, {**facts, **notes}
 
 

@@ -28,12 +28,16 @@ from ddpslurm.analyze.model import FileSummary, SourceFile
 from ddpslurm.analyze.read.file_names import path_info
 from ddpslurm.errors import AnalyzeInputError, UsageError
 from ddpslurm.jobfolder import (
+    ATTEMPT_NAME,
+    ATTEMPT_PREFIX,
     DIAGNOSIS_JSON,
     DIAGNOSIS_MD,
     FR_TRACE_SUFFIX,
     HANG_FILE,
     HEARTBEAT_SUFFIX,
     NODE_FILE_NAME,
+    RESTART_PREFIX,
+    RESTARTS_FILE,
     STACKS_SUFFIX,
     rank_file_pattern,
 )
@@ -67,14 +71,16 @@ SKIP_NAMES = ("label.json",)
 #: ddpslurm's own post-mortem in a job folder (ddpslurm.postmortem): the analyzer's output, never its input
 OWN_OUTPUT_NAMES = (DIAGNOSIS_JSON, DIAGNOSIS_MD)
 _RECORD_KINDS = ("start_record", "exit_record", "job_record", "elastic_error", "doctor_record", "stack_dump",
-                 "hang_record", "fr_trace")
+                 "hang_record", "fr_trace", "node_record")
 #: the hang monitor's files (ddpslurm.launch.heartbeat): stack dumps parsed by analyze/stacks.py, flight recorder
-#: dumps by analyze/flight_recorder.py; its bookkeeping
+#: dumps by analyze/flight_recorder.py; its bookkeeping; a node's file (ddpslurm.launch.node_live), which holds its
+#: ranks' start and exit records (analyze/parse/records.py reads them as the ranks' own record files)
 _HANG_FILES = ((rank_file_pattern(STACKS_SUFFIX, 7), "stack_dump"),
                (rank_file_pattern(FR_TRACE_SUFFIX, 7), "fr_trace"),
                (rank_file_pattern(HEARTBEAT_SUFFIX, 7), "hang_record"),
                (re.compile(re.escape(HANG_FILE)), "hang_record"),
-               (NODE_FILE_NAME, "hang_record"))  # a node's liveness file (ddpslurm.launch.node_live)
+               (NODE_FILE_NAME, "node_record"),
+               (re.compile(re.escape(RESTARTS_FILE)), "hang_record"))  # a node's in-place restarts (bookkeeping)
 
 if TYPE_CHECKING:
     from ddpslurm.analyze.model import Diagnosis
@@ -376,19 +382,139 @@ def _source(path: str, name: str, relative: PurePath | tuple[str, ...], size: in
         kind = "json"
     path = sys.intern(path)  # the one string of this file's name its events and summary share (events.loaded_event)
     return SourceFile(path=path, display=display or path, rank=info.rank, host=info.host, local_rank=info.local_rank,
-                      attempt=info.attempt, kind=kind, size=size, task_file=info.task_file)
+                      attempt=info.attempt, kind=kind, size=size, task_file=info.task_file, restart=info.restart)
 
 
 def select_attempt(sources: list[SourceFile], attempt: str | int | None) -> list[SourceFile]:
-    """Keep one attempt's files (default: the last attempt) plus the files that belong to no attempt."""
+    """Keep one attempt's files (default: the last attempt) plus the files that belong to no attempt; of an attempt
+    that restarted in place, its last restart's (`select_run`)."""
+    return select_run(sources, attempt)[0]
+
+
+@dataclass(frozen=True)
+class RunChoice:
+    """Which attempt and in-place restart the files kept by `select_run` are of. `attempt`: its number, `all`, or
+    None (no attempt folders); `restart`: the restart's number (0: the attempt's first start), `all`, or None (with
+    `--attempt all`, or no attempt folders); `restarts`: the restarts the attempt's folders hold; `final`: the last of
+    them, the run that ended the attempt."""
+
+    attempt: int | str | None
+    restart: int | str | None
+    restarts: tuple[int, ...] = ()
+    final: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """The `run` field of `analyze --json`."""
+        return {"attempt": self.attempt, "restart": self.restart, "restarts": list(self.restarts),
+                "final_restart": self.final}
+
+
+def select_run(sources: list[SourceFile], attempt: str | int | None,
+               restart: str | int | None = None) -> tuple[list[SourceFile], RunChoice]:
+    """Keep one attempt's files (default: the last attempt) and of it one in-place restart's (default: the last, the
+    run that ended the attempt), plus the files that belong to no attempt, or to no host of it (the attempt's own
+    bookkeeping); and which run that is. `attempt` `all`: every file, of every attempt and restart, read together.
+    `restart` `all`: every restart of the attempt, read together. Pure of the filesystem (names only)."""
+    if restart not in (None, "last", "all"):
+        if not str(restart).isdigit():
+            raise UsageError(f"--restart {restart!r} is not a number",
+                             "use --restart K, --restart last or --restart all")
+        restart = int(restart)
     attempts = sorted({s.attempt for s in sources if s.attempt is not None})
-    if not attempts or attempt == "all":
-        return sources
+    if attempt == "all":
+        if restart not in (None, "last"):
+            raise UsageError(f"--restart {restart} with --attempt all: a restart is one attempt's",
+                             "give --attempt N with --restart, or leave --restart out")
+        return sources, RunChoice("all" if attempts else None, "all" if latest_restarts(sources) else None)
+    if not attempts:
+        if restart not in (None, "last", "all", 0):
+            raise UsageError(f"restart {restart} is not in the logs (no attempt folders, no in-place restarts)",
+                             "leave --restart out")
+        return sources, RunChoice(None, None)
     wanted = attempts[-1] if attempt in (None, "last") else int(attempt)
     if wanted not in attempts:
         raise UsageError(f"attempt {wanted} is not in the logs (attempts found: "
-                                f"{', '.join(map(str, attempts))})", "pass one of them to --attempt, or `all`")
-    return [s for s in sources if s.attempt is None or s.attempt == wanted]
+                         f"{', '.join(map(str, attempts))})", "pass one of them to --attempt, or `all`")
+    kept = [s for s in sources if s.attempt is None or s.attempt == wanted]
+    latest = latest_restarts(kept)
+    if not latest:  # never restarted in place (every job but those of --max-restarts): one run, every file of it
+        if restart not in (None, "last", "all", 0):
+            raise UsageError(f"restart {restart} is not in attempt {wanted} (restarts found: 0; 0 is the first "
+                             "start)", "pass one of them to --restart, or `last` or `all`")
+        return kept, RunChoice(wanted, "all" if restart == "all" else 0, (0,), 0)
+    numbers = [restart_of(s, latest) for s in kept]
+    found = tuple(sorted({n for n in numbers if n is not None} | {0}))
+    if restart == "all":
+        return kept, RunChoice(wanted, "all", found, found[-1])
+    chosen = found[-1] if restart in (None, "last") else int(restart)  # type: ignore[arg-type]
+    if chosen not in found:
+        raise UsageError(f"restart {chosen} is not in attempt {wanted} (restarts found: "
+                         f"{', '.join(map(str, found))}; 0 is the first start)",
+                         "pass one of them to --restart, or `last` or `all`")
+    return ([s for s, n in zip(kept, numbers, strict=True) if n is None or n == chosen],
+            RunChoice(wanted, chosen, found, found[-1]))
+
+
+def latest_restarts(sources: Sequence[SourceFile]) -> dict[tuple[int, str], int]:
+    """The latest in-place restart of each (attempt, host folder) that has earlier ones: one after its last
+    `restart_K/` (the agent sets restart K's files aside as restart K+1 starts)."""
+    latest: dict[tuple[int, str], int] = {}
+    for s in sources:
+        if s.restart is not None and s.attempt is not None and s.host is not None:
+            key = (s.attempt, s.host)
+            latest[key] = max(latest.get(key, 0), s.restart + 1)
+    return latest
+
+
+def restart_of(source: SourceFile, latest: Mapping[tuple[int, str], int]) -> int | None:
+    """The in-place restart a file of an attempt folder is of: K for `<host>/restart_K/`; for a host's usual names
+    (its folder's files, its `node_<host>.json`) the host's latest restart (`latest`; 0 where it never restarted):
+    a node lost in restart K keeps K's files under the usual names while the others go on. None for the files of
+    no attempt, or of no host (the attempt's own, of every restart)."""
+    if source.attempt is None:
+        return None
+    if source.restart is not None:
+        return source.restart
+    parent, name = os.path.split(source.path)
+    above, folder = os.path.split(parent)
+    if ATTEMPT_NAME.fullmatch(folder):
+        node = NODE_FILE_NAME.fullmatch(name)
+        host = node["host"] if node else None
+    else:
+        host = folder if ATTEMPT_NAME.fullmatch(os.path.basename(above)) else None
+    return None if host is None else latest.get((source.attempt, host), 0)
+
+
+def run_note(choice: RunChoice) -> str | None:
+    """What the diagnosis says of the run it is of, where the attempt restarted in place (None elsewhere). Pure."""
+    where = f"{ATTEMPT_PREFIX}{choice.attempt}/<host>/{RESTART_PREFIX}<K>/"
+    if choice.attempt == "all":
+        return ("--attempt all: every attempt's files are read together, and every in-place restart's (a rank "
+                "number names another process in each run); --attempt N diagnoses one attempt, and its last restart"
+                if choice.restart == "all" else None)
+    if choice.final is None or len(choice.restarts) < 2:
+        return None
+    first = choice.restarts[0]
+    if choice.restart == "all":
+        return (f"attempt {choice.attempt} restarted in place {choice.final} time(s): all its runs (restarts "
+                f"{first} to {choice.final}) are read together, and a rank number names another process in each; "
+                f"--restart K diagnoses one ({first}: the first start)")
+    if choice.restart == choice.final:
+        return (f"attempt {choice.attempt} restarted in place {choice.final} time(s): this is restart {choice.final}, "
+                f"the run that ended it; the earlier runs' files are in {where}: `--restart K` diagnoses one "
+                f"({first}: the first start), `--restart all` all together")
+    return (f"this is restart {choice.restart} of attempt {choice.attempt} ({first}: the first start), not the run "
+            f"that ended it: that is restart {choice.final}, which leaving --restart out diagnoses")
+
+
+def apply_run(diagnosis: Diagnosis, choice: RunChoice, asked: bool = False) -> None:
+    """Say which run the diagnosis is of (a note, and `--json`'s `run`) where the attempt restarted in place, or a
+    restart was `asked` for."""
+    note = run_note(choice)
+    if note:
+        diagnosis.notes.append(note)
+    if note or asked:
+        diagnosis.run = choice.to_dict()
 
 
 def is_record(source: SourceFile) -> bool:

@@ -3,7 +3,8 @@
 In: a path relative to the folder given to analyze. Out: a `PathInfo`. The names ddpslurm writes come from
 `ddpslurm.jobfolder`; the others are those of submitit (`%j_%t_log.out`), torchrun's `--log-dir`
 (`<run>_<random>/attempt_N/<local rank>/stdout.log`, `error.json`) and a person's `rank3.log`, under folders
-named after hosts.
+named after hosts. An in-place restart's files (`attempt_N/<host>/restart_K/`, `ddpslurm.launch.restarts`) carry
+their restart number K; the usual names of a host folder carry none (its latest restart: `discover.restart_of`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ddpslurm.jobfolder import (
     FR_TRACE_SUFFIX,
     JOB_PREFIX,
     JOB_RECORD_FILE,
+    RESTART_NAME,
     STACKS_SUFFIX,
     START_SUFFIX,
     SUBMITIT_TASK_FILE,
@@ -39,6 +41,7 @@ class PathInfo:
     attempt: int | None = None
     kind: str = "log"
     task_file: bool = False  # submitit's %j_%t_log: the srun task id is the rank only with one task per rank
+    restart: int | None = None  # K of `attempt_N/<host>/restart_K/` (an earlier in-place restart's files)
 
 
 #: ddpslurm's `rank_R.log` and its records; a person's `rank3.log`, `rank-3.txt` name the global rank too
@@ -59,7 +62,7 @@ def path_info(relative: PurePath | tuple[str, ...]) -> PathInfo:
     """Rank/host/attempt from a path relative to the folder given to analyze.
 
     `%j_%t_log.out` -> task id = global rank; `attempt_N/<host>/rank_R.log` (ddpslurm; `attempt_N/rank_R.log` in
-    job folders of older ddpslurm); torchrun's
+    job folders of older ddpslurm), `attempt_N/<host>/restart_K/...` (restart K's files); torchrun's
     `[host/]attempt_N/<local_rank>/{stdout,stderr}.log|error.json` -> local rank (host from a parent folder).
     """
     parts = relative if isinstance(relative, tuple) else relative.parts  # a tuple: the parts themselves
@@ -72,10 +75,15 @@ def path_info(relative: PurePath | tuple[str, ...]) -> PathInfo:
             above = i - 1 if i and _ELASTIC_RUN_ABOVE_ATTEMPT.match(parts[i - 1]) else i  # the agent's, not a host
             host = _host_from(parts[:above])
             rest = parts[i + 1:-1]
+            restart = RESTART_NAME.match(rest[1]) if len(rest) == 2 else None
             own = _OWN_RANK_FILE.match(name)
-            if own and len(rest) == 1:  # ddpslurm: attempt_N/<host>/rank_R.*, the folder is the host whatever its name
+            if own and (len(rest) == 1 or restart):  # ddpslurm: attempt_N/<host>/[restart_K/]rank_R.*, the folder
+                # is the host whatever its name
                 kind = {START_SUFFIX: "start_record", EXIT_SUFFIX: "exit_record"}.get(own["rec"] or "", "log")
-                return PathInfo(rank=int(own["rank"]), host=rest[0], attempt=attempt, kind=kind)
+                return PathInfo(rank=int(own["rank"]), host=rest[0], attempt=attempt, kind=kind,
+                                restart=int(restart["k"]) if restart else None)
+            if restart:  # restart K's copy of its node file, its flight-recorder dumps
+                return PathInfo(host=rest[0], attempt=attempt, restart=int(restart["k"]))
             if rest and _RANKDIR.match(rest[0]):
                 kind = "elastic_error" if name == "error.json" else "log"
                 return PathInfo(local_rank=int(_RANKDIR.match(rest[0])["n"]), host=host, attempt=attempt, kind=kind)
@@ -102,7 +110,7 @@ def _host_from(parents: tuple[str, ...]) -> str | None:
     """The nearest parent folder that looks like a host name (`node02`, `gpu-a100-3`)."""
     for part in reversed(parents):
         if ATTEMPT_NAME.match(part) or _RANKDIR.match(part) or part.startswith((JOB_PREFIX, "torchelastic_")) \
-                or _ELASTIC_RUN.match(part):
+                or _ELASTIC_RUN.match(part) or RESTART_NAME.match(part):
             continue
         m = _HOSTDIR.match(part)
         if m and not re.fullmatch(r"(?:logs?|out|outputs?|run\d*)", part):

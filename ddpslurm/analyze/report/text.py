@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 import textwrap
-from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from ddpslurm import sanitize
 from ddpslurm.analyze.model import NO_FAILURE, Diagnosis, Evidence, RankRow
@@ -261,12 +261,24 @@ def _md(text: str | None) -> str:
     return sanitize.markdown(text)
 
 
+def run_line(run: Mapping[str, Any]) -> str:
+    """Which run of a restarted job a diagnosis is of (its `run` field), in a few words. Pure."""
+    attempt, restart, final = run.get("attempt"), run.get("restart"), run.get("final_restart")
+    if attempt == "all" or attempt is None:
+        return "every attempt and in-place restart read together" if restart == "all" else "every file read"
+    if restart == "all":
+        return f"attempt {attempt}, all its in-place restarts (0 to {final}) read together"
+    ended = "the run that ended it" if restart == final else f"the run that ended it is restart {final}"
+    return f"attempt {attempt}, restart {restart} ({ended})"
+
+
 def to_markdown(diagnosis: Diagnosis) -> str:
     """A support-ticket friendly report."""
     d = diagnosis
     rank = d.first_failing_rank if d.first_failing_rank is not None else "unknown"
     out = [f"## ddpslurm analyze: `{sanitize.code_text(d.cause)}` (confidence: {_md(d.confidence)})", "",
            f"**First failing rank:** {rank} on host {_md(d.first_failing_host) or 'unknown'}", "",
+           *((f"**Run:** {_md(run_line(d.run))}", "") if d.run else ()),
            _md(d.summary), ""]
     if d.evidence:
         out += ["### Evidence", "", "```"]
