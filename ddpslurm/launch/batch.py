@@ -329,10 +329,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def requeue_below_min(job_id: str, attempt_dir: Path, *, attempt: int, max_requeues: int,
                       environ: Mapping[str, str]) -> bool:
     """Once srun has ended: requeue the job when its torchrun agents gave up for want of nodes
@@ -358,3 +354,7 @@ def requeue_below_min(job_id: str, attempt_dir: Path, *, attempt: int, max_reque
     if not requeued:
         write_record(attempt_dir, decision, False)
     return requeued
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -131,6 +131,19 @@ def collapsed(edges: dict[str, set[str]], depth: int) -> dict[str, set[str]]:
     return out
 
 
+def _is_main_guard(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
+
+
+def test_a_main_guard_comes_last() -> None:
+    """`python -m ddpslurm.X` runs the module's statements in order: a function defined below its
+    `if __name__ == "__main__":` does not exist yet when main() runs (a NameError only a real run shows)."""
+    late = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}" for path in modules()
+            for i, node in enumerate(tree(path).body) if _is_main_guard(node) and i != len(tree(path).body) - 1]
+    assert not late, f"statements after the main guard: {late}"
+
+
 def test_no_import_cycle_between_modules() -> None:
     assert not cycles(graph()), "modules that import each other (directly or around a loop)"
 
