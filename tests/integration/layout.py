@@ -5,8 +5,11 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ddpslurm import jobfolder
 
@@ -34,3 +37,15 @@ def node_states(attempt: Path) -> dict[int, dict[str, Any]]:
         for rank, state in json.loads(path.read_text())["ranks"].items():
             out[int(rank)] = state
     return out
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 1.0):
+    """Poll `predicate` until it returns something truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

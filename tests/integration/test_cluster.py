@@ -11,10 +11,11 @@ import os
 import re
 import shlex
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.integration.layout import wait_for
 
 CLUSTER_SCRIPT = Path(__file__).resolve().parents[2] / "slurm" / "cluster"
 TEST_NODES = int(os.environ.get("DDPSLURM_TEST_NODES", "3"))
@@ -32,18 +33,6 @@ def cluster_cmd(*args: str, user: str | None = None, timeout: float = 300) -> su
 def node_states(cluster) -> dict[str, str]:
     out = cluster.run(["sinfo", "-h", "-N", "-o", "%N %T"]).stdout
     return dict(line.split() for line in out.splitlines() if line.strip())
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 1.0):
-    """Poll `predicate` until it returns something truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def sacct_state(cluster, job_id: str) -> tuple[str, str] | None:

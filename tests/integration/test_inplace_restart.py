@@ -22,6 +22,7 @@ import pytest
 
 from ddpslurm import jobfolder
 from ddpslurm.launch import below_min
+from tests.integration.layout import wait_for
 from tests.integration.test_submit import REPO, TRAIN, finals, job_id, submit, wait_end
 
 if TYPE_CHECKING:
@@ -31,17 +32,6 @@ pytestmark = pytest.mark.slurm
 
 STEPS = 60
 ARGS = ["--epochs", "1", "--steps-per-epoch", str(STEPS), "--checkpoint-every", "5", "--step-sleep", "0.3"]
-
-
-def wait_for(what: str, check, timeout: float = 180, poll_s: float = 0.2):
-    """Poll `check()` until it returns something truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(poll_s)
-    pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
 def rank0_steps(attempt: Path) -> list[int]:
@@ -64,8 +54,8 @@ def test_killed_rank_restarts_in_place_from_its_checkpoint(slurm_cluster: SlurmC
     jid = job_id(folder)
     jdir = folder / f"job_{jid}"
     attempt = jdir / "attempt_0"
-    wait_for("rank 0 at step 10 (a checkpoint on disk)", lambda: any(s >= 10 for s in rank0_steps(attempt)))
-    victim = wait_for("rank 1's start record", lambda: start_record(attempt, 1))
+    wait_for(lambda: any(s >= 10 for s in rank0_steps(attempt)), 180, "rank 0 at step 10 (a checkpoint on disk)", 0.2)
+    victim = wait_for(lambda: start_record(attempt, 1), 180, "rank 1's start record", 0.2)
     os.kill(int(victim["pid"]), signal.SIGKILL)  # the cluster's nodes share this machine's process ids
 
     state = wait_end(slurm_cluster, jid, timeout=300)
@@ -113,7 +103,7 @@ def test_lost_node_leaves_the_job_completing_on_the_others(slurm_cluster: SlurmC
     assert done.returncode == 0, done.stdout + done.stderr
     jid = job_id(folder)
     attempt = folder / f"job_{jid}" / "attempt_0"
-    wait_for("rank 0 at step 10", lambda: any(s >= 10 for s in rank0_steps(attempt)))
+    wait_for(lambda: any(s >= 10 for s in rank0_steps(attempt)), 180, "rank 0 at step 10", 0.2)
     starts = jobfolder.read_rank_records(attempt, "start")
     assert {r["world_size"] for r in starts.values()} == {3}  # the cluster's 3 idle nodes: Slurm gave the most
     lost = next(r["host"] for r in starts.values() if r["host"] != starts[0]["host"] and r["rank"] == 2)
@@ -146,7 +136,7 @@ def test_below_min_nodes_requeues_and_resumes_from_the_checkpoint(slurm_cluster:
     jid = job_id(folder)
     jdir = folder / f"job_{jid}"
     first = jdir / "attempt_0"
-    wait_for("rank 0 at step 10 (a checkpoint on disk)", lambda: any(s >= 10 for s in rank0_steps(first)))
+    wait_for(lambda: any(s >= 10 for s in rank0_steps(first)), 180, "rank 0 at step 10 (a checkpoint on disk)", 0.2)
     starts = jobfolder.read_rank_records(first, "start")
     assert {r["world_size"] for r in starts.values()} == {2}
     lost = next(r["host"] for r in starts.values() if r["host"] != starts[0]["host"])
@@ -154,8 +144,7 @@ def test_below_min_nodes_requeues_and_resumes_from_the_checkpoint(slurm_cluster:
         crashed = time.time()
         slurm_cluster.cluster("crash-node", lost)
         # the requeued job cannot start before the node is back (the third is excluded): wait for the requeue
-        record = wait_for("the batch step's below-MIN requeue", lambda: below_min.read_record(first), timeout=240,
-                          poll_s=1)
+        record = wait_for(lambda: below_min.read_record(first), 240, "the batch step's below-MIN requeue")
         print(f"node {lost} crashed -> job requeued below MIN: {record['unix'] - crashed:.1f}s "
               f"(join timeout 20s, SlurmdTimeout 15s)")
     finally:
