@@ -206,7 +206,9 @@ def node_file_records(node: Any, kind: str) -> dict[int, dict[str, Any]]:
     return found
 
 
-def _read_object(path: Path) -> dict[str, Any] | None:
+def read_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object a job-folder file holds (read up to MAX_RECORDS_BYTES); None when absent, unreadable, too
+    big or not an object."""
     try:
         with open(path, "rb") as handle:
             data = json.loads(handle.read(MAX_RECORDS_BYTES + 1) or b"null")
@@ -231,10 +233,10 @@ def read_rank_records(attempt_dir: Path, kind: str) -> dict[int, dict[str, Any]]
     one listing per host folder: O(nodes) requests, plus one read per rank file found."""
     found: dict[int, dict[str, Any]] = {}
     for path in node_file_paths(attempt_dir):
-        found.update(node_file_records(_read_object(path), kind))
+        found.update(node_file_records(read_object(path), kind))
     for rank, path in rank_record_paths(attempt_dir, RECORD_SUFFIXES[kind]).items():
         if rank not in found:
-            record = _read_object(path)
+            record = read_object(path)
             if record is not None:
                 found[rank] = record
     return found

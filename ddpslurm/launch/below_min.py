@@ -19,7 +19,6 @@ Names, `join_timeout_s`, `gave_up_entry` and `decide` are pure; the rest reads a
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -88,10 +87,9 @@ def read_gave_up(attempt_dir: Path) -> dict[str, dict[str, Any]]:
         for entry in os.scandir(attempt_dir):
             if not entry.is_dir(follow_symlinks=False):
                 continue
-            with contextlib.suppress(OSError, ValueError):
-                data = json.loads((Path(entry.path) / GAVE_UP_FILE).read_text(encoding="utf-8"))
-                if isinstance(data, dict):
-                    found[entry.name] = data
+            data = jobfolder.read_object(Path(entry.path) / GAVE_UP_FILE)
+            if data is not None:
+                found[entry.name] = data
     return found
 
 
@@ -134,11 +132,7 @@ def write_record(attempt_dir: Path, decision: Decision, requeued: bool) -> None:
 
 def read_record(attempt_dir: Path) -> dict[str, Any] | None:
     """`below_min.json` of an attempt, or None."""
-    try:
-        data = json.loads((attempt_dir / RECORD_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return jobfolder.read_object(attempt_dir / RECORD_FILE)
 
 
 def summary(job_dir: Path) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ Names and `summary` are pure; `set_aside` and `append_record` touch disk. No tor
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
@@ -77,11 +76,8 @@ def set_aside(host_dir: Path, restart: int, node_file: Path | None = None) -> in
 
 def read_records(host_dir: Path) -> list[dict[str, Any]]:
     """The node's restart entries (oldest first); [] when it has none or the file is unreadable."""
-    try:
-        data = json.loads(record_path(host_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    entries = data.get("restarts") if isinstance(data, dict) else None
+    data = jobfolder.read_object(record_path(host_dir))
+    entries = data.get("restarts") if data is not None else None
     return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
 
 
@@ -161,8 +157,8 @@ def first_summary(job_dirs: Sequence[Path]) -> dict[str, Any] | None:
 
 def _budget(job_dir: Path) -> int:
     """--max-restarts as the job record (`ddpslurm.json`) has it; 0 when absent."""
-    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-        record = json.loads(jobfolder.job_record_path(job_dir).read_text(encoding="utf-8"))
+    record = jobfolder.read_object(jobfolder.job_record_path(job_dir)) or {}
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
         return int(record.get("spec", {}).get("max_restarts", 0) or 0)
     return 0
 
