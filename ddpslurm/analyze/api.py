@@ -12,7 +12,7 @@ from typing import Any
 from ddpslurm.analyze.diagnose.engine import judge
 from ddpslurm.analyze.model import Diagnosis, Event, FileSummary, SourceFile
 from ddpslurm.analyze.parse import stream_ends
-from ddpslurm.analyze.parse.records import record_events
+from ddpslurm.analyze.parse.records import all_record_events
 from ddpslurm.analyze.parse.scan import scan_files
 from ddpslurm.analyze.parse.tag_hosts import settle_hosts
 from ddpslurm.analyze.parse.years import assumed_year, settle_years
@@ -85,15 +85,7 @@ def _analyze_paths(streams: Streams, *, workers: int | None, progress: bool,
     if not sources:
         raise AnalyzeInputError(f"no log files found under {', '.join(map(str, paths))}",
                                 "give a job folder, a torchrun --log-dir, slurm-*.out files or a pasted log")
-    events: list[Event] = []
-    facts: dict[str, Any] = {}
-    record_notes: list[str] = []
-    for rec in records:
-        evs, found = record_events(rec, sigs)
-        events.extend(evs)
-        record_notes.extend(found.pop("notes", ()))
-        for key, value in found.items():
-            facts[key] = max(facts.get(key, 0), value) if isinstance(value, int) else value
+    events, facts, record_notes = all_record_events(records, sigs)
     year, written = assumed_year(events, logs)
     with _progress(progress, sum(s.size for s in logs), len(logs)) as advance:
         results = scan_files(logs, sigs, years=[year] * len(logs), workers=workers, progress=advance)

@@ -93,3 +93,49 @@ def test_a_node_files_records_are_read_as_the_ranks_own_files_would_be(tmp_path:
     job = _job(tmp_path / "summary", "new")
     node = next(s for s in discover([str(job)]) if s.kind == "node_record")
     assert record_events(node, sigs) == ([], {})
+
+
+@pytest.mark.parametrize("host_folders", [True, False])
+def test_a_record_in_both_its_node_file_and_its_own_file_is_read_once(tmp_path: Path, host_folders: bool) -> None:
+    """An agent that confirmed a rank's exit after the rank's own wait ran out: the record is in both files, and
+    analyze reads it once (from the node file), in either layout of the rank's own file; another attempt's node file
+    does not hide it."""
+    from ddpslurm.analyze.parse.records import all_record_events
+    from ddpslurm.analyze.rules.loading import load_signatures
+
+    job = _job(tmp_path, "node")
+    attempt = jobfolder.attempt_folder(job, 0)
+    node = json.loads(jobfolder.node_file_path(attempt, "n2").read_text())
+    record = node["ranks"]["1"]["exit"]
+    own = jobfolder.rank_paths(attempt, 1, "n2" if host_folders else None)["exit"]
+    own.parent.mkdir(parents=True, exist_ok=True)
+    jobfolder.write_json(own, record)
+    other = jobfolder.attempt_folder(job, 1)
+    other.mkdir(parents=True)
+    jobfolder.write_json(jobfolder.node_file_path(other, "n2"), node)
+    sigs = load_signatures(())
+    sources = [s for s in discover([str(job)]) if s.kind in ("node_record", "exit_record", "start_record")]
+    events, _facts, _notes = all_record_events(sources, sigs)
+    exits = [(e.file, e.rank) for e in events if e.kind != "start" and e.rank == 1]
+    assert len(exits) == 2  # attempt 0's, once (its node file), and attempt 1's node file
+    assert all("node_n2.json" in file for file, _rank in exits)
+    jobfolder.node_file_path(attempt, "n2").unlink()
+    sources = [s for s in discover([str(job)]) if s.kind in ("node_record", "exit_record", "start_record")]
+    events, _facts, _notes = all_record_events(sources, sigs)
+    assert [e.file for e in events if e.kind != "start" and e.rank == 1 and "rank_1" in e.file]  # its own file then
+
+
+def test_the_restart_bookkeeping_is_not_read_as_a_log(tmp_path: Path) -> None:
+    """restarts.json, rendezvous_gave_up.json and below_min.json hold torch's error texts that the agents' logs hold
+    too: read as logs they would be evidence twice (at line 1 of a JSON file)."""
+    job = _job(tmp_path, "node")
+    attempt = jobfolder.attempt_folder(job, 0)
+    text = {"message": "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError: join timeout"}
+    for path in (attempt / "n1" / jobfolder.RESTARTS_FILE, attempt / "n1" / jobfolder.GAVE_UP_FILE,
+                 attempt / jobfolder.BELOW_MIN_FILE):
+        jobfolder.write_json(path, text)
+    kinds = {Path(s.path).name: s.kind for s in discover([str(job)])}
+    assert {kinds[jobfolder.RESTARTS_FILE], kinds[jobfolder.GAVE_UP_FILE], kinds[jobfolder.BELOW_MIN_FILE]} == {
+        "hang_record"}
+    got = analyze_paths([str(job)]).to_dict()
+    assert (got["cause"], got["first_failing_rank"]) == ("user_code_exception", 1)

@@ -3,7 +3,8 @@
 A rank's start and exit records are in its node's file (`attempt_N/node_<host>.json`, `ranks.<R>.start` and
 `ranks.<R>.exit`: ddpslurm.launch.node_live), or in files of their own (`rank_R.start.json`, `rank_R.exit.json`: a
 rank whose node agent did not confirm them, older job folders); both read alike. Records are JSON files read whole
-(capped); a malformed one is skipped, never fatal.
+(capped); a malformed one is skipped, never fatal. A rank's record found in both (its agent confirmed it after the
+rank's own wait ran out) is read once, from the node file, as `ddpslurm.jobfolder.read_rank_records` reads it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import math
 import os
 import re
 import stat
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ddpslurm.analyze.model import Event, SourceFile
@@ -198,6 +201,45 @@ def record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], 
     notes = _bad_note(source, "ignored invalid field(s) " + ", ".join(bad)) if bad else {}
     events, facts = _rank_record(source, clean, data.get("kind"), sigs)
     return events, {**facts, **notes}
+
+
+#: a rank's own record file's kind -> the key of the same record in its node's file
+_OWN_RECORD_KINDS = {"start_record": "start", "exit_record": "exit"}
+
+
+def all_record_events(records: Sequence[SourceFile], sigs: SignatureSet
+                      ) -> tuple[list[Event], dict[str, Any], list[str]]:
+    """The events, facts (the largest of each number) and notes of a job's record files, node files first; a rank's
+    own start or exit file whose record its attempt's node file holds too is not read again."""
+    events: list[Event] = []
+    facts: dict[str, Any] = {}
+    notes: list[str] = []
+    told: set[tuple[Path, str, int]] = set()  # (attempt folder, kind, rank) of the records node files held
+    for source in sorted(records, key=lambda s: s.kind != "node_record"):
+        kind = _OWN_RECORD_KINDS.get(source.kind)
+        if kind is not None and source.rank is not None and _told_by_node_file(source, kind, told):
+            continue
+        found_events, found = record_events(source, sigs)
+        if source.kind == "node_record":
+            told.update((Path(source.path).parent, _record_kind(e), e.rank) for e in found_events
+                        if e.rank is not None)
+        events.extend(found_events)
+        notes.extend(found.pop("notes", ()))
+        for key, value in found.items():
+            facts[key] = max(facts.get(key, 0), value) if isinstance(value, int) else value
+    return events, facts, notes
+
+
+def _told_by_node_file(source: SourceFile, kind: str, told: set[tuple[Path, str, int]]) -> bool:
+    """Whether a rank's own record file (`<attempt>/<host>/rank_R...` or `<attempt>/rank_R...`) is one its attempt's
+    node file held (by the attempt folder, the record's kind and the rank)."""
+    folder = Path(source.path).parent
+    return any((attempt, kind, source.rank) in told for attempt in (folder, folder.parent))
+
+
+def _record_kind(event: Event) -> str:
+    """The record an event of a node file came from: a start record's one event, else the exit record's."""
+    return "start" if event.kind == "start" else "exit"
 
 
 def node_record_events(source: SourceFile, sigs: SignatureSet) -> tuple[list[Event], dict[str, Any]]:
