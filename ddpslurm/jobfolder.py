@@ -80,6 +80,8 @@ RESTART_PREFIX = "restart_"
 RESTARTS_FILE = "restarts.json"
 #: `attempt_<N>/below_min.json`: the batch step's decision when a node range fell below its MIN
 BELOW_MIN_FILE = "below_min.json"
+#: `attempt_<N>/<host>/rendezvous_gave_up.json`: an agent's record of torch's rendezvous giving up (launch.below_min)
+GAVE_UP_FILE = "rendezvous_gave_up.json"
 #: the hang monitor's request to end the attempt
 HANG_FILE = "hang.json"
 REQUEUE_FILE = "requeue.json"

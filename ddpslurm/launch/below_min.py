@@ -34,7 +34,7 @@ from ddpslurm import jobfolder
 #: nodes that cannot come (Slurm never adds a node to a running job)
 DEFAULT_JOIN_TIMEOUT_S = 120
 JOIN_TIMEOUT_ENV = "DDPSLURM_RDZV_JOIN_TIMEOUT_S"
-GAVE_UP_FILE = "rendezvous_gave_up.json"
+GAVE_UP_FILE = jobfolder.GAVE_UP_FILE
 RECORD_FILE = jobfolder.BELOW_MIN_FILE
 TIMEOUT = "timeout"  # RendezvousTimeoutError: fewer than MIN nodes joined within join_timeout
 CLOSED = "closed"  # RendezvousClosedError: another agent gave up (or the job ended) and closed the rendezvous

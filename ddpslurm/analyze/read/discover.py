@@ -30,9 +30,11 @@ from ddpslurm.errors import AnalyzeInputError, UsageError
 from ddpslurm.jobfolder import (
     ATTEMPT_NAME,
     ATTEMPT_PREFIX,
+    BELOW_MIN_FILE,
     DIAGNOSIS_JSON,
     DIAGNOSIS_MD,
     FR_TRACE_SUFFIX,
+    GAVE_UP_FILE,
     HANG_FILE,
     HEARTBEAT_SUFFIX,
     NODE_FILE_NAME,
@@ -80,7 +82,9 @@ _HANG_FILES = ((rank_file_pattern(STACKS_SUFFIX, 7), "stack_dump"),
                (rank_file_pattern(HEARTBEAT_SUFFIX, 7), "hang_record"),
                (re.compile(re.escape(HANG_FILE)), "hang_record"),
                (NODE_FILE_NAME, "node_record"),
-               (re.compile(re.escape(RESTARTS_FILE)), "hang_record"))  # a node's in-place restarts (bookkeeping)
+               (re.compile(re.escape(RESTARTS_FILE)), "hang_record"),  # a node's in-place restarts (bookkeeping)
+               (re.compile(re.escape(GAVE_UP_FILE)), "hang_record"),  # an agent's rendezvous gave up (its log says it)
+               (re.compile(re.escape(BELOW_MIN_FILE)), "hang_record"))  # the batch step's requeue below MIN
 
 if TYPE_CHECKING:
     from ddpslurm.analyze.model import Diagnosis
