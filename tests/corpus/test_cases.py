@@ -172,9 +172,13 @@ def validate_schema(obj: dict[str, Any], causes: set[str]) -> list[str]:
     problems: list[str] = []
     expected = {"schema_version", "cause", "first_failing_rank", "first_failing_host", "confidence", "summary",
                 "advice", "evidence", "ranks", "retry", "exclude_nodes", "skipped", "notes"}
-    if set(obj) != expected:
-        problems.append(f"keys differ: missing {sorted(expected - set(obj))}, extra {sorted(set(obj) - expected)}")
+    optional = {"run"}  # only where the attempt restarted in place, or a restart was asked for
+    if not expected <= set(obj) <= expected | optional:
+        problems.append(f"keys differ: missing {sorted(expected - set(obj))}, "
+                        f"extra {sorted(set(obj) - expected - optional)}")
         return problems
+    if "run" in obj:
+        problems.extend(_run_problems(obj["run"]))
     if obj["schema_version"] != 1:
         problems.append(f"schema_version {obj['schema_version']!r}, want 1")
     if not (isinstance(obj["notes"], list) and all(isinstance(n, str) for n in obj["notes"])):
@@ -232,6 +236,21 @@ def validate_schema(obj: dict[str, Any], causes: set[str]) -> list[str]:
     return problems
 
 
+def _run_problems(run: Any) -> list[str]:
+    """Problems with `--json`'s `run`: which attempt and in-place restart the diagnosis is of."""
+    if not isinstance(run, dict) or set(run) != {"attempt", "restart", "restarts", "final_restart"}:
+        return [f"run has keys {sorted(run) if isinstance(run, dict) else run!r}"]
+    problems = []
+    for key in ("attempt", "restart"):
+        if not (run[key] is None or run[key] == "all" or (type(run[key]) is int and run[key] >= 0)):
+            problems.append(f"run.{key} must be a number, 'all' or null")
+    if not (isinstance(run["restarts"], list) and all(type(k) is int and k >= 0 for k in run["restarts"])):
+        problems.append("run.restarts must be a list of numbers")
+    if not (run["final_restart"] is None or type(run["final_restart"]) is int):
+        problems.append("run.final_restart must be a number or null")
+    return problems
+
+
 def _valid(**changes: Any) -> dict[str, Any]:
     obj = {"schema_version": 1, "cause": "unknown", "first_failing_rank": None, "first_failing_host": None,
            "confidence": "low", "summary": "s", "advice": [], "evidence": [], "ranks": [], "retry": "stop",
@@ -242,6 +261,9 @@ def _valid(**changes: Any) -> dict[str, Any]:
 def test_schema_validator_accepts_a_valid_object() -> None:
     assert validate_schema(_valid(), set(vocabulary())) == []
     assert validate_schema(_valid(cause="none"), set(vocabulary())) == []
+    run = {"attempt": 0, "restart": 2, "restarts": [0, 1, 2], "final_restart": 2}
+    assert validate_schema(_valid(run=run), set(vocabulary())) == []
+    assert validate_schema(_valid(run={**run, "restart": "all", "attempt": "all"}), set(vocabulary())) == []
 
 
 @pytest.mark.parametrize(("obj", "problem"), [
@@ -252,6 +274,10 @@ def test_schema_validator_accepts_a_valid_object() -> None:
     (_valid(ranks=[{"rank": 0, "host": None, "role": "boss", "first_error": None}], retry="maybe"), "retry"),
     (_valid(schema_version=2), "schema_version"),
     (_valid(notes=[3]), "notes"),
+    (_valid(attempts=[0]), "keys differ"),
+    (_valid(run={"attempt": 0}), "run has keys"),
+    (_valid(run={"attempt": "last", "restart": 0, "restarts": [0], "final_restart": 0}), "run.attempt"),
+    (_valid(run={"attempt": 0, "restart": 0, "restarts": ["0"], "final_restart": 0}), "run.restarts"),
 ])
 def test_schema_validator_rejects(obj: dict[str, Any], problem: str) -> None:
     """The validator used by the CLI test must itself catch wrong objects."""

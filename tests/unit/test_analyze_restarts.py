@@ -23,6 +23,7 @@ from ddpslurm.analyze.read.file_names import path_info
 from ddpslurm.errors import UsageError
 from ddpslurm.launch import records, restarts
 from ddpslurm.launch.node_live import node_record
+from tests.corpus.test_cases import validate_schema, vocabulary
 
 T0 = 1.78e9
 
@@ -121,6 +122,7 @@ def test_the_run_that_ended_the_job_is_diagnosed_by_default(tmp_path: Path) -> N
     assert {r["host"] for r in got["ranks"]} == {"gpu-b07", "gpu-b11"}  # the node lost earlier is not in it
     assert all("restart_" not in e["file"] for e in got["evidence"])
     assert got["run"] == {"attempt": 0, "restart": 2, "restarts": [0, 1, 2], "final_restart": 2}
+    assert validate_schema(got, set(vocabulary())) == []
     note = next(n for n in got["notes"] if "restarted in place" in n)
     assert "2 time(s)" in note and "--restart K" in note and "restart_<K>" in note
 
