@@ -56,13 +56,16 @@ class NodeFiles:
                     self.ranks[int(key)] = state
         return read
 
-    def progress(self) -> dict[int, tuple[Any, Any]]:
-        """Each rank's last progress (collectives, step), for the ranks that reported one."""
+    def progress(self) -> dict[int, tuple[Any, Any, Any]]:
+        """Each rank's last progress (its process, collectives, step), for the ranks that reported one or have
+        started: a rank's new process (torchrun's in-place restart) is progress before its first step."""
         out = {}
         for rank, state in self.ranks.items():
             beat = state.get("progress")
             if isinstance(beat, dict):
-                out[rank] = (beat.get("collectives"), beat.get("step"))
+                out[rank] = (state.get("pid"), beat.get("collectives"), beat.get("step"))
+            elif state.get("start"):
+                out[rank] = (state.get("pid"), None, None)
         return out
 
     def progress_unix(self, rank: int) -> float | None:

@@ -51,7 +51,7 @@ def test_node_files_give_progress_and_ends_from_one_listing(tmp_path: Path):
     (tmp_path / "rank_4.heartbeat.json").write_text("{}")  # the older layout's per-rank files are not listed for
     files = NodeFiles(tmp_path)
     assert files.poll() == 1
-    assert files.progress() == {0: (4, 2), 3: (4, 2)} and sorted(files.exits()) == [3]
+    assert files.progress() == {0: (None, 4, 2), 3: (None, 4, 2)} and sorted(files.exits()) == [3]
     assert NodeFiles(tmp_path / "missing").poll() == 0
 
 
@@ -281,3 +281,33 @@ def test_a_silence_shorter_than_two_node_intervals_is_never_a_hang(tmp_path: Pat
     assert sent == []
     monitor.poll(42.0)
     assert sent and monitor.stalled == [0]
+
+
+def test_a_rank_restarted_in_place_is_progress_before_its_first_step(tmp_path: Path):
+    """torchrun's in-place restart: the failed and the stopped workers are silent from the failure until their new
+    processes' first steps, longer than a short --hang-timeout; each new process's start is progress. A new process
+    that then makes no progress is still a hang."""
+    sent: list[tuple[str, str]] = []
+    monitor = HangMonitor(tmp_path, "77", 10, signal_job=lambda job, sig: sent.append((job, sig)))
+
+    def poll(t: int, pid: int, steps: dict[int, int | None]) -> None:
+        states = {}
+        for rank, step in steps.items():
+            states[rank] = {"pid": pid + rank, "start": {"kind": "start"}}
+            if step is not None:
+                states[rank]["progress"] = {"collectives": step, "step": step, "unix": float(step)}
+        _node(tmp_path, "n1", states)
+        monitor.poll(float(t))
+
+    for t in range(0, 20):
+        poll(t, 100, {0: t, 1: t})
+    for t in range(20, 29):  # rank 1's worker died at 20; torchrun stops rank 0's, rendezvous, starts new ones
+        poll(t, 100, {0: 19, 1: 19})
+    for t in range(29, 38):  # the new processes have started, and load the checkpoint
+        poll(t, 200, {0: None, 1: None})
+    for t in range(38, 45):  # their first steps: 19 s after the last ones
+        poll(t, 200, {0: t, 1: t})
+    assert sent == []
+    for t in range(45, 60):  # rank 1's new process stops at its step 44
+        poll(t, 200, {0: t, 1: 44})
+    assert sent == [("77", str(int(signal.SIGWINCH)))] and monitor.stalled == [1]
