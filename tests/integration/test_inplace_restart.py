@@ -72,7 +72,8 @@ def test_killed_rank_restarts_in_place_from_its_checkpoint(slurm_cluster: SlurmC
     assert len({r["params_sha256"] for r in done_lines.values()}) == 1
     resumed = re.search(r"resumed from .* at step (\d+)", jobfolder.rank_record_paths(
         attempt, jobfolder.LOG_SUFFIX)[0].read_text(errors="replace"))
-    assert resumed and int(resumed[1]) >= 10 and int(resumed[1]) % 5 == 0
+    # from a checkpoint, not from the start: step 10's may still be being written when rank 0 logs step 10
+    assert resumed and int(resumed[1]) >= 5 and int(resumed[1]) % 5 == 0
 
     victim_host = jobfolder.host_folder(attempt, victim["host"])
     entries = json.loads((victim_host / "restarts.json").read_text())["restarts"]
