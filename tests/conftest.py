@@ -1,6 +1,7 @@
 """Shared fixtures. The `slurm_cluster` fixture gives integration tests a real Slurm cluster.
 
-The cluster is `slurm/cluster --name $DDPSLURM_TEST_CLUSTER` (default `test`). If it is already up,
+The cluster is `slurm/cluster --name $DDPSLURM_TEST_CLUSTER` (default `test`; under pytest-xdist each worker past
+the first has its own, `<name><N>`: scripts/run-tests runs the Slurm tests in two streams). If it is already up,
 it is used as is; otherwise the fixture brings it up (root needed) and down again at the end of the
 session. Without root or without Slurm installed the integration tests skip, except in CI
 (`CI=true`), where a missing cluster is a failure: CI must never skip them.
@@ -20,7 +21,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SCRIPT = REPO / "slurm" / "cluster"
-TEST_CLUSTER = os.environ.get("DDPSLURM_TEST_CLUSTER", "test")
+
+
+def _worker_cluster(base: str, worker: str | None) -> str:
+    """The cluster of one pytest-xdist worker (`gw0`, `gw1`, ...): the first keeps `base`, the others `<base><N>`, so
+    that side-by-side streams of Slurm tests never share a cluster's nodes. Pure."""
+    number = worker[2:] if worker and worker.startswith("gw") else ""
+    return f"{base}{number}" if number.isdigit() and number != "0" else base
+
+
+TEST_CLUSTER = _worker_cluster(os.environ.get("DDPSLURM_TEST_CLUSTER", "test"), os.environ.get("PYTEST_XDIST_WORKER"))
 TEST_NODES = int(os.environ.get("DDPSLURM_TEST_NODES", "3"))
 
 
