@@ -151,9 +151,9 @@ class FileSummary:
     lines: int = 0
     bytes: int = 0
     tail: list[str] | tuple[str, ...] = field(default_factory=list)  #: the last lines, of the first files only
-    last_line: str | None = None  #: the last of `tail_shapes`
-    #: the shapes (digits deleted) of the file's last lines, oldest first, ddpslurm's and submitit's own aside
-    tail_shapes: tuple[str, ...] = ()
+    last_line: str | None = None  #: the shape (digits deleted) of its last line, ddpslurm's and submitit's own aside
+    #: the marks (8 bytes each, `file_summary.line_marks`) of the shapes of the file's last lines, oldest first
+    end_marks: bytes = b""
     #: ranks the file's line prefixes name, but a log file's own rank (a scan returns an empty set frozen)
     ranks_seen: set[int] | frozenset[int] = field(default_factory=set)
     binary: bool = False

@@ -461,6 +461,22 @@ def test_store_barrier_arithmetic(fields: dict[str, str], attempt_mark: bool, ca
     assert [(v.cause, v.rank) for v in votes] == [(cause, rank)]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_ranks_that_waited_in_the_store_for_a_key_joined_it(seed: int) -> None:
+    """The store's host counts the clients that joined; a rank that waited in the store for a key (a store get that
+    timed out) was connected to it, so the missing client is the rank that shows no sign of the store, whichever
+    rank that is."""
+    rng = random.Random(seed)
+    world = rng.randrange(4, 12)
+    host, late = rng.sample(range(world), 2)
+    events = [ev("store_barrier", "victim", host, cause="rendezvous_timeout", world_size=str(world),
+                 worker_count=str(world - 1), timeout_s="16")]
+    events += [ev("store_barrier", "victim", r, cause="rendezvous_timeout", key="/default_pg/0//cpu//0/0",
+                  key_rank="0") for r in range(world) if r not in (host, late)]
+    votes = barriers.barrier_counts(timeline(events, world=world))
+    assert [(v.cause, v.rank) for v in votes] == [("rendezvous_timeout", late)]
+
+
 def test_a_rank_the_world_cannot_have_is_the_misconfigured_one() -> None:
     events = [ev("store_barrier", "victim", r, cause="rendezvous_timeout", world_size="2", worker_count="3",
                  extra={"rank": str(r)}) for r in (0, 2)]

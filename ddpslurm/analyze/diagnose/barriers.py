@@ -85,6 +85,9 @@ def _store_counts(counted: list[Event], tl: JobTimeline) -> list[Vote]:
     reporters = {e.rank for e in counted if e.rank is not None}
     missing = [r for r in range(min(size, world)) if r not in reporters]
     if len(missing) > size - count > 0:
+        # a rank that waited in the store for a key was connected to it: one of the clients that joined
+        clients = {e.rank for e in tl.events if e.kind == "store_barrier" and e.rank is not None and e.get("key")}
+        missing = [r for r in missing if r not in clients] or missing
         narrowed = [r for r in missing if tl.rank(r).own_failures] or \
                    [r for r in missing if tl.rank(r).stopped_early]
         missing = narrowed or missing

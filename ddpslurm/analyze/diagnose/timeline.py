@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ddpslurm.analyze.diagnose.knowledge import group
 from ddpslurm.analyze.diagnose.resolve import JOB_KINDS, JobFacts, expand_ranks, plausible_world
 from ddpslurm.analyze.model import FACT_KINDS, Event, FileSummary, SourceFile
+from ddpslurm.analyze.parse.file_summary import TAIL_LINES, marks_of, shape_mark
 from ddpslurm.analyze.parse.timestamps import comparable
 
 FAILURE_ROLES = ("culprit", "victim", "either")
@@ -247,53 +248,89 @@ def _task_status(e: Event) -> str:
 
 def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile],
                    summaries: Sequence[FileSummary], labels_are_ranks: bool = True) -> None:
-    """Line counts per rank, and the ranks whose log ends unlike most ranks' logs or far shorter. A rank without a
-    log of its own is read from its stream in a log srun --label merged (not under torchrun: labels number nodes)."""
+    """Line counts per rank, and the ranks whose log ends before the line most ranks' logs reach (`stopped_early`).
+    A rank without a log of its own is read from its stream in a log srun --label merged (not under torchrun:
+    labels number nodes)."""
     rank_of = {s.display: s.rank for s in sources if s.rank is not None and s.kind == "log"}
-    last: dict[int, tuple[str, ...]] = {}
+    last: dict[int, tuple[int, ...]] = {}
+    whole: set[int] = set()
     for summary in summaries:
         rank = rank_of.get(summary.file)
         if rank is None:
             continue
         ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += summary.lines
-        if summary.tail_shapes:
-            last[rank] = summary.tail_shapes
+        if summary.end_marks:
+            last[rank] = marks_of(summary.end_marks)  # its last file's (ranks' files come in one order)
+            (whole.add if summary.lines <= TAIL_LINES else whole.discard)(rank)
     own = set(rank_of.values())
+    last_only: set[int] = set()
     for summary in summaries if labels_are_ranks else ():
         for rank, (lines, shape) in summary.streams.items():
             if summary.file in rank_of or rank in own:
                 continue
             ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += lines
             if shape is not None:
-                last[rank] = (shape,)
-    for rank in stopped_early(last, {r: tl.log_lines for r, tl in ranks.items() if r in last}):
+                last[rank] = marks_of(shape_mark(shape.encode("utf-8", errors="replace")))
+                (whole if lines <= 1 else last_only).add(rank)
+    for rank in stopped_early(last, {r: tl.log_lines for r, tl in ranks.items() if r in last}, whole, last_only):
         ranks[rank].stopped_early = True
 
 
-def stopped_early(tails: dict[int, tuple[str, ...]], line_counts: dict[int, int]) -> set[int]:
-    """Ranks whose log's last lines (shapes, numbers masked, oldest first) lack the latest line that most ranks'
-    last lines hold, or that have far fewer lines. A line printed after that one (a warning, a notice, another
-    process's chatter) does not make a log end early; one that goes on past the others (rank 0's progress) did not
-    stop early either."""
+def stopped_early(tails: dict[int, tuple[Hashable, ...]], line_counts: dict[int, int],
+                  whole: Iterable[int] = (), last_only: Iterable[int] = ()) -> set[int]:
+    """Ranks whose log stopped before the line most ranks' logs reach (`_common_end`), judged on the shapes of
+    each log's last lines (oldest first; `whole`: the ranks whose last lines are their whole log; `last_only`: those
+    of which only the last line is known, a stream of a merged log).
+
+    A rank's last lines that lack that line show it stopped early when they hold a line that comes before it in
+    the other logs (the program's own output, which the ranks print alike in one order), when they are its whole
+    log, or when its log is far shorter than most. Last lines of the rank's own only (warnings, retries, progress,
+    a logged traceback: lines the other ranks' last lines do not hold) may have pushed that line out of view: they
+    tell nothing, nor does a log that goes on past the others with them (rank 0's progress). Of a rank whose last
+    line alone is known, a last line unlike that one tells it stopped early unless its log holds more lines than
+    most. A rank whose last lines hold the line reached it, however many lines it printed before."""
     if len(tails) < 3:
         return set()
     counts = sorted(line_counts.values())
     median = counts[len(counts) // 2] if counts else 0
     short = {r for r, n in line_counts.items() if median >= 4 and n * 2 < median}
-    end = _common_end(tails)
+    holders: Counter[Hashable] = Counter()
+    for tail in tails.values():
+        holders.update(set(tail))
+    end = _common_end(tails, holders)
     if end is None:
         return short
-    return {r for r, tail in tails.items() if end not in tail and line_counts.get(r, 0) <= median} | short
+    before = _before(end, tails, holders)
+    whole, last_only = set(whole), set(last_only)
+    return {r for r, tail in tails.items()
+            if end not in tail and (r in short or r in whole or not before.isdisjoint(tail) or
+                                    (r in last_only and line_counts.get(r, 0) <= median))}
 
 
-def _common_end(tails: dict[int, tuple[str, ...]]) -> str | None:
+def _common_end(tails: dict[int, tuple[Hashable, ...]], holders: Counter[Hashable]) -> Hashable | None:
     """The line shape that most ranks' last lines hold and some lack (held by more than half of the ranks, not by
     every one: a line every rank printed tells no rank from another) that comes last in most of them; None when
     there is none."""
-    holders = Counter(shape for tail in tails.values() for shape in set(tail))
-    telling = {shape for shape, n in holders.items() if len(tails) // 2 < n < len(tails)}
+    half, every = len(tails) // 2, len(tails)
+    telling = {shape for shape, n in holders.items() if half < n < every}
     if not telling:
         return None
     latest = Counter(next(s for s in reversed(tail) if s in telling) for tail in tails.values()
                      if not telling.isdisjoint(tail))
     return max(sorted(telling), key=lambda shape: latest[shape])
+
+
+def _before(end: Hashable, tails: dict[int, tuple[Hashable, ...]], holders: Counter[Hashable]) -> set[Hashable]:
+    """The line shapes that more than half of the ranks' last lines hold and that come before `end` in every one
+    that holds both (never after `end`'s last time): the lines the ranks print, in one order, before it."""
+    half = len(tails) // 2
+    common = {shape for shape, n in holders.items() if n > half}
+    common.discard(end)
+    seen: set[Hashable] = set()
+    after: set[Hashable] = set()
+    for tail in tails.values():
+        if end in tail:
+            last_end = len(tail) - 1 - tail[::-1].index(end)
+            seen |= common.intersection(tail[:last_end])
+            after |= common.intersection(tail[last_end + 1:])
+    return seen - after

@@ -55,7 +55,7 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         merged.error = merged.error or summary.error
         merged.tail = summary.tail or merged.tail
         merged.last_line = summary.last_line or merged.last_line
-        merged.tail_shapes = summary.tail_shapes or merged.tail_shapes
+        merged.end_marks = summary.end_marks or merged.end_marks
         merged.ends_with_newline = summary.ends_with_newline
     merged.lines = offset
     return told_once(events), merged

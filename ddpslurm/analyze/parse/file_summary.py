@@ -1,12 +1,16 @@
 """A file's summary as its scan leaves it: the raw last lines of its blocks in, its tail and its last lines' shapes
 out. The scan keeps the last lines of every block it reads (`last_lines`, split from the block's end); at the file's
-end the summary gets its tail (decoded, for the few files a report may show) and the shapes of its last lines, digits
-deleted (ddpslurm's and submitit's own lines aside), which most ranks' logs end on alike. Empty rank sets, tails and
-stream maps are shared ones (`settled`).
+end the summary gets its tail (its last few lines decoded, for the few files a report may show), the shape of its last
+line, and the marks of its last TAIL_LINES lines' shapes (digits deleted, ddpslurm's and submitit's own lines aside):
+8 bytes a line, compared across ranks to tell which line most ranks' logs reach and which rank's log stops before it
+(timeline.stopped_early). Empty rank sets, tails and stream maps are shared ones (`settled`).
 """
 
 from __future__ import annotations
 
+import re
+import zlib
+from array import array
 from collections.abc import Sequence
 
 from ddpslurm.analyze.model import FileSummary
@@ -14,8 +18,11 @@ from ddpslurm.analyze.parse.attribution import clean
 from ddpslurm.analyze.parse.shared_values import canonical
 from ddpslurm.analyze.read.blocks import MAX_LINE
 
-#: the last lines of a file its summary keeps
-TAIL_LINES = 6
+#: the last lines of a file whose shapes its summary marks: enough that a few dozen lines of a rank's own (warnings,
+#: retries, progress, a logged traceback) printed after the line most ranks end on still leave that line in view
+TAIL_LINES = 64
+#: the last lines of a file a report may show
+SHOWN_LINES = 6
 
 #: what an empty summary holds: shared, not one set and one list per file (32k files: 9 MB of empty containers)
 NO_RANKS: frozenset[int] = frozenset()
@@ -73,15 +80,60 @@ def last_lines(block: bytes | bytearray, count: int, end: int | None = None) -> 
     return pieces[-count:] if count else []
 
 
+def shape_mark(shape: bytes) -> bytes:
+    """A line shape's 4-byte mark (its CRC-32)."""
+    return array("I", [zlib.crc32(shape)]).tobytes()
+
+
+def marks_of(marks: bytes) -> tuple[int, ...]:
+    """The marks `line_marks` (or `shape_mark`) packed, one int each, oldest first."""
+    return tuple(array("I", marks))
+
+
+def line_marks(shapes: Sequence[bytes]) -> bytes:
+    """The marks (`shape_mark`) of lines' shapes, oldest first, blank ones and ddpslurm's and submitit's own aside
+    where others exist (as `line_shapes` keeps decoded lines)."""
+    kept = list(filter(bytes.strip, shapes))
+    probe = b"\n".join(kept)
+    if any(own in probe for own in _OWN_BYTES):  # one search of the bytes, not one test a line
+        kept = [ln for ln in kept if not ln.startswith(_OWN_BYTES)] or kept
+    return array("I", map(zlib.crc32, kept)).tobytes()
+
+
+def byte_shapes(lines: Sequence[bytes]) -> list[bytes]:
+    """The shapes of raw lines, one each, as `line_shapes` gives them on decoded lines: cleaned as
+    `attribution.clean` cleans text (what follows a line's last `\\r`, escape sequences and control bytes out),
+    digits deleted; in one pass over the bytes for lines without a carriage return or an escape."""
+    joined = b"\n".join(lines)
+    if b"\r" in joined or b"\x1b" in joined:
+        joined = b"\n".join([_cut_bytes(ln) if b"\r" in ln or b"\x1b" in ln else ln for ln in lines])
+    return joined.translate(None, _DELETED).split(b"\n")
+
+
+#: what a shape leaves out: digits and the control bytes `attribution.clean` deletes (a tab is kept)
+_DELETED = b"0123456789" + bytes([*range(0, 9), *range(11, 32), 127])
+_ANSI_BYTES = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_OWN_BYTES = tuple(own.encode() for own in OWN_LINES)
+
+
+def _cut_bytes(line: bytes) -> bytes:
+    """What follows a raw line's last `\\r` that is not blank, its escape sequences out (`attribution.clean`)."""
+    if b"\r" in line:
+        parts = [p for p in line.split(b"\r") if p.strip()]
+        line = parts[-1] if parts else b""
+    return _ANSI_BYTES.sub(b"", line) if b"\x1b" in line else line
+
+
 def note_tail(summary: FileSummary, tail: Sequence[bytes], keep_tail: bool) -> None:
-    """The summary's last lines' shapes from the file's raw last lines `tail`, and its tail itself with `keep_tail`
-    (a report shows a few files' tails when nothing matched: 16k ranks' tails are not held for that)."""
-    raw = b"\n".join(t for t in tail if t.strip())
-    lines = [clean(ln) for ln in raw.decode("utf-8", errors="replace").split("\n")] if raw else []
-    # digits deleted on the cleaned lines' bytes (a UTF-8 sequence holds no ASCII digit byte): str.translate's
-    # per-character lookups cost several times more
-    shapes = "\n".join(lines).encode().translate(None, _DIGIT_BYTES).decode().split("\n") if lines else []
-    summary.tail_shapes = line_shapes(shapes)
-    summary.last_line = summary.tail_shapes[-1] if summary.tail_shapes else None
+    """The summary's marks of its last lines' shapes (`line_marks`) and the shape of its last line (of its last
+    SHOWN_LINES lines) from the file's raw last lines `tail`, and its tail itself (those lines, decoded) with
+    `keep_tail` (a report shows a few files' tails when nothing matched: 16k ranks' tails are not held for that)."""
+    lines = list(tail)
+    shapes = byte_shapes(lines)
+    summary.end_marks = line_marks(shapes)
+    shown = [ln for ln in shapes[-SHOWN_LINES:] if ln.strip()]
+    last = [ln for ln in shown if not ln.startswith(_OWN_BYTES)] or shown
+    summary.last_line = canonical(last[-1].decode("utf-8", errors="replace")) if last else None
     if keep_tail:
-        summary.tail = [ln for ln in lines if ln.strip()]
+        decoded = [clean(t.decode("utf-8", errors="replace")) for t in lines[-SHOWN_LINES:] if t.strip()]
+        summary.tail = [ln for ln in decoded if ln.strip()]

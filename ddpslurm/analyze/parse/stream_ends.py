@@ -1,8 +1,9 @@
 """How each rank's stream ends in one log that `srun --label` merged: its line count and its last line's shape.
 
-A per-rank log tells where its rank stopped by its last line (timeline.stopped_early compares it with its peers'
-last lines). A merged log holds every rank's lines, `3: ` first: the scan reads only the candidate lines of it,
-so the lines of each label are tallied here, at the regex engine's speed, for merged logs up to MAX_BYTES.
+A per-rank log tells where its rank stopped by its last lines (timeline.stopped_early compares them with its peers';
+of a stream tallied here only its last line is known). A merged log holds every rank's lines, `3: ` first: the scan
+reads only the candidate lines of it, so the lines of each label are tallied here, at the regex engine's speed, for
+merged logs up to MAX_BYTES.
 """
 
 from __future__ import annotations
