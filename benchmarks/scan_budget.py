@@ -77,7 +77,7 @@ def measure(sources, sigs, rounds: int) -> dict[str, float]:
            cpu_us(lambda: read_only(sources, sigs, True), n, rounds)]
     handle, emit, told_once, replace = FileState.handle, FileState._emit, file_scan.told_once, line_events.replace
     try:
-        FileState.handle = lambda state, raw, lineno: None
+        FileState.handle = lambda state, raw, lineno, shape=None: None
         out.append(cpu_us(scan_all, n, rounds))
         FileState.handle = handle
         out.append(cpu_us(scan_all, n, rounds))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddpslurm.analyze.model import SourceFile
-from ddpslurm.analyze.parse import file_state, line_recipes, scan
+from ddpslurm.analyze.parse import file_scan, file_state, line_recipes, scan
 from ddpslurm.analyze.rules.loading import load_signatures
 from ddpslurm.analyze.rules.signatures import build_set
 
@@ -51,6 +51,7 @@ def test_skipping_remembered_shapes_changes_no_scan_of_the_corpus(tmp_path: Path
 
     skipped = 0
     still_inert = file_state.FileState.still_inert
+    monkeypatch.setattr(file_scan, "BULK", None)  # the pure path: the bulk one passes plainly inert lines over unasked
 
     def counting(self, raw: bytes, offset: int, sensitive: tuple[int, ...]) -> bool:
         nonlocal skipped

@@ -28,6 +28,13 @@ def channel_key(head: bytes, m: re.Match[bytes]) -> tuple[bytes, bytes]:
     return head, m[1] if m[3] == b"send" else m[2]
 
 
+def line_channel_key(block: bytes | bytearray, start: int, end: int) -> tuple[bytes, bytes] | None:
+    """The key (`channel_key`) of the channel line in `block[start:end]`, None when it is none: the pure twin of
+    `_bulk.channel_key`."""
+    m = _CHANNEL_LINE.search(block, start, end)
+    return None if m is None else channel_key(bytes(block[start:m.start()]), m)
+
+
 def repeated_channel_line(raw: bytes, seen: set[tuple[bytes, bytes]]) -> bool:
     """A channel line with the same head and NCCL rank as one read before (`seen`, which a new one joins while it
     has room): it can only repeat that line's rank-map fact (deduplicated anyway), so it is skipped before any

@@ -19,10 +19,11 @@ from ddpslurm.analyze.parse.file_state import FileState
 from ddpslurm.analyze.parse.file_summary import TAIL_LINES, last_line_shape, last_lines, note_tail, settled
 from ddpslurm.analyze.parse.repeated_facts import told_once
 from ddpslurm.analyze.read.blocks import MAX_LINE, Window, iter_blocks
+from ddpslurm.analyze.read.bulk import BULK
 from ddpslurm.analyze.read.files import READ_DEADLINE, Opened, Reader, is_binary
 from ddpslurm.analyze.read.line_count import newlines
 from ddpslurm.analyze.read.prefilter import candidate_starts
-from ddpslurm.analyze.rules.signatures import HEAD_ANCHORS, SignatureSet
+from ddpslurm.analyze.rules.signatures import HEAD_ANCHORS, UNTIMED_CHARS, SignatureSet
 
 #: how far past its end a range may read to finish a traceback or block open there
 OVERRUN_BYTES = 4 << 20
@@ -164,6 +165,8 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
     starts = None if every_line else candidate_starts(block, anchors, n)
     if extra and starts is not None:
         starts = sorted(set(starts) | set(extra))
+    if BULK is not None and starts is not None and not stop_when_idle:
+        return _scan_block_bulk(block, n, lineno, state, starts)
     count = len(starts) if starts is not None else 0
     idx = 0
     channels = state.channel_lines
@@ -192,4 +195,37 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
         line_mode = every_line or state.line_mode
         if stop_when_idle and not state.must_read_on:
             break
+    return lineno
+
+
+def _scan_block_bulk(block: bytes | bytearray, n: int, lineno: int, state: FileState, starts: list[int]) -> int:
+    """`_scan_block` (its pure loop the reference) with the candidate lines walked in compiled code: `_bulk.next_line`
+    passes over the told channel lines and the lines whose shape is remembered as inert with no digit-sensitive
+    signature to ask (what `FileState.handle` would return on at once), counts the line ends and finds the next
+    line's bounds and shape; while a traceback or block is open every line is read here, as there."""
+    next_line = BULK.next_line
+    channels = state.channel_lines
+    inert = state.sigs.caches.inert_lines
+    handle = state.handle
+    summary = state.summary
+    cur = idx = 0
+    while cur < n:
+        if state.line_mode:
+            end = block.find(b"\n", cur, n)
+            if end < 0:
+                end = n
+            lineno += 1
+            if end - cur > MAX_LINE and summary is not None:
+                summary.truncated_lines += 1
+            handle(bytes(block[cur:min(end, cur + MAX_LINE)]), lineno)
+            cur = end + 1
+            continue
+        idx, start, end, lineno, raw, key = next_line(block, n, cur, starts, idx, lineno, channels, inert,
+                                                      UNTIMED_CHARS, MAX_LINE)
+        if start < 0:
+            break
+        if end - start > MAX_LINE and summary is not None:
+            summary.truncated_lines += 1
+        handle(raw, lineno, key)
+        cur = end + 1
     return lineno

@@ -38,12 +38,13 @@ class FileState(RememberedShapes):
     #: (bytes before NCCL's "NCCL INFO Channel", the printer's NCCL rank) of the channel lines read so far
     channel_lines: set[tuple[bytes, bytes]] = field(default_factory=set)
 
-    def handle(self, raw: bytes, lineno: int) -> None:
-        """Read one candidate line, `raw` (without its line end), line `lineno` of the file (or of its range)."""
+    def handle(self, raw: bytes, lineno: int, shape: object = None) -> None:
+        """Read one candidate line, `raw` (without its line end), line `lineno` of the file (or of its range);
+        `shape`: its `line_key` where the bulk path found it already (None: found here)."""
         key = None
         if not self.line_mode:
             if len(raw) <= PLANNED_CHARS:
-                key = line_key(raw)
+                key = line_key(raw) if shape is None else shape
                 known = self.sigs.caches.inert_lines.get(key)
                 if known is not None and self.still_inert(raw, *known):
                     return

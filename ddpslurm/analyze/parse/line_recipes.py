@@ -19,6 +19,7 @@ from ddpslurm.analyze.parse.continued_lines import LAST_ERROR, WRAPPED_HEAD, Con
 from ddpslurm.analyze.parse.line_events import NCCL_INIT_ANY_DIGIT
 from ddpslurm.analyze.parse.line_streams import SLURM_HEAD, TORCHRUN, body_is_slurm, mentions_torchrun
 from ddpslurm.analyze.parse.timestamps import EVERY_FORM, TimePlan, time_plan
+from ddpslurm.analyze.read.bulk import BULK
 from ddpslurm.analyze.rules.digit_shape import shape
 from ddpslurm.analyze.rules.signatures import Signature, SignatureSet, memo_key, remember
 
@@ -31,18 +32,27 @@ DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 DATE_SHAPE = b"0000-00-00"
 
 
-def line_key(raw: bytes) -> object:
-    """The memo key of a raw line (at most PLANNED_CHARS bytes): its shape (`DIGITS_TO_ZERO`) with each date's
-    century kept as written, the one digit the prefix rules read (`19|20`): lines of one key have the same spans."""
+def masked_shape(raw: bytes) -> bytes:
+    """A raw line's shape (`DIGITS_TO_ZERO`) with each date's century kept as written, the one digit the prefix
+    rules read (`19|20`): the pure twin of `_bulk.shape`."""
     masked = raw.translate(DIGITS_TO_ZERO)
     at = masked.find(DATE_SHAPE)
     if at < 0:
-        return memo_key(masked)
+        return masked
     kept = bytearray(masked)
     while at >= 0:
         kept[at:at + 2] = raw[at:at + 2]
         at = masked.find(DATE_SHAPE, at + len(DATE_SHAPE))
-    return memo_key(bytes(kept))
+    return bytes(kept)
+
+
+_shape = BULK.shape if BULK is not None else masked_shape
+
+
+def line_key(raw: bytes) -> object:
+    """The memo key of a raw line (at most PLANNED_CHARS bytes): its shape with each date's century kept
+    (`masked_shape`): lines of one key have the same spans."""
+    return memo_key(_shape(raw))
 
 
 #: raw line shapes a process remembers how to replay (MatchCaches.line_recipes)

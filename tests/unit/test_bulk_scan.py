@@ -1,0 +1,311 @@
+"""The compiled bulk path (read/_bulk.c) against the pure-Python path, its reference: each C function against its
+Python twin on random bytes, and whole scans and diagnoses of the corpus, the benchmark's generated jobs and
+adversarial files through both paths, which must find the same events, summaries and answers."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ddpslurm.analyze.model import SourceFile
+from ddpslurm.analyze.parse import channel_lines, file_scan, line_recipes, scan
+from ddpslurm.analyze.read import bulk, files
+from ddpslurm.analyze.read.blocks import CHUNK, MAX_LINE
+from ddpslurm.analyze.rules.loading import load_signatures
+
+BULK = bulk.BULK
+pytestmark = pytest.mark.skipif(BULK is None, reason="the compiled bulk path is not built in this checkout")
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = ROOT / "analyzer" / "cases"
+#: a sample of the corpus's logs at the scan level (every case is diagnosed both ways below)
+LOGS = random.Random(48).sample(sorted(p for p in CASES.rglob("*") if p.is_file() and p.stat().st_size < 1 << 20
+                                       and p.suffix in (".out", ".err", ".log", ".txt")), 300)
+
+
+@contextlib.contextmanager
+def pure_path() -> Iterator[None]:
+    """Every place that takes the bulk path takes the pure one (what DDPSLURM_PURE_SCAN=1 does at import)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(file_scan, "BULK", None)
+        patch.setattr(files, "BULK", None)
+        patch.setattr(line_recipes, "_shape", line_recipes.masked_shape)
+        yield
+
+
+def _scan(path: Path, start: int = 0, end: int | None = None, sigs=None) -> tuple:
+    source = SourceFile(path=str(path), display=path.name, size=path.stat().st_size)
+    events, summary = scan.scan_file(source, sigs or load_signatures(), 2024, start=start, end=end)
+    return events, dataclasses.asdict(summary)
+
+
+def _both(path: Path, start: int = 0, end: int | None = None) -> tuple[tuple, tuple]:
+    compiled = _scan(path, start, end)
+    with pure_path():
+        pure = _scan(path, start, end)
+    return compiled, pure
+
+
+# --- the C functions against their twins ---------------------------------------------------------------------
+
+#: bytes a line's shape turns on: digits, dates' dashes, and some others
+_SHAPE_BYTES = st.binary(max_size=80) | st.lists(st.sampled_from(
+    [b"0", b"1", b"9", b"2026", b"-", b"12-02", b"0000-00-00", b"1999-", b" ", b"x", b"\xff", b"\n", b"\r"]),
+    max_size=40).map(b"".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(raw=_SHAPE_BYTES)
+def test_shape_is_masked_shape(raw: bytes) -> None:
+    assert BULK.shape(raw) == line_recipes.masked_shape(raw)
+    assert BULK.shape(bytearray(raw)) == line_recipes.masked_shape(raw)
+
+
+_CHANNEL_PIECES = [b" NCCL INFO Channel ", b"00", b"7", b"/", b"02", b" : ", b"3", b"[", b"1a0", b"Ff", b"]",
+                   b" -> ", b"4", b"[1b0]", b" [send] via", b" [receive] via", b" [", b"send", b"] via", b"x",
+                   b" NCCL INFO Channel 00/02 : 3[1a0] -> 4[1b0] [send] via", b"\xc3", b"\n", b" "]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(line=st.lists(st.sampled_from(_CHANNEL_PIECES), max_size=30).map(b"".join) | st.binary(max_size=100),
+       cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
+def test_channel_key_is_the_regex_search(line: bytes, cut: tuple[float, float]) -> None:
+    start, end = sorted(int(c * len(line)) for c in cut)
+    assert BULK.channel_key(line, start, end) == channel_lines.line_channel_key(line, start, end)
+    assert BULK.channel_key(bytearray(line), 0, len(line)) == channel_lines.line_channel_key(line, 0, len(line))
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=st.integers(0, 300_000), seed=st.integers(0, 2**32), every=st.integers(1, 5000),
+       cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
+def test_newlines_and_control_bytes_are_counted_as_python_counts_them(size: int, seed: int, every: int,
+                                                                       cut: tuple[float, float]) -> None:
+    rng = random.Random(seed)
+    block = bytearray(rng.randbytes(size))
+    for i in range(rng.randrange(every), size, every):
+        block[i] = 10
+    start, end = sorted(int(c * size) for c in cut)
+    assert BULK.newlines(block, start, end) == block.count(b"\n", start, end)
+    head = bytes(block[:8192])
+    with pure_path():
+        pure = files.control_bytes(head)
+    assert files.control_bytes(head) == pure
+
+
+def test_bad_arguments_raise_and_do_not_crash() -> None:
+    with pytest.raises(ValueError):
+        BULK.newlines(b"abc", 2, 9)
+    with pytest.raises(ValueError):
+        BULK.channel_key(b"abc", -1, 2)
+    with pytest.raises(ValueError):
+        BULK.next_line(b"a\n", 2, 0, [5], 0, 0, set(), {}, 512, MAX_LINE)
+    with pytest.raises(ValueError):
+        BULK.count_in(b"a", b"short")
+
+
+# --- whole scans: random files built of the lines big jobs repeat ----------------------------------------------
+
+_LINES = [
+    "gpu-{a}:{b}:{c} [{d}] NCCL INFO Channel {e:02d}/02 : {f}[{g}] -> {h}[{g}] [send] via NET/IB/{d}",
+    "gpu-{a}:{b}:{c} [{d}] NCCL INFO Channel {e:02d}/02 : {f}[{g}] -> {h}[{g}] [receive] via NET/IB/{d}",
+    "gpu-{a}:{b}:{c} [{d}] NCCL INFO NET/IB : Using [0]mlx5_{d}:1/IB ; OOB ib0:10.0.{a}.{b}<0>",
+    "gpu-{a}:{b}:{c} [{d}] NCCL INFO Trees [0] {e}/-1/-1->{f}->{h} [1] {e}/-1/-1->{f}->{h}",
+    "gpu-{a}:{b}:{c} [{d}] NCCL INFO comm 0x{g}f rank {f} nRanks 16 nNodes 2 localRanks 8 localRank {d} MNNVL 0",
+    "gpu-{a}:{b}:{c} [{d}] NCCL INFO comm 0x{g}f rank {f} nranks 16 cudaDev {d} busId {g}000 - Init COMPLETE",
+    "2026-12-0{d} 10:{e:02d}:{b:02d} step {c} loss {a}.{b}",
+    "[rank{f}]:[E1202 10:{e:02d}:00.{c} {b} ProcessGroupNCCL.cpp:{c}] [PG ID 0 PG GUID 0(default_pg) Rank {f}] "
+    "Watchdog caught collective operation timeout: WorkNCCL(SeqNum={c}, OpType=ALLREDUCE, NumelIn={c}, "
+    "NumelOut={c}, Timeout(ms)=600000) ran for 60000{d} milliseconds before timing out.",
+    "[rank{f}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {d}.00 GiB. GPU {d} has a total "
+    "capacity of 79.15 GiB of which {a} MiB is free.",
+    "Traceback (most recent call last):",
+    '  File "/work/train.py", line {c}, in <module>',
+    "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:{c}, unhandled system error",
+    "srun: error: gpu-{a}: task {f}: Exited with exit code 1",
+    "W1202 10:00:{b:02d} {c} torch/distributed/elastic/multiprocessing/api.py:{c}] Sending process {c} closing "
+    "signal SIGTERM",
+    "{f}: NCCL WARN NET/IB : Got completion from peer 10.0.{a}.{b}<{c}> with status=12 opcode=0 len=0",
+]
+
+
+def _line(rng: random.Random) -> bytes:
+    nums = {k: rng.choice([0, 1, 7, 12, 305, 4021]) for k in "abcdfh"}
+    text = rng.choice(_LINES).format(**nums, e=rng.randrange(32), g=rng.choice(["1a0", "c0", "3f"]))
+    line = text.encode()
+    twist = rng.random()
+    if twist < 0.03:
+        line = line * (MAX_LINE // len(line) + 2)  # past MAX_LINE, holding anchors
+    elif twist < 0.06:
+        line += b"\r"
+    elif twist < 0.08:
+        line = line[:10] + b"\x00\x00" + line[10:]
+    elif twist < 0.10:
+        line += b" \xff\xfe\xc3("  # not UTF-8
+    elif twist < 0.12:
+        line = b""
+    return line
+
+
+def _write(path: Path, seed: int, count: int, final_newline: bool) -> Path:
+    rng = random.Random(seed)
+    body = b"\n".join(_line(rng) for _ in range(count))
+    path.write_bytes(body + (b"\n" if final_newline and body else b""))
+    return path
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32), count=st.integers(0, 400), final_newline=st.booleans())
+def test_random_files_scan_alike_both_ways(tmp_path: Path, seed: int, count: int, final_newline: bool) -> None:
+    path = _write(tmp_path / "rank.out", seed, count, final_newline)
+    compiled, pure = _both(path)
+    assert compiled == pure
+    size = path.stat().st_size
+    if size > 10:  # a range of the file, as a worker reads one: a block open at its end is read on past it
+        cut = random.Random(seed).randrange(size)
+        start = path.read_bytes().rfind(b"\n", 0, cut) + 1
+        compiled, pure = _both(path, start, None)
+        assert compiled == pure
+        compiled, pure = _both(path, 0, start or None)
+        assert compiled == pure
+
+
+@pytest.mark.parametrize("name", ["empty", "newlines only", "one line no newline", "nul hole", "cr only",
+                                  "invalid utf-8", "long anchor line", "exactly max line"])
+def test_adversarial_files_scan_alike_both_ways(tmp_path: Path, name: str) -> None:
+    channel = b"gpu-1:2:3 [0] NCCL INFO Channel 00/02 : 3[1a0] -> 4[1b0] [send] via NET/IB/0"
+    content = {
+        "empty": b"",
+        "newlines only": b"\n" * 1000,
+        "one line no newline": b"[rank3]: torch.OutOfMemoryError: CUDA out of memory.",
+        "nul hole": channel + b"\n" + b"\x00" * 70_000 + channel + b"\n" + b"\x00" * 10 + b"Traceback (most",
+        "cr only": (channel + b"\r") * 50 + b"Traceback (most recent call last):\r  File \"x\", line 1\r",
+        "invalid utf-8": (b"\xff\xfe NCCL INFO Channel 00/02 : 3[1a0] -> 4[1b0] [send] via \xc3(\n") * 30,
+        "long anchor line": b"x" * (3 * MAX_LINE) + channel + b"\n" + channel + b"\n" + b"Traceback" * 5000,
+        "exactly max line": (channel + b" " * (MAX_LINE - len(channel))) + b"\n" + channel * 60 + b"\n",
+    }[name]
+    path = tmp_path / "rank.out"
+    path.write_bytes(content)
+    compiled, pure = _both(path)
+    assert compiled == pure
+
+
+@pytest.mark.parametrize(("twin", "line"), [
+    ("SystemExit: 144 (signal)", "SystemExit: 143 (signal)"),  # inert, with a digit-sensitive signature to ask
+    ("worker got signal 12 in worker", "worker got signal 11 in worker"),  # a literal holding a digit
+    ("2124-05-08 10:00:00 torch.OutOfMemoryError: CUDA out of memory.",  # the timestamp's `19|20`
+     "2024-05-08 10:00:00 torch.OutOfMemoryError: CUDA out of memory."),
+])
+def test_a_line_whose_digits_decide_is_read_after_its_twin_both_ways(tmp_path: Path, twin: str, line: str) -> None:
+    """The shapes the bulk path passes over are those with nothing to ask: a line of a remembered inert shape
+    that a digit-sensitive signature matches is read, as the pure path reads it."""
+    path = tmp_path / "twin.log"
+    path.write_text(f"{twin}\n{twin}\n{line}\n")
+    compiled, pure = _both(path)
+    assert compiled == pure
+    assert 3 in [event.line for event in compiled[0]]
+
+
+def test_the_bulk_path_reads_fewer_lines_in_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What it is for: told channel lines and inert lines never reach `FileState.handle`."""
+    from ddpslurm.analyze.parse.file_state import FileState
+
+    _generator().generate(tmp_path, ranks=16, gb=0.004, gpn=8, seed=5, layout="submitit", culprit=11, scenario="oom")
+    calls = {"compiled": 0, "pure": 0}
+    handle, which = FileState.handle, ["compiled"]
+
+    def counting(state, raw, lineno, shape=None):
+        calls[which[0]] += 1
+        return handle(state, raw, lineno, shape)
+
+    monkeypatch.setattr(FileState, "handle", counting)
+    logs = sorted(p for p in tmp_path.iterdir() if p.suffix == ".out")
+    compiled_sigs = load_signatures()
+    with pure_path():
+        pure_sigs = load_signatures()
+    for path in logs:
+        which[0] = "compiled"
+        compiled = _scan(path, sigs=compiled_sigs)
+        with pure_path():
+            which[0] = "pure"
+            assert _scan(path, sigs=pure_sigs) == compiled
+    assert calls["compiled"] < calls["pure"]
+
+
+def test_a_block_edge_inside_lines_scans_alike_both_ways(tmp_path: Path) -> None:
+    """A file past one read block (CHUNK): the block is cut at its last line end, the rest read with the next."""
+    rng = random.Random(5)
+    path = tmp_path / "big.out"
+    with path.open("wb") as out:
+        while out.tell() < CHUNK + (1 << 20):
+            out.write(_line(rng) + b"\n")
+    compiled, pure = _both(path)
+    assert compiled == pure
+    assert compiled[1]["lines"] > 5_000
+
+
+def test_the_corpus_logs_scan_alike_both_ways() -> None:
+    """A sample of the corpus's logs, each scanned with one signature set per path, warmed on the logs before it
+    (its memos learned as a worker's are)."""
+    compiled_sigs = load_signatures()
+    with pure_path():
+        pure_sigs = load_signatures()
+    for path in LOGS:
+        compiled = _scan(path, sigs=compiled_sigs)
+        with pure_path():
+            pure = _scan(path, sigs=pure_sigs)
+        assert compiled == pure, path
+
+
+def test_every_case_is_diagnosed_alike_both_ways() -> None:
+    from ddpslurm.analyze.api import analyze_paths
+
+    cases = sorted(p for p in CASES.iterdir() if p.is_dir())
+    assert len(cases) > 100
+    for case in cases:
+        compiled = analyze_paths([str(case)]).to_dict()
+        with pure_path():
+            pure = analyze_paths([str(case)]).to_dict()
+        assert compiled == pure, case
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_big_job", ROOT / "benchmarks" / "make_big_job.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_big_job"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("layout", "scenario", "gpn", "culprit"), [
+    ("submitit", "oom", 8, 11), ("submitit", "straggler", 8, 11), ("torchrun", "oom", 8, 9),
+    ("torchrun", "straggler", 8, 9), ("logdir", "oom", 8, 9), ("logdir", "straggler", 8, 9),
+    ("merged", "straggler", 4, 6), ("submitit", "memkill", 8, 8), ("merged", "memkill", 4, 5),
+    ("submitit", "ibfail", 4, 6), ("merged", "ibfail", 2, 15), ("submitit", "segv", 4, 6),
+    ("submitit", "inithang", 8, 11), ("merged", "inithang", 4, 0), ("submitit", "latelost", 4, 6),
+    ("torchrun", "latelost", 8, 9), ("submitit", "desync", 4, 6), ("torchrun", "desync", 8, 9),
+])
+def test_generated_jobs_scan_and_are_diagnosed_alike_both_ways(tmp_path: Path, layout: str, scenario: str, gpn: int,
+                                                               culprit: int) -> None:
+    from ddpslurm.analyze.api import analyze_paths
+
+    _generator().generate(tmp_path, ranks=16, gb=0.002, gpn=gpn, seed=5, layout=layout, culprit=culprit,
+                          scenario=scenario)
+    compiled = analyze_paths([tmp_path], workers=1).to_dict()
+    with pure_path():
+        pure = analyze_paths([tmp_path], workers=1).to_dict()
+    assert compiled == pure
+    logs = sorted(p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log"))
+    assert logs
+    for path in logs:
+        got, want = _both(path)
+        assert got == want, path
