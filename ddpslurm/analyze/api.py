@@ -16,6 +16,7 @@ from ddpslurm.analyze.parse.records import all_record_events
 from ddpslurm.analyze.parse.scan import scan_files
 from ddpslurm.analyze.parse.tag_hosts import settle_hosts
 from ddpslurm.analyze.parse.years import assumed_year, settle_years
+from ddpslurm.analyze.read.bulk import pure_path_note
 from ddpslurm.analyze.read.discover import (
     apply_run,
     apply_skipped,
@@ -106,6 +107,9 @@ def _analyze_paths(streams: Streams, *, workers: int | None, progress: bool,
     diagnosis = diagnose(settle_hosts(settle_years(events, year, written)), sources, summaries, sigs, facts)
     diagnosis.notes.extend(record_notes)
     apply_run(diagnosis, run, asked=restart is not None)
+    pure = pure_path_note(len(logs), sum(s.size for s in logs))
+    if pure:
+        diagnosis.notes.append(pure)
     empty = empty_logs_note(discovery.explicit, summaries)
     if empty:
         diagnosis.notes.append(empty)

@@ -309,3 +309,31 @@ def test_generated_jobs_scan_and_are_diagnosed_alike_both_ways(tmp_path: Path, l
     for path in logs:
         got, want = _both(path)
         assert got == want, path
+
+
+def test_a_big_job_read_on_the_pure_path_unasked_says_so() -> None:
+    """One note for a job of many files or bytes read without the compiled scanner because it was not built; none
+    where it is built, where DDPSLURM_PURE_SCAN asked for the pure path, or for a small job."""
+    from ddpslurm.analyze.read.bulk import BIG_JOB_BYTES, BIG_JOB_FILES, pure_path_note
+
+    note = pure_path_note(BIG_JOB_FILES, 5 << 20, built=False, asked=False)
+    assert note and f"{BIG_JOB_FILES:,} files" in note and "not built" in note and "same" in note
+    assert pure_path_note(3, BIG_JOB_BYTES, built=False, asked=False)
+    assert pure_path_note(BIG_JOB_FILES - 1, BIG_JOB_BYTES - 1, built=False, asked=False) is None
+    assert pure_path_note(BIG_JOB_FILES, BIG_JOB_BYTES, built=True, asked=False) is None
+    assert pure_path_note(BIG_JOB_FILES, BIG_JOB_BYTES, built=False, asked=True) is None
+
+
+def test_analyze_of_a_big_job_notes_the_pure_path_only_where_the_scanner_is_missing(tmp_path, monkeypatch) -> None:
+    from ddpslurm.analyze import api
+    from ddpslurm.analyze.read import bulk
+
+    for rank in range(bulk.BIG_JOB_FILES):
+        (tmp_path / f"rank_{rank}.log").write_text("step 1\n" if rank else "RuntimeError: boom\n")
+    monkeypatch.delenv("DDPSLURM_PURE_SCAN", raising=False)
+    monkeypatch.setattr(bulk, "BULK", object())  # the note asks only whether it was built
+    notes = api.analyze_paths([str(tmp_path)], workers=1).notes
+    assert not any("pure-Python path" in n for n in notes)
+    monkeypatch.setattr(bulk, "BULK", None)
+    notes = api.analyze_paths([str(tmp_path)], workers=1).notes
+    assert sum("pure-Python path" in n for n in notes) == 1

@@ -14,9 +14,17 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
+#: a job at least this big read on the pure path without being asked to gets a note (`pure_path_note`)
+BIG_JOB_FILES = 1024
+BIG_JOB_BYTES = 1 << 30
+
+
+def _asked_pure() -> bool:
+    return os.environ.get("DDPSLURM_PURE_SCAN", "") not in ("", "0")
+
 
 def _load() -> ModuleType | None:
-    if os.environ.get("DDPSLURM_PURE_SCAN", "") not in ("", "0"):
+    if _asked_pure():
         return None
     try:
         from ddpslurm.analyze.read import _bulk
@@ -27,3 +35,16 @@ def _load() -> ModuleType | None:
 
 #: the compiled module, or None: the pure path
 BULK: ModuleType | None = _load()
+
+
+def pure_path_note(files: int, size: int, built: bool | None = None, asked: bool | None = None) -> str | None:
+    """The diagnosis's one line for a big job read on the pure-Python path because the compiled scanner is not
+    built here (not when DDPSLURM_PURE_SCAN asked for it); None otherwise. Pure given `built` and `asked`."""
+    built = BULK is not None if built is None else built
+    asked = _asked_pure() if asked is None else asked
+    if built or asked or (files < BIG_JOB_FILES and size < BIG_JOB_BYTES):
+        return None
+    return (f"read on the pure-Python path ({files:,} files, {size / (1 << 20):,.0f} MB): ddpslurm's compiled scanner "
+            "was not built where it was installed (no C compiler then); for a faster analyze, reinstall it where "
+            "gcc and the Python headers are (pip install --force-reinstall --no-deps /path/to/ddpslurm); the answer "
+            "is the same")
