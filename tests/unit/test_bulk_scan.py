@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import random
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from ddpslurm.analyze.parse import channel_lines, file_scan, line_recipes, scan
 from ddpslurm.analyze.read import bulk, files
 from ddpslurm.analyze.read.blocks import CHUNK, MAX_LINE
 from ddpslurm.analyze.rules.loading import load_signatures
+from tests.unit.test_analyze_line_recipes import _load_generator
 
 BULK = bulk.BULK
 pytestmark = pytest.mark.skipif(BULK is None, reason="the compiled bulk path is not built in this checkout")
@@ -218,7 +217,8 @@ def test_the_bulk_path_reads_fewer_lines_in_python(tmp_path: Path, monkeypatch: 
     """What it is for: told channel lines and inert lines never reach `FileState.handle`."""
     from ddpslurm.analyze.parse.file_state import FileState
 
-    _generator().generate(tmp_path, ranks=16, gb=0.004, gpn=8, seed=5, layout="submitit", culprit=11, scenario="oom")
+    _load_generator().generate(tmp_path, ranks=16, gb=0.004, gpn=8, seed=5, layout="submitit", culprit=11,
+                               scenario="oom")
     calls = {"compiled": 0, "pure": 0}
     handle, which = FileState.handle, ["compiled"]
 
@@ -277,15 +277,6 @@ def test_every_case_is_diagnosed_alike_both_ways() -> None:
         assert compiled == pure, case
 
 
-def _generator():
-    spec = importlib.util.spec_from_file_location("make_big_job", ROOT / "benchmarks" / "make_big_job.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_big_job"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize(("layout", "scenario", "gpn", "culprit"), [
     ("submitit", "oom", 8, 11), ("submitit", "straggler", 8, 11), ("torchrun", "oom", 8, 9),
     ("torchrun", "straggler", 8, 9), ("logdir", "oom", 8, 9), ("logdir", "straggler", 8, 9),
@@ -298,7 +289,7 @@ def test_generated_jobs_scan_and_are_diagnosed_alike_both_ways(tmp_path: Path, l
                                                                culprit: int) -> None:
     from ddpslurm.analyze.api import analyze_paths
 
-    _generator().generate(tmp_path, ranks=16, gb=0.002, gpn=gpn, seed=5, layout=layout, culprit=culprit,
+    _load_generator().generate(tmp_path, ranks=16, gb=0.002, gpn=gpn, seed=5, layout=layout, culprit=culprit,
                           scenario=scenario)
     compiled = analyze_paths([tmp_path], workers=1).to_dict()
     with pure_path():
