@@ -98,13 +98,15 @@ _INVALID_ARGUMENT = re.compile(r"\binvalid (?:argument|usage)\b", re.IGNORECASE)
 def ranks_beyond_world(tl: JobTimeline) -> list[Vote]:
     """NCCL rejects ranks outside the world it was given (`invalid argument`/`invalid usage` at init) and every
     task from k up fails while the tasks below k go on: the world size is smaller than the tasks launched."""
-    lines = [e for rt in tl.ranks.values() for e in rt.failures] + tl.unranked
-    rejected = [e for e in lines if e.kind in ("exception", "nccl_warn") and _INVALID_ARGUMENT.search(e.text)]
     dead = sorted({r for t in tl.tasks if t.own_death for r in t.ranks})
-    if not rejected or len(dead) < 2 or dead[0] == 0 or dead != list(range(dead[0], dead[-1] + 1)):
+    if len(dead) < 2 or dead[0] == 0 or dead != list(range(dead[0], dead[-1] + 1)):
         return []
     if dead[-1] < max(tl.facts.present, default=-1):
         return []  # a higher rank did not fail: not "every task from k up"
+    lines = [e for rt in tl.ranks.values() for e in rt.failures] + tl.unranked  # read only where tasks died so
+    rejected = [e for e in lines if e.kind in ("exception", "nccl_warn") and _INVALID_ARGUMENT.search(e.text)]
+    if not rejected:
+        return []
     why = (f"NCCL rejected tasks {dead[0]}-{dead[-1]} ('invalid argument') while the tasks below {dead[0]} went on: "
            "the world size is smaller than the tasks launched")
     return [Vote("ranks beyond world", weight("ranks beyond world"),
