@@ -1,10 +1,9 @@
-"""The scan's byte path: line ends counted with numpy, memchr or bytes.count alike (numpy imported once it pays),
+"""The scan's byte path: line ends counted compiled, with memchr or bytes.count alike,
 repeated NCCL channel lines skipped on the block as `handle` would skip them, and the embedded-rank prefix looked
 for only where its literal is."""
 
 from __future__ import annotations
 
-import builtins
 import os
 import random
 from pathlib import Path
@@ -21,14 +20,6 @@ from ddpslurm.analyze.rules.loading import load_signatures
 SIGS = load_signatures()
 
 
-@pytest.fixture
-def fresh_counter():
-    """The module's per-process state as a new process has it (no numpy yet, nothing counted), and after."""
-    line_count.start_afresh()
-    yield
-    line_count.start_afresh()
-
-
 def _random_block(size: int, seed: int, newline_every: int) -> bytearray:
     """`size` random bytes with a newline every `newline_every` bytes besides those it drew."""
     rng = random.Random(seed)
@@ -38,93 +29,23 @@ def _random_block(size: int, seed: int, newline_every: int) -> bytearray:
     return block
 
 
-@settings(max_examples=200, deadline=None)
-@given(size=st.integers(0, 100_000), seed=st.integers(0, 2**32), newline_every=st.integers(1, 3000),
-       cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
-def test_numpy_counts_the_line_ends_bytes_count_counts(size: int, seed: int, newline_every: int,
-                                                        cut: tuple[float, float]) -> None:
-    block = _random_block(size, seed, newline_every)
-    start, end = sorted(int(c * size) for c in cut)
-    line_count.follow_parent(use_numpy=True)
-    try:
-        assert line_count.counting_with_numpy()
-        assert line_count.newlines(block, start, end) == block.count(b"\n", start, end)
-        assert line_count.newlines(bytes(block), 0, size) == block.count(b"\n")
-    finally:
-        line_count.start_afresh()
-
-
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(size=st.integers(0, 700_000), seed=st.integers(0, 2**32), newline_every=st.integers(1, 5000),
        cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
-def test_memchr_pieces_count_the_line_ends_bytes_count_counts(size: int, seed: int, newline_every: int,
+def test_the_line_ends_are_counted_as_bytes_count_counts_them(size: int, seed: int, newline_every: int,
                                                               cut: tuple[float, float]) -> None:
+    """Both counters, the pure one (memchr pieces past REPLACE_MIN_BYTES) and the one the scan takes (compiled
+    where it was built), on spans of every length, across REPLACE_PIECE's edges and of its exact size."""
     block = _random_block(size, seed, newline_every)
     start, end = sorted(int(c * size) for c in cut)
-    line_count.start_afresh()
-    line_count.follow_parent(use_numpy=False)  # a process that never imports numpy
-    try:
-        assert line_count.newlines(block, start, end) == block.count(b"\n", start, end)
-        assert line_count.newlines(bytes(block), 0, size) == block.count(b"\n")
-        whole = bytes(block)  # spans across REPLACE_PIECE's edges, and of its exact size
-        for span in (line_count.REPLACE_PIECE - 1, line_count.REPLACE_PIECE, line_count.REPLACE_PIECE + 1):
-            if span <= size:
-                assert line_count.newlines(whole, size - span, size) == whole.count(b"\n", size - span)
-        assert not line_count.counting_with_numpy()
-    finally:
-        line_count.start_afresh()
-
-
-def test_numpy_is_imported_once_long_spans_have_cost_its_import(fresh_counter, monkeypatch) -> None:
-    monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 50_000)
-    block = b"x" * 99 + b"\n"
-    block *= 1000  # 100 kB
-    for _ in range(100):  # short spans do not count towards it (100 kB of them)
-        assert line_count.newlines(block, 0, 1000) == 10
-    assert not line_count.counting_with_numpy()
-    assert line_count.newlines(block, 0, 20_000) == 200
-    assert line_count.newlines(block, 20_000, 49_999) == 299
-    assert not line_count.counting_with_numpy()  # 49,999 bytes of long spans so far
-    assert line_count.newlines(block, 0, 16_384) == 163  # the span that reaches it is counted with numpy
-    assert line_count.counting_with_numpy()
-
-
-def test_without_numpy_the_line_ends_are_counted_all_the_same(fresh_counter, monkeypatch) -> None:
-    real_import = builtins.__import__
-    tried: list[str] = []
-
-    def no_numpy(name, *args, **kwargs):
-        if name == "numpy":
-            tried.append(name)
-            raise ImportError("no numpy here")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 0)
-    monkeypatch.setattr(builtins, "__import__", no_numpy)
-    block = b"a\n" * 40_000
-    assert line_count.newlines(block, 3, len(block)) == block.count(b"\n", 3)
-    assert line_count.newlines(block, 0, len(block)) == 40_000
-    assert tried == ["numpy"]  # looked for once, not at every span
-    assert not line_count.counting_with_numpy()
-
-
-def test_the_parent_weighs_the_import_against_each_workers_share() -> None:
-    gb = 1 << 30
-    assert line_count.worth_importing(5 * gb, 2)  # the 65k-rank job, 2.5 GB a worker: 0.34 s saved, 0.165 spent
-    assert not line_count.worth_importing(gb, 2)  # the 1 GB job, 0.5 GB a worker: 0.07 s saved, not worth it
-    assert line_count.worth_importing(3 * gb, 1)
-    assert not line_count.worth_importing(5 * gb, 8)
-    assert not line_count.worth_importing(0, 2)
-
-
-@pytest.mark.parametrize("use_numpy", [True, False])
-def test_a_worker_counts_the_way_its_parent_decided(fresh_counter, monkeypatch, use_numpy: bool) -> None:
-    monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 1000)
-    line_count.follow_parent(use_numpy)
-    assert line_count.counting_with_numpy() == use_numpy  # imported as it starts, or
-    block = b"x" * 99 + b"\n"
-    assert line_count.newlines(block * 1000, 0, 100_000) == 1000
-    assert line_count.counting_with_numpy() == use_numpy  # never, past NUMPY_AFTER_BYTES too
+    whole = bytes(block)
+    spans = [(start, end), (0, size)] + [(size - span, size) for span in
+                                         (line_count.REPLACE_PIECE - 1, line_count.REPLACE_PIECE,
+                                          line_count.REPLACE_PIECE + 1) if span <= size]
+    for count in (line_count.pure_newlines, line_count.newlines):
+        for lo, hi in spans:
+            assert count(block, lo, hi) == block.count(b"\n", lo, hi)
+            assert count(whole, lo, hi) == whole.count(b"\n", lo, hi)
 
 
 def _long_gap_log(tmp_path: Path) -> SourceFile:
@@ -141,17 +62,11 @@ def _long_gap_log(tmp_path: Path) -> SourceFile:
     return SourceFile(path=str(path), display=path.name, rank=0, size=path.stat().st_size)
 
 
-def test_a_scan_with_numpy_counts_gives_the_same_lines(tmp_path: Path, fresh_counter, monkeypatch) -> None:
+def test_a_scan_counts_the_lines_between_far_apart_candidates(tmp_path: Path) -> None:
     source = _long_gap_log(tmp_path)
-    monkeypatch.setattr(line_count, "NUMPY_AFTER_BYTES", 1 << 40)
-    plain_events, plain = scan.scan_file(source, SIGS)
-    assert not line_count.counting_with_numpy()
-    line_count.follow_parent(use_numpy=True)
-    assert line_count.counting_with_numpy()
     events, summary = scan.scan_file(source, SIGS)
-    assert summary.lines == plain.lines == 6 * 3001
-    assert [(e.line, e.signature) for e in events] == [(e.line, e.signature) for e in plain_events]
-    assert [e.line for e in events if e.kind == "watchdog_timeout"][:2] == [3001, 6002]
+    assert summary.lines == 6 * 3001
+    assert [e.line for e in events if e.kind == "watchdog_timeout"] == [3001 * (i + 1) for i in range(6)]
 
 
 #: NCCL heads of two processes, and the lines a channel-heavy INFO log mixes with its channel lines
@@ -220,24 +135,26 @@ def test_the_embedded_rank_is_looked_for_wherever_it_can_be(before: str, tag: st
     assert attribution.may_embed_rank(text) == (tag[:5] in text[:160])
 
 
-@pytest.mark.parametrize(("import_s", "workers_import"), [(0.0, True), (1e9, False)])
-def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path: Path, import_s: float,
-                                                                         workers_import: bool) -> None:
-    """The parent holds the job's events at its peak: numpy (10 MB) is imported by the processes that count, as
-    they start when the parent found it worth it (an import that costs nothing here), else by none of them."""
+@pytest.mark.parametrize("pure", ["1", "0"])
+def test_no_process_of_a_scan_imports_numpy(tmp_path: Path, pure: str) -> None:
+    """The parent holds the job's events at its peak, and a worker's memory is the machine's too: neither the
+    pool's workers nor a process scanning alone imports numpy (10 MB), on the pure path or the compiled one."""
     source = _long_gap_log(tmp_path)
     probe = (
         "import sys\n"
-        "from ddpslurm.analyze.read import line_count\n"
         "from ddpslurm.analyze.parse import scan, scan_tasks\n"
         "from ddpslurm.analyze.model import FileSummary, SourceFile\n"
         "from ddpslurm.analyze.rules.loading import load_signatures\n"
-        f"scan.PARALLEL_MIN_BYTES = line_count.NUMPY_AFTER_BYTES = 0; line_count.NUMPY_IMPORT_S = {import_s!r}\n"
+        "scan.PARALLEL_MIN_BYTES = 0\n"
         f"s = SourceFile(path={source.path!r}, display='a', rank=0, size={source.size})\n"
         "results = scan.scan_files([s, s, s], load_signatures(), workers=2)\n"
         "print([summary.lines for _, summary in results], 'numpy' in sys.modules)\n"
         "real = scan_tasks.scan_file\n"
-        "scan_tasks.scan_file = lambda *a, **k: ([], FileSummary(file='a', last_line=str('numpy' in sys.modules)))\n"
+        "def probed(*a, **k):\n"
+        "    events, summary = real(*a, **k)\n"
+        "    summary.last_line = str('numpy' in sys.modules)\n"
+        "    return events, summary\n"
+        "scan_tasks.scan_file = probed\n"
         "print(*{summary.last_line for _, summary in scan.scan_files([s, s], load_signatures(), workers=2)})\n"
         "scan_tasks.scan_file = real\n"
         "results = scan.scan_files([s], load_signatures(), workers=1)\n"
@@ -247,10 +164,9 @@ def test_the_workers_count_with_numpy_and_the_parent_does_not_import_it(tmp_path
     import sys
 
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[2],
-                          env={**os.environ, "DDPSLURM_PURE_SCAN": "1"})  # the compiled path counts without numpy
+                          cwd=Path(__file__).resolve().parents[2], env={**os.environ, "DDPSLURM_PURE_SCAN": pure})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["[18006,", "18006,", "18006]", "False", str(workers_import), "True"]
+    assert done.stdout.split() == ["[18006,", "18006,", "18006]", "False", "False", "False"]
 
 
 @given(st.text(alphabet="torchdistribuelag ./", max_size=40))

@@ -21,7 +21,6 @@ from concurrent.futures.process import BrokenProcessPool
 from ddpslurm.analyze.model import Event, FileSummary, SourceFile
 from ddpslurm.analyze.parse.file_ranges import merge_parts
 from ddpslurm.analyze.parse.file_scan import scan_file
-from ddpslurm.analyze.read import line_count
 from ddpslurm.analyze.read.discover import METADATA_THREADS
 from ddpslurm.analyze.read.files import Opened
 from ddpslurm.analyze.read.read_ahead import READ_AHEAD_FILES, ScanJob, opens_slow, read_ahead
@@ -92,15 +91,13 @@ _WORKER_SIGS: SignatureSet | None = None
 _WORKER_JOBS: list[ScanJob] = []
 
 
-def _init_worker(sigs: SignatureSet, numpy_counts: bool, jobs: list[ScanJob]) -> None:
+def _init_worker(sigs: SignatureSet, jobs: list[ScanJob]) -> None:
     """Pool initializer: the compiled signatures and the scan's jobs in task order reach each worker once (inherited
-    on fork, each pool's own, a worker the pool starts again included; a spawned worker is sent them), and how the
-    parent decided line ends are counted (line_count.worth_importing). A worker makes no reference cycles to speak
-    of: its cycle collector stays off, as the parent's is while it analyzes."""
+    on fork, each pool's own, a worker the pool starts again included; a spawned worker is sent them). A worker
+    makes no reference cycles to speak of: its cycle collector stays off, as the parent's is while it analyzes."""
     global _WORKER_SIGS, _WORKER_JOBS
     _WORKER_SIGS = sigs
     _WORKER_JOBS = jobs
-    line_count.follow_parent(numpy_counts)
     gc.disable()
 
 
@@ -130,14 +127,12 @@ def scan_in_workers(sources: Sequence[SourceFile], jobs: list[tuple[int, ScanJob
     pieces: dict[int, list[tuple[int, tuple[list[Event], FileSummary]]]] = defaultdict(list)  # files cut in ranges
     tasks = batches(jobs)
     workers = min(count, len(tasks))
-    long_bytes = sum(s.size for s in sources if s.size >= line_count.NUMPY_MIN_BYTES)
-    numpy_counts = line_count.worth_importing(long_bytes, workers)
     in_order = [args for task in tasks for _, args in task]  # inherited by forked workers, sent to spawned ones
     spans = list(itertools.pairwise(itertools.accumulate((len(t) for t in tasks), initial=0)))
     received = 0
     try:
         with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(sigs, numpy_counts, in_order)) as pool:
+                                 initargs=(sigs, in_order)) as pool:
             for task_results in pool.map(_scan_span, spans):
                 _collect(tasks[received], task_results, out, pieces, progress)
                 received += 1
