@@ -9,6 +9,7 @@ kept in their own order; the evidence producers read nothing else.
 from __future__ import annotations
 
 import re
+from array import array
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from ddpslurm.analyze.diagnose.knowledge import group
 from ddpslurm.analyze.diagnose.resolve import JOB_KINDS, JobFacts, expand_ranks, plausible_world
 from ddpslurm.analyze.model import FACT_KINDS, Event, FileSummary, SourceFile
-from ddpslurm.analyze.parse.file_summary import TAIL_LINES, marks_of, shape_mark
+from ddpslurm.analyze.parse.file_summary import TAIL_LINES, shape_mark
 from ddpslurm.analyze.parse.timestamps import comparable
 
 FAILURE_ROLES = ("culprit", "victim", "either")
@@ -252,7 +253,7 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
     A rank without a log of its own is read from its stream in a log srun --label merged (not under torchrun:
     labels number nodes)."""
     rank_of = {s.display: s.rank for s in sources if s.rank is not None and s.kind == "log"}
-    last: dict[int, tuple[int, ...]] = {}
+    last: dict[int, Sequence[int]] = {}  # each rank's marks as an array: 64 ints as objects are 2.6 KB a rank
     whole: set[int] = set()
     for summary in summaries:
         rank = rank_of.get(summary.file)
@@ -260,7 +261,7 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
             continue
         ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += summary.lines
         if summary.end_marks:
-            last[rank] = marks_of(summary.end_marks)  # its last file's (ranks' files come in one order)
+            last[rank] = array("I", summary.end_marks)  # its last file's (ranks' files come in one order)
             (whole.add if summary.lines <= TAIL_LINES else whole.discard)(rank)
     own = set(rank_of.values())
     last_only: set[int] = set()
@@ -270,13 +271,13 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
                 continue
             ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += lines
             if shape is not None:
-                last[rank] = marks_of(shape_mark(shape.encode("utf-8", errors="replace")))
+                last[rank] = array("I", shape_mark(shape.encode("utf-8", errors="replace")))
                 (whole if lines <= 1 else last_only).add(rank)
     for rank in stopped_early(last, {r: tl.log_lines for r, tl in ranks.items() if r in last}, whole, last_only):
         ranks[rank].stopped_early = True
 
 
-def stopped_early(tails: dict[int, tuple[Hashable, ...]], line_counts: dict[int, int],
+def stopped_early(tails: dict[int, Sequence[Hashable]], line_counts: dict[int, int],
                   whole: Iterable[int] = (), last_only: Iterable[int] = ()) -> set[int]:
     """Ranks whose log stopped before the line most ranks' logs reach (`_common_end`), judged on the shapes of
     each log's last lines (oldest first; `whole`: the ranks whose last lines are their whole log; `last_only`: those
@@ -307,7 +308,7 @@ def stopped_early(tails: dict[int, tuple[Hashable, ...]], line_counts: dict[int,
                                     (r in last_only and line_counts.get(r, 0) <= median))}
 
 
-def _common_end(tails: dict[int, tuple[Hashable, ...]], holders: Counter[Hashable]) -> Hashable | None:
+def _common_end(tails: dict[int, Sequence[Hashable]], holders: Counter[Hashable]) -> Hashable | None:
     """The line shape that most ranks' last lines hold and some lack (held by more than half of the ranks, not by
     every one: a line every rank printed tells no rank from another) that comes last in most of them; None when
     there is none."""
@@ -320,7 +321,7 @@ def _common_end(tails: dict[int, tuple[Hashable, ...]], holders: Counter[Hashabl
     return max(sorted(telling), key=lambda shape: latest[shape])
 
 
-def _before(end: Hashable, tails: dict[int, tuple[Hashable, ...]], holders: Counter[Hashable]) -> set[Hashable]:
+def _before(end: Hashable, tails: dict[int, Sequence[Hashable]], holders: Counter[Hashable]) -> set[Hashable]:
     """The line shapes that more than half of the ranks' last lines hold and that come before `end` in every one
     that holds both (never after `end`'s last time): the lines the ranks print, in one order, before it."""
     half = len(tails) // 2
