@@ -2,14 +2,17 @@
 candidate lines and building their events each cost, in one process.
 
     python benchmarks/scan_budget.py [--folder .bench/scale/r16384_submitit_oom_c11000_gb0.5] [--skip 400]
-                                     [--files 2000] [--rounds 3]
+                                     [--files 2000] [--rounds 3] [--parts]
 
 Scans --files of the folder's files (after --skip, scanned first to warm the signature set's memos as a worker's
 are) serially, --rounds times, and prints per file kind (its suffix) the minimum CPU microseconds a file of:
 opening and reading it in blocks; that plus the prefilter; `scan_file` with every candidate line passed over
 (`FileState.handle` a no-op: the floor a file costs before any line is read); `scan_file` as it is; and `scan_file`
 with its events built as bare 5-slot objects and no told-once pass (what building events costs). The last three
-switch the scanner's own functions for the run: a measuring tool, not a product path.
+switch the scanner's own functions for the run: a measuring tool, not a product path. With --parts, it then prints
+what a file's fixed-cost parts cost a call (the prefilter, its last lines, its tail's marks: `timeit`, the best of
+7) on the compiled path and on the pure one (the compiled functions switched off for the run), averaged over up to
+50 of the files of each kind.
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ from __future__ import annotations
 import argparse
 import gc
 import time
-from collections import defaultdict
+import timeit
+from collections import defaultdict, deque
 from collections.abc import Callable
 from pathlib import Path
 
-from ddpslurm.analyze.parse import continued_lines, file_scan, line_events, scan
+from ddpslurm.analyze.model import FileSummary
+from ddpslurm.analyze.parse import continued_lines, file_scan, file_summary, line_events, scan
 from ddpslurm.analyze.parse.file_state import FileState
+from ddpslurm.analyze.read import prefilter
 from ddpslurm.analyze.read.blocks import iter_blocks
 from ddpslurm.analyze.read.discover import discover_all
 from ddpslurm.analyze.read.files import READ_DEADLINE, Reader, prefilter_sample
@@ -90,12 +96,47 @@ def measure(sources, sigs, rounds: int) -> dict[str, float]:
     return dict(zip(COLUMNS, out, strict=True))
 
 
+#: the fixed-cost parts `parts` times, each given a file's bytes and the signature set
+PARTS: dict[str, Callable] = {
+    "candidate_starts": lambda block, sigs: candidate_starts(block, sigs.anchors, len(block)),
+    "block_tail": lambda block, sigs: file_summary.block_tail(block, len(block)),
+    "note_tail": lambda block, sigs: file_summary.note_tail(
+        FileSummary(file="x"), deque(file_summary.block_tail(block, len(block)), file_summary.TAIL_LINES), False),
+}
+
+
+def part_us(part: Callable, block: bytes, sigs, number: int = 200) -> float:
+    """The best of 7 `timeit` runs of one part on one file's bytes, in microseconds a call (note_tail's figure
+    holds its block_tail's)."""
+    return min(timeit.repeat(lambda: part(block, sigs), number=number, repeat=7)) / number * 1e6
+
+
+def parts(files, sigs) -> dict[str, tuple[float, float]]:
+    """Each part's microseconds a call, (compiled, pure), averaged over the files (their first 4 MB, one block)."""
+    blocks = []
+    for source in files[:50]:
+        with open(source.path, "rb") as handle:
+            blocks.append(handle.read(4 << 20))
+    out = {}
+    for name, part in PARTS.items():
+        compiled = sum(part_us(part, b, sigs) for b in blocks) / len(blocks)
+        bulk = prefilter.BULK, file_summary.BULK
+        prefilter.BULK = file_summary.BULK = None
+        try:
+            pure = sum(part_us(part, b, sigs) for b in blocks) / len(blocks)
+        finally:
+            prefilter.BULK, file_summary.BULK = bulk
+        out[name] = (compiled, pure)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folder", type=Path, default=Path(".bench/scale/r16384_submitit_oom_c11000_gb0.5"))
     parser.add_argument("--skip", type=int, default=400)
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--parts", action="store_true", help="also time a file's fixed-cost parts, both paths")
     args = parser.parse_args()
     if not args.folder.is_dir():
         parser.error(f"{args.folder} is not a folder: make one with benchmarks/make_big_job.py or analyze_scale.py")
@@ -115,6 +156,13 @@ def main() -> None:
         figures = measure(files, sigs, args.rounds)
         size = sum(s.size for s in files) / len(files) / 1024
         print(f"| {kind} | {len(files)} | {size:.1f} | " + " | ".join(f"{v:.0f}" for v in figures.values()) + " |")
+    if args.parts:
+        print("\nus a call on one file, compiled / pure (best of 7, averaged over up to 50 files of each kind)")
+        print("| files | " + " | ".join(PARTS) + " |")
+        print("|---" * (1 + len(PARTS)) + "|")
+        for kind, files in sorted(by_kind.items()):
+            figures = parts(files, sigs)
+            print(f"| {kind} | " + " | ".join(f"{c:.1f} / {p:.1f}" for c, p in figures.values()) + " |")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddpslurm.analyze.model import SourceFile
-from ddpslurm.analyze.parse import channel_lines, file_scan, line_recipes, scan
-from ddpslurm.analyze.read import bulk, files
+from ddpslurm.analyze.parse import channel_lines, file_scan, file_summary, line_recipes, scan
+from ddpslurm.analyze.read import bulk, files, prefilter
 from ddpslurm.analyze.read.blocks import CHUNK, MAX_LINE
 from ddpslurm.analyze.rules.loading import load_signatures
 from tests.unit.test_analyze_line_recipes import _load_generator
@@ -37,6 +38,8 @@ def pure_path() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(file_scan, "BULK", None)
         patch.setattr(files, "BULK", None)
+        patch.setattr(prefilter, "BULK", None)
+        patch.setattr(file_summary, "BULK", None)
         patch.setattr(line_recipes, "_shape", line_recipes.masked_shape)
         yield
 
@@ -100,6 +103,111 @@ def test_newlines_and_control_bytes_are_counted_as_python_counts_them(size: int,
     assert files.control_bytes(head) == pure
 
 
+#: bytes a block's lines and their shapes turn on: line ends, digits, control and high bytes, ddpslurm's and
+#: submitit's heads, carriage returns and escapes
+_TAIL_PIECES = [b"\n", b"\n", b"a", b"step 12", b" ", b"\t", b"\r", b"\x0b", b"\x0c", b"\x00", b"\x7f", b"\xff\xfe",
+                b"ddpslurm: ", b"submitit INFO", b"\x1b[1m", b"\x1b]0;t\x07", b"2026-12-02", b"x" * 40]
+_BLOCKS = st.lists(st.sampled_from(_TAIL_PIECES), max_size=60).map(b"".join) | st.binary(max_size=300)
+
+
+@settings(max_examples=500, deadline=None)
+@given(block=_BLOCKS, runs=st.lists(st.lists(st.floats(0, 1), max_size=20), max_size=3), tuples=st.booleans())
+def test_line_starts_is_the_python_loop(block: bytes, runs: list[list[float]], tuples: bool) -> None:
+    """Each automaton's matches (ascending ends, or the (pattern, start, end) tuples it reports), merged: the
+    start of each line holding one, as the pure loop finds them on the sorted ends."""
+    size = len(block)
+    if not size:
+        assert BULK.line_starts(block, 0, [[], []]) == prefilter.line_starts(block, 0, []) == []
+        return
+    ends = [sorted(1 + int(f * (size - 1)) for f in run) for run in runs]
+    given_runs = [[(0, e - 1, e) for e in run] if tuples else run for run in ends]
+    want = prefilter.line_starts(block, size, sorted(e for run in ends for e in run))
+    assert BULK.line_starts(block, size, given_runs) == want
+    assert BULK.line_starts(bytearray(block) + b"tail", size, given_runs) == want  # a reused buffer, longer
+
+
+def test_line_starts_refuses_what_is_no_match_end() -> None:
+    for runs in ([[0]], [[4]], [[2, 1]], [[(0, 1)]], [["x"]]):
+        with pytest.raises((ValueError, TypeError)):
+            BULK.line_starts(b"ab\nc", 3, runs)
+    with pytest.raises(TypeError):
+        BULK.line_starts(b"ab\nc", 3, [(1, 2)])
+    with pytest.raises(ValueError):
+        BULK.line_starts(b"ab\nc", 9, [[1]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(block=_BLOCKS, count=st.integers(0, 8), cut=st.integers(0, 20), window=st.integers(0, 400),
+       at=st.floats(0, 1))
+def test_last_lines_are_the_python_split(block: bytes, count: int, cut: int, window: int, at: float) -> None:
+    end = int(at * len(block))
+    want = [piece[:cut] for piece in file_summary.last_lines(block, count, end, window)]
+    assert BULK.last_lines(block, count, end, cut, window) == want
+    assert BULK.last_lines(bytearray(block), count, end, cut, window) == want
+
+
+def test_last_lines_of_long_lines_and_refused_arguments() -> None:
+    """Lines past MAX_LINE and past the window (the first line then is the rest of one), a block without a line
+    end, an empty one; a span out of the buffer is refused."""
+    long = b"x" * (3 * MAX_LINE)
+    for block in (long + b"\n" + long + b"\n", long, b"", b"\n", b"a\n\n", long + b"\n" + b"b\nc"):
+        for count in (0, 1, 2, 64):
+            want = [p[:400] for p in file_summary.last_lines(block, count)]
+            assert BULK.last_lines(block, count, len(block), 400, file_summary.TAIL_WINDOW) == want
+    with pytest.raises(ValueError):
+        BULK.last_lines(b"a\n", 1, 5, 400, 10)
+    with pytest.raises(ValueError):
+        BULK.last_lines(b"a\n", -1, 2, 400, 10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=2000))
+def test_crc32_is_zlibs(data: bytes) -> None:
+    assert BULK.crc32(data) == zlib.crc32(data)
+    assert BULK.crc32(bytearray(data[1:])) == zlib.crc32(data[1:])  # every alignment of the 8-byte steps
+
+
+def _pure_marks(lines: list[bytes]) -> tuple[bytes, bytes | None]:
+    shapes = file_summary.byte_shapes(lines)
+    return file_summary.line_marks(shapes), file_summary.last_shown(shapes)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(lines=st.lists(st.lists(st.sampled_from(_TAIL_PIECES), max_size=8).map(b"".join) | st.binary(max_size=30),
+                      max_size=12))
+def test_tail_marks_are_the_python_marks(lines: list[bytes]) -> None:
+    """The marks and the last shape of a file's last lines as byte_shapes and line_marks give them; a line with a
+    line end or an escape byte is left to the Python path (None)."""
+    got = BULK.tail_marks(lines, file_summary.SHOWN_LINES, file_summary._OWN_BYTES)
+    if any(b"\n" in ln or b"\x1b" in ln for ln in lines):
+        assert got is None
+    else:
+        assert got == _pure_marks(lines)
+
+
+@pytest.mark.skipif(not prefilter.AUTOMATON_AVAILABLE, reason="ahocorasick_rs is not installed")
+def test_the_prefilter_and_the_tail_of_real_logs_are_alike_both_ways() -> None:
+    """The corpus sample's logs: their candidate lines found by the automata, each block's last lines and the
+    marks of the file's last lines, in C and in Python."""
+    anchors = load_signatures().anchors
+    compiled_finder, pure_finder = prefilter.AutomatonFinder(anchors), prefilter.AutomatonFinder(anchors)
+    assert len(compiled_finder.automata) > 1  # the shipped anchors outgrow one: runs merged
+    checked = 0
+    for path in LOGS:
+        block = path.read_bytes()
+        compiled = compiled_finder.starts(block)
+        with pure_path():
+            assert pure_finder.starts(block) == compiled, path
+        lines = BULK.last_lines(block, file_summary.TAIL_LINES, len(block), file_summary.TAIL_CHARS,
+                                file_summary.TAIL_WINDOW)
+        assert lines == [p[:file_summary.TAIL_CHARS] for p in file_summary.last_lines(block, file_summary.TAIL_LINES)]
+        got = BULK.tail_marks(lines, file_summary.SHOWN_LINES, file_summary._OWN_BYTES)
+        if got is not None:
+            assert got == _pure_marks(lines), path
+            checked += 1
+    assert checked > len(LOGS) // 2
+
+
 def test_bad_arguments_raise_and_do_not_crash() -> None:
     with pytest.raises(ValueError):
         BULK.newlines(b"abc", 2, 9)
@@ -109,6 +217,10 @@ def test_bad_arguments_raise_and_do_not_crash() -> None:
         BULK.next_line(b"a\n", 2, 0, [5], 0, 0, set(), {}, 512, MAX_LINE)
     with pytest.raises(ValueError):
         BULK.count_in(b"a", b"short")
+    with pytest.raises(TypeError):
+        BULK.tail_marks([b"a", "text"], 6, (b"ddpslurm:",))
+    with pytest.raises(TypeError):
+        BULK.tail_marks([b"a"], 6, ("ddpslurm:",))
 
 
 # --- whole scans: random files built of the lines big jobs repeat ----------------------------------------------

@@ -16,7 +16,7 @@ from ddpslurm.analyze.model import Event, FileSummary, SourceFile
 from ddpslurm.analyze.parse import stream_ends
 from ddpslurm.analyze.parse.channel_lines import told_channel_line
 from ddpslurm.analyze.parse.file_state import FileState
-from ddpslurm.analyze.parse.file_summary import TAIL_LINES, last_line_shape, last_lines, note_tail, settled
+from ddpslurm.analyze.parse.file_summary import TAIL_LINES, block_tail, last_line_shape, note_tail, settled
 from ddpslurm.analyze.parse.repeated_facts import told_once
 from ddpslurm.analyze.read.blocks import MAX_LINE, Window, iter_blocks
 from ddpslurm.analyze.read.bulk import BULK
@@ -103,8 +103,7 @@ def _scan_range(handle: Reader, start: int, end: int | None, state: FileState, t
         first = False
         if tally is not None:
             tally.feed(block, size)
-        for piece in last_lines(block, TAIL_LINES, size):
-            tail.append(piece[:400])
+        tail.extend(block_tail(block, size))
         if on_bytes:
             on_bytes(size)
     if end is None or end >= handle.size:

@@ -17,12 +17,17 @@ from ddpslurm.analyze.model import FileSummary
 from ddpslurm.analyze.parse.attribution import clean
 from ddpslurm.analyze.parse.shared_values import canonical
 from ddpslurm.analyze.read.blocks import MAX_LINE
+from ddpslurm.analyze.read.bulk import BULK
 
 #: the last lines of a file whose shapes its summary marks: enough that a few dozen lines of a rank's own (warnings,
 #: retries, progress, a logged traceback) printed after the line most ranks end on still leave that line in view
 TAIL_LINES = 64
 #: the last lines of a file a report may show
 SHOWN_LINES = 6
+#: the bytes of each of a file's last lines its tail keeps, and the bytes at a block's end its last lines are
+#: looked for in
+TAIL_CHARS = 400
+TAIL_WINDOW = 4 * MAX_LINE
 
 #: what an empty summary holds: shared, not one set and one list per file (32k files: 9 MB of empty containers)
 NO_RANKS: frozenset[int] = frozenset()
@@ -63,11 +68,12 @@ _NO_DIGITS = str.maketrans("", "", "0123456789")
 _DIGIT_BYTES = b"0123456789"
 
 
-def last_lines(block: bytes | bytearray, count: int, end: int | None = None) -> list[bytes]:
-    """The last `count` lines of a block of complete lines `block[:end]` (of its last 4 * MAX_LINE bytes), split
+def last_lines(block: bytes | bytearray, count: int, end: int | None = None, window: int = TAIL_WINDOW
+               ) -> list[bytes]:
+    """The last `count` lines of a block of complete lines `block[:end]` (of its last `window` bytes), split
     from the end: a 4 MB block is not cut into all its lines for six of them."""
     end = len(block) if end is None else end
-    floor = max(0, end - 4 * MAX_LINE)
+    floor = max(0, end - window)
     start = end
     for _ in range(count + 2):  # only the bytes after the last count + 2 line ends are copied (not 64 KB a file)
         start = block.rfind(b"\n", floor, start)
@@ -78,6 +84,14 @@ def last_lines(block: bytes | bytearray, count: int, end: int | None = None) -> 
     if pieces[-1] == b"":
         pieces.pop()  # after the block's last newline
     return pieces[-count:] if count else []
+
+
+def block_tail(block: bytes | bytearray, end: int) -> list[bytes]:
+    """The last TAIL_LINES lines of the block `block[:end]` (`last_lines`), each cut at TAIL_CHARS bytes, as a
+    file's tail keeps them: in compiled code where it is built."""
+    if BULK is not None:
+        return BULK.last_lines(block, TAIL_LINES, end, TAIL_CHARS, TAIL_WINDOW)
+    return [piece[:TAIL_CHARS] for piece in last_lines(block, TAIL_LINES, end)]
 
 
 def shape_mark(shape: bytes) -> bytes:
@@ -127,13 +141,24 @@ def _cut_bytes(line: bytes) -> bytes:
 def note_tail(summary: FileSummary, tail: Sequence[bytes], keep_tail: bool) -> None:
     """The summary's marks of its last lines' shapes (`line_marks`) and the shape of its last line (of its last
     SHOWN_LINES lines) from the file's raw last lines `tail`, and its tail itself (those lines, decoded) with
-    `keep_tail` (a report shows a few files' tails when nothing matched: 16k ranks' tails are not held for that)."""
+    `keep_tail` (a report shows a few files' tails when nothing matched: 16k ranks' tails are not held for that).
+    The marks and the last shape in compiled code where it is built (lines with an escape byte: here)."""
     lines = list(tail)
-    shapes = byte_shapes(lines)
-    summary.end_marks = line_marks(shapes)
-    shown = [ln for ln in shapes[-SHOWN_LINES:] if ln.strip()]
-    last = [ln for ln in shown if not ln.startswith(_OWN_BYTES)] or shown
-    summary.last_line = canonical(last[-1].decode("utf-8", errors="replace")) if last else None
+    done = BULK.tail_marks(lines, SHOWN_LINES, _OWN_BYTES) if BULK is not None else None
+    if done is None:
+        shapes = byte_shapes(lines)
+        summary.end_marks = line_marks(shapes)
+        last = last_shown(shapes)
+    else:
+        summary.end_marks, last = done
+    summary.last_line = canonical(last.decode("utf-8", errors="replace")) if last is not None else None
     if keep_tail:
         decoded = [clean(t.decode("utf-8", errors="replace")) for t in lines[-SHOWN_LINES:] if t.strip()]
         summary.tail = [ln for ln in decoded if ln.strip()]
+
+
+def last_shown(shapes: Sequence[bytes]) -> bytes | None:
+    """The last non-blank of the last SHOWN_LINES `shapes`, not ddpslurm's or submitit's own where one is."""
+    shown = [ln for ln in shapes[-SHOWN_LINES:] if ln.strip()]
+    last = [ln for ln in shown if not ln.startswith(_OWN_BYTES)] or shown
+    return last[-1] if last else None

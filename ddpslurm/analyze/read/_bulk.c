@@ -1,15 +1,31 @@
-/* The scanner's per-line bulk work in compiled code: a block's candidate lines walked, each one's bounds, line
- * number and shape key found, and the lines whose reading is decided by their shape alone passed over without a
- * Python call (told NCCL channel lines, inert shapes that no digit-sensitive signature can match). Every function
- * has a pure-Python twin, the reference (read/bulk.py says which; tests/unit/test_bulk_scan.py holds them equal).
- * No Python object is touched while the GIL is released (long newline counts).
+/* The scanner's per-line and per-file bulk work in compiled code: a block's candidate lines walked, each one's
+ * bounds, line number and shape key found, and the lines whose reading is decided by their shape alone passed over
+ * without a Python call (told NCCL channel lines, inert shapes that no digit-sensitive signature can match); the
+ * prefilter's candidate lines from its automata's matches; a block's last lines and the marks of a file's last
+ * lines' shapes. Every function has a pure-Python twin, the reference (read/bulk.py says which;
+ * tests/unit/test_bulk_scan.py holds them equal). No Python object is touched while the GIL is released (long
+ * newline counts).
  */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* memmem */
+#define _GNU_SOURCE /* memmem, memrchr */
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
+
+/* The last byte c of p[0:len], or NULL: memrchr where the C library has it (glibc, musl), else a loop. */
+static const unsigned char *last_byte(const unsigned char *p, unsigned char c, Py_ssize_t len)
+{
+#if defined(__linux__)
+    return len > 0 ? memrchr(p, c, (size_t)len) : NULL;
+#else
+    while (len-- > 0)
+        if (p[len] == c)
+            return p + len;
+    return NULL;
+#endif
+}
 
 /* spans at least this long have their newlines counted with the GIL released */
 #define NOGIL_BYTES (64 << 10)
@@ -52,7 +68,7 @@ static int clamp(Py_ssize_t *start, Py_ssize_t *end, Py_ssize_t size)
 }
 
 /* newlines(buffer, start, end) -> how many b'\n' buffer[start:end] holds */
-static PyObject *bulk_newlines(PyObject *self, PyObject *args)
+static PyObject *bulk_newlines(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer buf;
     Py_ssize_t start, end, count;
@@ -68,7 +84,7 @@ static PyObject *bulk_newlines(PyObject *self, PyObject *args)
 }
 
 /* count_in(buffer, table) -> how many bytes of buffer have a nonzero entry in `table` (256 bytes) */
-static PyObject *bulk_count_in(PyObject *self, PyObject *args)
+static PyObject *bulk_count_in(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer buf, table;
     if (!PyArg_ParseTuple(args, "y*y*:count_in", &buf, &table))
@@ -114,7 +130,7 @@ static PyObject *shape_of(const unsigned char *raw, Py_ssize_t len)
 }
 
 /* shape(raw) -> bytes: line_key's masked form of a raw line */
-static PyObject *bulk_shape(PyObject *self, PyObject *args)
+static PyObject *bulk_shape(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer buf;
     if (!PyArg_ParseTuple(args, "y*:shape", &buf))
@@ -150,6 +166,19 @@ static int literal(const unsigned char *p, Py_ssize_t *i, Py_ssize_t end, const 
 /* The rest of channel_lines._CHANNEL_LINE matched at p[i:end] (after its words " NCCL INFO Channel "): 1 and the
  * span of the printing process's NCCL rank (the sender's on [send], the receiver's on [receive]), else 0. Every
  * repeat in the pattern is followed by a byte it cannot take, so matching greedily is the regex's one way. */
+/* One peer of a channel line at p[*i:end], `N[hex]`: 1, its rank's span and *i past it, else 0. */
+static int peer(const unsigned char *p, Py_ssize_t *i, Py_ssize_t end, Py_ssize_t *rank, Py_ssize_t *rank_end)
+{
+    Py_ssize_t j = *i, k;
+    if ((k = digits(p, j, end)) == j)
+        return 0;
+    *rank = j, *rank_end = k;
+    if (!literal(p, &k, end, "[") || (j = hexes(p, k, end)) == k)
+        return 0;
+    *i = j;
+    return 1;
+}
+
 static int channel_rest(const unsigned char *p, Py_ssize_t i, Py_ssize_t end, Py_ssize_t *rank, Py_ssize_t *rank_end)
 {
     Py_ssize_t j, a, a_end, b, b_end;
@@ -161,25 +190,8 @@ static int channel_rest(const unsigned char *p, Py_ssize_t i, Py_ssize_t end, Py
             return 0;
         i = j;
     }
-    if (!literal(p, &i, end, " : "))
-        return 0;
-    a = i;
-    if ((a_end = digits(p, i, end)) == i)
-        return 0;
-    i = a_end;
-    if (!literal(p, &i, end, "[") || (j = hexes(p, i, end)) == i)
-        return 0;
-    i = j;
-    if (!literal(p, &i, end, "] -> "))
-        return 0;
-    b = i;
-    if ((b_end = digits(p, i, end)) == i)
-        return 0;
-    i = b_end;
-    if (!literal(p, &i, end, "[") || (j = hexes(p, i, end)) == i)
-        return 0;
-    i = j;
-    if (!literal(p, &i, end, "] ["))
+    if (!literal(p, &i, end, " : ") || !peer(p, &i, end, &a, &a_end) || !literal(p, &i, end, "] -> ")
+        || !peer(p, &i, end, &b, &b_end) || !literal(p, &i, end, "] ["))
         return 0;
     if (literal(p, &i, end, "send] via")) {
         *rank = a, *rank_end = a_end;
@@ -213,7 +225,7 @@ static PyObject *channel_key_of(const unsigned char *p, Py_ssize_t start, Py_ssi
 }
 
 /* channel_key(buffer, start, end) -> (head, rank) | None */
-static PyObject *bulk_channel_key(PyObject *self, PyObject *args)
+static PyObject *bulk_channel_key(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer buf;
     Py_ssize_t start, end;
@@ -268,7 +280,7 @@ static int plainly_inert(PyObject *inert, PyObject *key)
  * empty, and lines of at most `keyed_chars` bytes whose shape `inert` remembers with nothing to ask passed too.
  * Returns its index in `starts`, its bounds, the line count up to and with it, its bytes (at most `max_line`) and
  * its shape (None when longer than `keyed_chars`); past the last one `start` is -1 and `lineno` counts to `n`. */
-static PyObject *bulk_next_line(PyObject *self, PyObject *args)
+static PyObject *bulk_next_line(PyObject *Py_UNUSED(self), PyObject *args)
 {
     Py_buffer buf;
     Py_ssize_t n, cur, idx, lineno, keyed, max_line;
@@ -341,6 +353,364 @@ fail:
     return NULL;
 }
 
+/* The end of match `item` (an int, or the automaton's (pattern, start, end) tuple) into *stop: 0, else -1. */
+static int match_end(PyObject *item, Py_ssize_t *stop)
+{
+    if (PyTuple_Check(item)) {
+        if (PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_ValueError, "a match is not (pattern, start, end)");
+            return -1;
+        }
+        item = PyTuple_GET_ITEM(item, 2);
+    }
+    *stop = PyLong_AsSsize_t(item);
+    return *stop == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The next head of run r into heads[r] (PY_SSIZE_T_MAX past its end): 0, else -1 (not a match end in [1, size],
+ * or before the one it follows). */
+static int next_head(PyObject *runs, Py_ssize_t r, Py_ssize_t *idx, Py_ssize_t *heads, Py_ssize_t size)
+{
+    PyObject *run = PyList_GET_ITEM(runs, r);
+    Py_ssize_t before = heads[r], stop;
+    if (idx[r] >= PyList_GET_SIZE(run)) {
+        heads[r] = PY_SSIZE_T_MAX;
+        return 0;
+    }
+    if (match_end(PyList_GET_ITEM(run, idx[r]), &stop) < 0)
+        return -1;
+    if (stop < 1 || stop > size || stop < before) {
+        PyErr_SetString(PyExc_ValueError, stop < before ? "match ends out of order" : "a match end out of the block");
+        return -1;
+    }
+    heads[r] = stop;
+    idx[r]++;
+    return 0;
+}
+
+/* line_starts(block, size, runs) -> [offset]
+ *
+ * The prefilter's candidate lines from its automata's matches in block[:size] (prefilter.line_starts, the
+ * reference): `runs` holds each automaton's matches in order (lists of match ends, or of the (pattern, start, end)
+ * tuples an automaton reports), merged here; for each match past the line of the one before, the start of its
+ * line. No anchor holds a line end, so a match ends on its line; a match end is in [1, size]. */
+static PyObject *bulk_line_starts(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t size, *idx = NULL, *heads = NULL;
+    PyObject *runs, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*nO!:line_starts", &buf, &size, &PyList_Type, &runs))
+        return NULL;
+    Py_ssize_t zero = 0, k = PyList_GET_SIZE(runs), stop_line = -1;
+    if (clamp(&zero, &size, buf.len) < 0)
+        goto fail;
+    for (Py_ssize_t r = 0; r < k; r++)
+        if (!PyList_Check(PyList_GET_ITEM(runs, r))) {
+            PyErr_SetString(PyExc_TypeError, "a run of matches is not a list");
+            goto fail;
+        }
+    idx = PyMem_Calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    heads = PyMem_Calloc((size_t)k + 1, sizeof(Py_ssize_t));
+    if (idx == NULL || heads == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t r = 0; r < k; r++)
+        if (next_head(runs, r, idx, heads, size) < 0)
+            goto fail;
+    if ((out = PyList_New(0)) == NULL)
+        goto fail;
+    const unsigned char *p = buf.buf;
+    for (;;) {
+        Py_ssize_t r = 0;
+        for (Py_ssize_t q = 1; q < k; q++)
+            if (heads[q] < heads[r])
+                r = q;
+        if (k == 0 || heads[r] == PY_SSIZE_T_MAX)
+            break;
+        Py_ssize_t stop = heads[r];
+        if (next_head(runs, r, idx, heads, size) < 0)
+            goto fail;
+        if (stop <= stop_line)
+            continue;
+        const unsigned char *nl = last_byte(p, '\n', stop);
+        PyObject *start = PyLong_FromSsize_t(nl == NULL ? 0 : nl - p + 1);
+        if (start == NULL)
+            goto fail;
+        int failed = PyList_Append(out, start);
+        Py_DECREF(start);
+        if (failed < 0)
+            goto fail;
+        stop_line = line_end(p, stop - 1, size);
+    }
+    PyMem_Free(idx);
+    PyMem_Free(heads);
+    PyBuffer_Release(&buf);
+    return out;
+fail:
+    PyMem_Free(idx);
+    PyMem_Free(heads);
+    Py_XDECREF(out);
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
+/* last_lines(block, count, end, cut, window) -> [bytes]
+ *
+ * The last `count` lines of block[:end] found in its last `window` bytes (file_summary.last_lines, the reference:
+ * the first may be the rest of a line that starts before them), each cut to its first `cut` bytes. */
+static PyObject *bulk_last_lines(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t count, end, cut, window;
+    if (!PyArg_ParseTuple(args, "y*nnnn:last_lines", &buf, &count, &end, &cut, &window))
+        return NULL;
+    Py_ssize_t zero = 0;
+    if (clamp(&zero, &end, buf.len) < 0 || count < 0 || cut < 0 || window < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "a negative count, cut or window");
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    const unsigned char *p = buf.buf;
+    Py_ssize_t floor = end > window ? end - window : 0;
+    /* the pieces of p[floor:end] split at each b"\n", a last empty one left out (after a last line end): the
+     * pieces of p[floor:stop], at least one, of which the last `count` are wanted */
+    Py_ssize_t stop = end > floor && p[end - 1] == '\n' ? end - 1 : end, first = stop, found = 0, pos = stop;
+    if (end == floor)
+        count = 0;
+    while (found < count) {
+        const unsigned char *nl = last_byte(p + floor, '\n', pos - floor);
+        found++;
+        if (nl == NULL) {
+            first = floor;
+            break;
+        }
+        pos = nl - p;
+        first = pos + 1;
+    }
+    PyObject *out = PyList_New(found);
+    if (out == NULL) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0, at = first; k < found; k++) {
+        Py_ssize_t piece_end = line_end(p, at, stop);
+        Py_ssize_t len = piece_end - at;
+        PyObject *piece = PyBytes_FromStringAndSize((const char *)p + at, len < cut ? len : cut);
+        if (piece == NULL) {
+            Py_DECREF(out);
+            PyBuffer_Release(&buf);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, k, piece);
+        at = piece_end + 1;
+    }
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+/* CRC-32 as zlib.crc32 computes it (reflected, polynomial 0xEDB88320), eight bytes a step through eight tables
+ * (built at import): zlib.h is not there on every machine that has a compiler */
+static uint32_t CRC[8][256];
+
+static void crc_tables(void)
+{
+    for (uint32_t b = 0; b < 256; b++) {
+        uint32_t c = b;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        CRC[0][b] = c;
+    }
+    for (int t = 1; t < 8; t++)
+        for (int b = 0; b < 256; b++)
+            CRC[t][b] = (CRC[t - 1][b] >> 8) ^ CRC[0][CRC[t - 1][b] & 0xff];
+}
+
+static uint32_t crc32_of(const unsigned char *p, Py_ssize_t len)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (; len >= 8; p += 8, len -= 8) {
+        c ^= (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        c = CRC[7][c & 0xff] ^ CRC[6][(c >> 8) & 0xff] ^ CRC[5][(c >> 16) & 0xff] ^ CRC[4][c >> 24]
+            ^ CRC[3][p[4]] ^ CRC[2][p[5]] ^ CRC[1][p[6]] ^ CRC[0][p[7]];
+    }
+    while (len-- > 0)
+        c = CRC[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* crc32(data) -> zlib.crc32(data) */
+static PyObject *bulk_crc32(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*:crc32", &buf))
+        return NULL;
+    uint32_t c = crc32_of(buf.buf, buf.len);
+    PyBuffer_Release(&buf);
+    return PyLong_FromUnsignedLong(c);
+}
+
+/* what each byte is to a line's shape: KEPT unless the shape leaves it out (file_summary._DELETED: digits, the
+ * control bytes but tab and line end), NOT_BLANK as well when it is kept and not a space or a tab */
+#define KEPT 1
+#define NOT_BLANK 2
+static unsigned char SHAPE_BYTE[256];
+
+static void shape_table(void)
+{
+    for (int c = 0; c < 256; c++) {
+        int deleted = (c >= '0' && c <= '9') || c < 9 || (c >= 11 && c < 32) || c == 127;
+        SHAPE_BYTE[c] = deleted ? 0 : (c == ' ' || c == '\t') ? KEPT : KEPT | NOT_BLANK;
+    }
+}
+
+/* The shape's bytes of raw[0:len] written to out (room for len): how many; *marked ORs their SHAPE_BYTE. Without
+ * a branch a byte: log lines' digits come as they please. */
+static Py_ssize_t shape_bytes(const unsigned char *restrict raw, Py_ssize_t len, unsigned char *restrict out,
+                              unsigned char *marked)
+{
+    Py_ssize_t used = 0;
+    unsigned char all = 0;
+    for (Py_ssize_t j = 0; j < len; j++) {
+        unsigned char c = raw[j], k = SHAPE_BYTE[c];
+        out[used] = c;
+        used += k & KEPT;
+        all |= k;
+    }
+    *marked |= all;
+    return used;
+}
+
+/* bytes.strip's whitespace but the line ends (a piece between two \r holds neither) */
+static int blank_byte(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\x0b' || c == '\x0c';
+}
+
+/* What of raw line p[0:len] (no \n, no ESC) its shape is made of (file_summary._cut_bytes): after its last \r
+ * that is followed by a non-blank piece, that piece; none when every piece is blank. */
+static void after_cr(const unsigned char **p, Py_ssize_t *len)
+{
+    const unsigned char *line = *p;
+    Py_ssize_t end = *len;
+    if (memchr(line, '\r', (size_t)end) == NULL)
+        return;
+    while (end >= 0) {
+        const unsigned char *cr = last_byte(line, '\r', end);
+        Py_ssize_t start = cr == NULL ? 0 : cr - line + 1;
+        for (Py_ssize_t i = start; i < end; i++)
+            if (!blank_byte(line[i])) {
+                *p = line + start, *len = end - start;
+                return;
+            }
+        if (cr == NULL)
+            break;
+        end = cr - line;
+    }
+    *len = 0;
+}
+
+/* tail_marks(lines, shown, own) -> (marks, last) | None
+ *
+ * file_summary.note_tail's marks from a file's raw last lines (`line_marks(byte_shapes(lines))`, the reference):
+ * each line's shape (what follows its last non-blank \r, digits and control bytes but tab deleted), the blank
+ * ones aside and those that start with one of `own` (ddpslurm's and submitit's heads) aside where others exist,
+ * each one's CRC-32 packed as unsigned ints; and the last of the last `shown` lines' non-blank shapes, not an own
+ * one where one is (bytes, or None). None when a line holds a line end or an escape byte: for the Python path. */
+static PyObject *bulk_tail_marks(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *lines, *own, *seq, *out = NULL;
+    Py_ssize_t shown;
+    if (!PyArg_ParseTuple(args, "OnO!:tail_marks", &lines, &shown, &PyTuple_Type, &own))
+        return NULL;
+    Py_ssize_t owns = PyTuple_GET_SIZE(own);
+    for (Py_ssize_t k = 0; k < owns; k++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(own, k))) {
+            PyErr_SetString(PyExc_TypeError, "an own head is not bytes");
+            return NULL;
+        }
+    if ((seq = PySequence_Fast(lines, "the lines are not a sequence")) == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), total = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyBytes_Check(items[i])) {
+            PyErr_SetString(PyExc_TypeError, "a line is not bytes");
+            Py_DECREF(seq);
+            return NULL;
+        }
+        const char *raw = PyBytes_AS_STRING(items[i]);
+        Py_ssize_t len = PyBytes_GET_SIZE(items[i]);
+        if (memchr(raw, '\n', (size_t)len) != NULL || memchr(raw, '\x1b', (size_t)len) != NULL) {
+            Py_DECREF(seq);
+            Py_RETURN_NONE;
+        }
+        total += len;
+    }
+    /* the shapes, one after another in `shapes`; each line's offset, length and kind there */
+    unsigned char *shapes = PyMem_Malloc((size_t)total + 1);
+    Py_ssize_t *at = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(2 * n + 1));
+    unsigned char *kind = PyMem_Malloc((size_t)n + 1); /* 0 blank, 1 kept, 2 own */
+    if (shapes == NULL || at == NULL || kind == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t used = 0, kept = 0, mine = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *raw = (const unsigned char *)PyBytes_AS_STRING(items[i]);
+        Py_ssize_t len = PyBytes_GET_SIZE(items[i]), start = used;
+        after_cr(&raw, &len);
+        unsigned char marked = 0;
+        used += shape_bytes(raw, len, shapes + used, &marked);
+        int blank = !(marked & NOT_BLANK);
+        at[2 * i] = start, at[2 * i + 1] = used - start;
+        kind[i] = 0;
+        if (!blank) {
+            kind[i] = 1;
+            for (Py_ssize_t k = 0; k < owns; k++) {
+                PyObject *head = PyTuple_GET_ITEM(own, k);
+                Py_ssize_t hlen = PyBytes_GET_SIZE(head);
+                if (hlen <= used - start && memcmp(shapes + start, PyBytes_AS_STRING(head), (size_t)hlen) == 0) {
+                    kind[i] = 2;
+                    break;
+                }
+            }
+            kept++, mine += kind[i] == 2;
+        }
+    }
+    int aside = mine > 0 && mine < kept; /* own lines set aside: others exist */
+    PyObject *marks = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)sizeof(uint32_t) * (aside ? kept - mine : kept));
+    if (marks == NULL)
+        goto done;
+    unsigned char *m = (unsigned char *)PyBytes_AS_STRING(marks);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (kind[i] == 1 || (kind[i] == 2 && !aside)) {
+            uint32_t c = crc32_of(shapes + at[2 * i], at[2 * i + 1]);
+            memcpy(m, &c, sizeof c);
+            m += sizeof c;
+        }
+    Py_ssize_t last = -1, last_own = -1;
+    for (Py_ssize_t i = n - (shown < n ? shown : n); i < n; i++) {
+        if (kind[i] == 1)
+            last = i;
+        else if (kind[i] == 2)
+            last_own = i;
+    }
+    if (last < 0)
+        last = last_own;
+    if (last < 0)
+        out = Py_BuildValue("(NO)", marks, Py_None);
+    else
+        out = Py_BuildValue("(Ny#)", marks, shapes + at[2 * last], at[2 * last + 1]);
+done:
+    PyMem_Free(shapes);
+    PyMem_Free(at);
+    PyMem_Free(kind);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"newlines", bulk_newlines, METH_VARARGS, "newlines(buffer, start, end) -> the b'\\n' in buffer[start:end]"},
     {"count_in", bulk_count_in, METH_VARARGS, "count_in(buffer, table) -> the bytes with a nonzero table entry"},
@@ -350,12 +720,23 @@ static PyMethodDef methods[] = {
     {"next_line", bulk_next_line, METH_VARARGS,
      "next_line(block, n, cur, starts, idx, lineno, channels, inert, keyed_chars, max_line) -> "
      "(idx, start, end, lineno, raw, key): the next candidate line to read in Python"},
+    {"line_starts", bulk_line_starts, METH_VARARGS,
+     "line_starts(block, size, runs) -> the starts of the lines holding the automata's matches"},
+    {"last_lines", bulk_last_lines, METH_VARARGS,
+     "last_lines(block, count, end, cut, window) -> the last `count` lines of block[:end], each cut at `cut` bytes"},
+    {"crc32", bulk_crc32, METH_VARARGS, "crc32(data) -> zlib.crc32(data)"},
+    {"tail_marks", bulk_tail_marks, METH_VARARGS,
+     "tail_marks(lines, shown, own) -> (marks, last shape) of a file's last lines, or None: the Python path"},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_bulk", "The scanner's per-line bulk work.", -1, methods};
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_bulk", "The scanner's per-line and per-file bulk work.", -1, methods, NULL, NULL, NULL, NULL,
+};
 
 PyMODINIT_FUNC PyInit__bulk(void)
 {
+    crc_tables();
+    shape_table();
     return PyModule_Create(&module);
 }

@@ -6,7 +6,12 @@ pure path anyway (the differential test runs both). What `_bulk` does, each besi
 - `shape(raw)`: a line's digits as 0, each date's century kept (parse/line_recipes.py `masked_shape`);
 - `channel_key(buf, start, end)`: the key of NCCL's channel line there (parse/channel_lines.py `line_channel_key`);
 - `next_line(...)`: a block's next candidate line to read in Python, the told channel lines and plainly inert
-  shapes passed over (parse/file_scan.py `_scan_block`, whose pure loop is the reference).
+  shapes passed over (parse/file_scan.py `_scan_block`, whose pure loop is the reference);
+- `line_starts(block, size, runs)`: the prefilter's candidate lines from its automata's matches
+  (read/prefilter.py `line_starts`);
+- `last_lines(block, count, end, cut, window)`: a block's last lines, each cut (parse/file_summary.py `last_lines`);
+- `tail_marks(lines, shown, own)`: the marks of a file's last lines' shapes and its last line's shape
+  (parse/file_summary.py `line_marks` of `byte_shapes`, and `last_shown`), with `crc32(data)` (`zlib.crc32`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from ddpslurm.analyze.read.bulk import BULK
+
 #: what the finders search: bytes, or a reused read buffer
 Buffer = bytes | bytearray
 
@@ -75,24 +77,33 @@ class AutomatonFinder:
         return stops
 
     def starts(self, block: Buffer, end: int | None = None) -> list[int]:
-        """Sorted offsets of the lines of `block[:end]` (complete lines) that contain at least one anchor.
-
-        Matches never span a line end (no anchor holds one), so each anchor line yields a match of its own.
-        """
+        """Sorted offsets of the lines of `block[:end]` (complete lines) that contain at least one anchor: the
+        lines of the automata's matches (`line_starts`; in compiled code where it is built, handed the matches as
+        the automata report them)."""
         size = len(block) if end is None else end
-        out: list[int] = []
-        line_end = -1
-        find, rfind = block.find, block.rfind
         with memoryview(block) as view, view[:size] as data:
+            if BULK is not None:
+                return BULK.line_starts(block, size, [a.find_matches_as_indexes(data) for a in self.automata])
             stops = self.match_ends(data)
-        for stop in stops:
-            if stop <= line_end:
-                continue
-            out.append(rfind(b"\n", 0, stop) + 1)
-            line_end = find(b"\n", stop - 1, size)
-            if line_end < 0:
-                line_end = size
-        return out
+        return line_starts(block, size, stops)
+
+
+def line_starts(block: Buffer, size: int, stops: Sequence[int]) -> list[int]:
+    """The offsets of the lines of `block[:size]` holding the matches that end at `stops` (ascending), one a line.
+
+    Matches never span a line end (no anchor holds one), so each anchor line yields a match of its own.
+    """
+    out: list[int] = []
+    line_end = -1
+    find, rfind = block.find, block.rfind
+    for stop in stops:
+        if stop <= line_end:
+            continue
+        out.append(rfind(b"\n", 0, stop) + 1)
+        line_end = find(b"\n", stop - 1, size)
+        if line_end < 0:
+            line_end = size
+    return out
 
 
 #: bytes ordered from common to rare in log text (ASCII letters, digits, punctuation); an anchor is looked for
