@@ -425,6 +425,21 @@ def test_a_big_job_read_on_the_pure_path_unasked_says_so() -> None:
     assert pure_path_note(BIG_JOB_FILES - 1, BIG_JOB_BYTES - 1, built=False, asked=False) is None
     assert pure_path_note(BIG_JOB_FILES, BIG_JOB_BYTES, built=True, asked=False) is None
     assert pure_path_note(BIG_JOB_FILES, BIG_JOB_BYTES, built=False, asked=True) is None
+    stale = pure_path_note(BIG_JOB_FILES, BIG_JOB_BYTES, built=False, asked=False, stale=True)
+    assert stale and "older source" in stale and "not built" not in stale
+
+
+def test_a_build_of_another_interface_is_not_taken(monkeypatch) -> None:
+    """A `_bulk` left from an older source (its functions fewer, or other) is refused for the pure path, and said
+    to be stale; the one built from this tree is taken (this fails where the build in the tree is out of date:
+    `pip install -e .` again)."""
+    from ddpslurm.analyze.read import bulk
+
+    monkeypatch.delenv("DDPSLURM_PURE_SCAN", raising=False)
+    module, stale = bulk._load()
+    assert module is not None and module.INTERFACE == bulk.INTERFACE and not stale
+    monkeypatch.setattr(bulk, "INTERFACE", bulk.INTERFACE + 1)
+    assert bulk._load() == (None, True)
 
 
 def test_analyze_of_a_big_job_notes_the_pure_path_only_where_the_scanner_is_missing(tmp_path, monkeypatch) -> None:

@@ -734,9 +734,19 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_bulk", "The scanner's per-line and per-file bulk work.", -1, methods, NULL, NULL, NULL, NULL,
 };
 
+/* the interface these functions offer: read/bulk.py takes the module only where it is the one that file expects
+ * (a build left from an older source is not: pip install again), raised with any change of a function's arguments,
+ * results or meaning */
+#define INTERFACE 2
+
 PyMODINIT_FUNC PyInit__bulk(void)
 {
     crc_tables();
     shape_table();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "INTERFACE", INTERFACE) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
