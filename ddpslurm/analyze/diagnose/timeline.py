@@ -9,7 +9,6 @@ kept in their own order; the evidence producers read nothing else.
 from __future__ import annotations
 
 import re
-from array import array
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from ddpslurm.analyze.diagnose.knowledge import group
 from ddpslurm.analyze.diagnose.resolve import JOB_KINDS, JobFacts, expand_ranks, plausible_world
 from ddpslurm.analyze.model import FACT_KINDS, Event, FileSummary, SourceFile
-from ddpslurm.analyze.parse.file_summary import TAIL_LINES, shape_mark
+from ddpslurm.analyze.parse.file_summary import TAIL_LINES, marks_of, shape_mark
 from ddpslurm.analyze.parse.timestamps import comparable
 
 FAILURE_ROLES = ("culprit", "victim", "either")
@@ -253,7 +252,7 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
     A rank without a log of its own is read from its stream in a log srun --label merged (not under torchrun:
     labels number nodes)."""
     rank_of = {s.display: s.rank for s in sources if s.rank is not None and s.kind == "log"}
-    last: dict[int, Sequence[int]] = {}  # each rank's marks as an array: 64 ints as objects are 2.6 KB a rank
+    last: dict[int, Sequence[int]] = {}
     whole: set[int] = set()
     for summary in summaries:
         rank = rank_of.get(summary.file)
@@ -261,7 +260,7 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
             continue
         ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += summary.lines
         if summary.end_marks:
-            last[rank] = array("I", summary.end_marks)  # its last file's (ranks' files come in one order)
+            last[rank] = marks_of(summary.end_marks)  # its last file's (ranks' files come in one order)
             (whole.add if summary.lines <= TAIL_LINES else whole.discard)(rank)
     own = set(rank_of.values())
     last_only: set[int] = set()
@@ -271,7 +270,7 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
                 continue
             ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += lines
             if shape is not None:
-                last[rank] = array("I", shape_mark(shape.encode("utf-8", errors="replace")))
+                last[rank] = marks_of(shape_mark(shape.encode("utf-8", errors="replace")))
                 (whole if lines <= 1 else last_only).add(rank)
     for rank in stopped_early(last, {r: tl.log_lines for r, tl in ranks.items() if r in last}, whole, last_only):
         ranks[rank].stopped_early = True
