@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ddpslurm.analyze.model import CAUSES
 from ddpslurm.analyze.read.prefilter import minimal
+from ddpslurm.analyze.rules import literals as literal_rules
 from ddpslurm.analyze.rules.literals import derive_any_literal, derive_literal
 from ddpslurm.analyze.rules.loading import load_signature_file, load_signatures
 from ddpslurm.analyze.rules.signatures import ANCHORS, SignatureSet
@@ -125,6 +126,43 @@ def test_derive_literal(pattern: str, literal: str | None) -> None:
 ])
 def test_derive_any_literal(pattern: str, literals: tuple[str, ...] | None) -> None:
     assert derive_any_literal(pattern) == literals
+
+
+def _walked_structure(pattern: str) -> list[tuple[int, str, int]]:
+    """The `(`, `)` and `|` of a pattern outside escapes and classes, found character by character (the reference
+    `literals._structure` is held to)."""
+    out, depth, i, n = [], 0, 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":
+            j = i + 1
+            j += pattern[j:j + 1] == "^"
+            j += pattern[j:j + 1] == "]"
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            i = j + 1
+            continue
+        depth += (ch == "(") - (ch == ")")
+        if ch in "()|":
+            out.append((i, ch, depth))
+        i += 1
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab^]|()\\[", max_size=24))
+def test_a_patterns_structure_is_read_as_a_walk_through_it_reads_it(pattern: str) -> None:
+    """Groups, bars, escapes and classes (unclosed ones, `[]...]`, `[^]...]`, a trailing backslash) in any order."""
+    assert list(literal_rules._structure(pattern)) == _walked_structure(pattern)
+
+
+@pytest.mark.parametrize("sig_id", [s.id for s in load_signatures(use_env=False).signatures])
+def test_each_shipped_pattern_is_cut_into_branches_as_a_walk_cuts_it(sig_id: str) -> None:
+    sig = next(s for s in load_signatures(use_env=False).signatures if s.id == sig_id)
+    assert list(literal_rules._structure(sig.pattern_text)) == _walked_structure(sig.pattern_text)
 
 
 def _re_compatible(pattern: str):

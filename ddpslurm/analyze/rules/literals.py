@@ -123,21 +123,20 @@ def top_level_branches(pattern: str) -> list[str]:
     return [pattern[start + 1:end] for start, end in itertools.pairwise([-1, *cuts, len(pattern)])]
 
 
+#: the parts of a pattern that its structure is read from: an escape and a character class (to its `]`, or to the
+#: end when none closes it), each passed over whole, and the group bounds and alternation bars between them
+_PARTS = _re.compile(r"\\.?|\[\^?\]?(?:\\.?|[^\]\\])*(?:\]|\Z)|[()|]", _re.DOTALL)
+
+
 def _structure(pattern: str) -> Iterator[tuple[int, str, int]]:
-    """Each character of `pattern` outside escapes and character classes: its index, itself, and the depth of groups
-    it leaves open (a `(` counts in, a `)` out)."""
-    depth, i, n = 0, 0, len(pattern)
-    while i < n:
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "[":
-            i = _class_end(pattern, i) + 1
-            continue
-        depth += (ch == "(") - (ch == ")")
-        yield i, ch, depth
-        i += 1
+    """Each `(`, `)` and `|` of `pattern` outside escapes and character classes: its index, itself, and the depth of
+    groups it leaves open (a `(` counts in, a `)` out)."""
+    depth = 0
+    for m in _PARTS.finditer(pattern):
+        ch = m.group()
+        if len(ch) == 1 and ch in "()|":
+            depth += (ch == "(") - (ch == ")")
+            yield m.start(), ch, depth
 
 
 def _class_end(pattern: str, start: int) -> int:

@@ -12,7 +12,6 @@ in its `MatchCaches` (match_cache.py).
 from __future__ import annotations
 
 import functools
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +100,8 @@ def memo_key(masked: str | bytes) -> str | bytes | tuple[str, bytes]:
     if len(masked) <= UNTIMED_CHARS:
         return masked
     data = masked.encode("utf-8", "surrogatepass") if isinstance(masked, str) else masked
+    import hashlib  # a long line's digest only: not every run needs it
+
     return ("blake2b", hashlib.blake2b(data, digest_size=16).digest())
 
 
