@@ -158,6 +158,33 @@ def test_diagnosis_is_invariant(case: Path, name: str, tmp_path: Path) -> None:
     assert not problems, _explain(want, got, problems)
 
 
+def _every_pair() -> list[Any]:
+    return [pytest.param(case, name, id=f"{case.name}:{name}") for case in CASES for name in perturb.PERTURBATIONS
+            if applies(case, name)]
+
+
+@pytest.mark.parametrize(("case", "name"), _every_pair())
+def test_a_perturbed_case_is_diagnosed_alike_by_the_compiled_and_the_pure_scanner(case: Path, name: str,
+                                                                                    tmp_path: Path) -> None:
+    """The pure-Python scanner is the compiled one's reference (issue 48): on every perturbed copy, the known
+    failures' and the pending cases' too, both give the same diagnosis, evidence lines included."""
+    from ddpslurm.analyze.api import analyze_paths
+    from ddpslurm.analyze.read.bulk import BULK
+    from tests.unit.test_bulk_scan import pure_path
+
+    if BULK is None:
+        pytest.skip("the compiled scanner is not built in this checkout")
+    facts = perturb.load_facts(case, original_diagnosis(case))
+    try:
+        want = perturb.PERTURBATIONS[name](facts, tmp_path / case.name)
+    except perturb.Unsupported as why:
+        pytest.skip(f"{name} unsupported for {case.name}: {why}")
+    compiled = analyze_paths(_files(want.root), workers=1).to_dict()
+    with pure_path():
+        pure = analyze_paths(_files(want.root), workers=1).to_dict()
+    assert compiled == pure
+
+
 #: Cases whose ranks the rewriter may not renumber without guessing (a local rank whose node no prefix, file or
 #: record tells); more than a handful means the rewriter must learn the format, not that cases may be skipped.
 HANDFUL = 5

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -227,3 +228,7 @@ def test_live_scenario_is_diagnosed_as_injected(slurm_cluster, scenario, tmp_pat
     got = json.loads(done.stdout)
     assert (got["cause"], got["first_failing_rank"], got["first_failing_host"]) == (
         label["cause"], label["first_failing_rank"], label["first_failing_host"]), got.get("summary")
+    pure = subprocess.run([sys.executable, "-m", "ddpslurm.cli", "analyze", "--json", str(case)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "DDPSLURM_PURE_SCAN": "1"})
+    assert pure.returncode == 0, pure.stderr
+    assert json.loads(pure.stdout) == got, "the pure-Python scanner, the reference, reads the job otherwise"
