@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 
 from ddpslurm.analyze.diagnose.knowledge import weight
 from ddpslurm.analyze.diagnose.resolve import expand_ranks
-from ddpslurm.analyze.diagnose.timeline import JobTimeline
+from ddpslurm.analyze.diagnose.timeline import JobTimeline, RankTimeline
 from ddpslurm.analyze.diagnose.votes import DEATH_REPORT_KINDS, Vote, bounded_world, loud, rank_list, small_int
 from ddpslurm.analyze.model import Event
 
@@ -24,7 +24,8 @@ def timeout_reporters(tl: JobTimeline) -> list[Vote]:
     reports = [e for rt in tl.ranks.values() for e in rt.failures if e.kind == "watchdog_timeout"]
     if not reports:
         return []
-    votes = _lowest_completed(reports, tl) + _never_issued(reports, tl) + _mismatched_collectives(reports, tl)
+    groups = _groups(reports)
+    votes = _lowest_completed(groups, tl) + _never_issued(reports, tl) + _mismatched_collectives(groups, tl)
     reporters = {e.rank for e in reports}
     world = bounded_world(tl)
     if world and len(reporters) < world:
@@ -54,35 +55,40 @@ def timed_out_alike(tl: JobTimeline) -> list[Vote]:
     world = bounded_world(tl)
     if not world or world < 2 or len(tl.ranks) < world:
         return []
-    works: dict[int, set[tuple[str | None, ...]]] = {}
     for r in range(world):
         rt = tl.ranks.get(r)
         if rt is None or any(e.role in ("culprit", "either") and e.kind not in DEATH_REPORT_KINDS
                              for e in rt.own_failures):
             return []
-        works[r] = {(e.signature, *(e.get(f) for f in _WORK_FIELDS)) for e in rt.failures
-                    if e.kind == "watchdog_timeout"}
-    first = works[0]
-    if not first or any(w != first for w in works.values()):
+    first = _works(tl.ranks[0])
+    if not first or any(_works(tl.ranks[r]) != first for r in range(1, world)):
         return []
     reports = [e for e in tl.ranks[0].failures if e.kind == "watchdog_timeout"]
     return [Vote("timed out alike", weight("timed out alike"), f"all {world} ranks timed out in the same collective, "
                  "none failed of its own", cause="collective_timeout", evidence=tuple(reports[:2]))]
 
 
-def _lowest_completed(reports: list[Event], tl: JobTimeline) -> list[Vote]:
+def _works(rt: RankTimeline) -> set[tuple[str | None, ...]]:
+    """The works a rank's watchdog lines say it timed out (its signature's reading of `_WORK_FIELDS`)."""
+    return {(e.signature, *(e.get(f) for f in _WORK_FIELDS)) for e in rt.failures if e.kind == "watchdog_timeout"}
+
+
+def _lowest_completed(groups: dict[str | None, list[Event]], tl: JobTimeline) -> list[Vote]:
     """In each process group, the minority of ranks whose last completed work is lowest: the others waited for
     them. Work numbers count per group, so ranks are compared within the group their line names (`pg`); lines
     that name none (torch < 2.2) make one group only while no rank reports several works (`_groups`)."""
     votes: list[Vote] = []
-    for group, lines in _groups(reports).items():
+    for group, lines in groups.items():
         done: dict[int, int] = {}
         for e in lines:
+            if e.rank is None:
+                continue
             value = e.get("last_completed")
-            if value is None and (e.get("seq") or "").isdigit():
-                value = str(int(e.get("seq", "0")) - 1)
+            if value is None:
+                seq = e.get("seq") or ""
+                value = str(int(seq) - 1) if seq.isdigit() else None
             completed = _work(value)
-            if completed is not None and e.rank is not None:
+            if completed is not None:
                 done[e.rank] = min(done.get(e.rank, completed), completed)
         if len(set(done.values())) < 2:
             continue
@@ -121,18 +127,19 @@ UNPAIRED_OPS = ("SEND", "RECV", "RECVANYSOURCE", "COALESCED", "UNKNOWN")
 SAME_SIZE_OPS = ("ALLREDUCE", "ALLREDUCE_COALESCED", "BROADCAST", "REDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE")
 
 
-def _mismatched_collectives(reports: list[Event], tl: JobTimeline) -> list[Vote]:
+def _mismatched_collectives(groups: dict[str | None, list[Event]], tl: JobTimeline) -> list[Vote]:
     """Ranks of one process group that timed out in the same work number but name different collectives in it
     (`OpType`), or the same collective of a fixed size with different element counts (`NumelIn`): they issued
     different calls, each waiting for peers that never joined it (a desync: a branch, an uneven batch, a module
     run on some ranks only). A job-level collective_mismatch; the one rank that differs from all the others (at
     least two that agree) is named."""
     votes: list[Vote] = []
-    for group, lines in _groups(reports).items():
+    for group, lines in groups.items():
         by_work: dict[str, dict[int, Event]] = defaultdict(dict)
         for e in lines:
-            if e.rank is not None and e.get("op") and _work(e.get("seq")) is not None:
-                by_work[e.get("seq", "")].setdefault(e.rank, e)
+            seq = e.get("seq")
+            if e.rank is not None and e.get("op") and _work(seq) is not None:
+                by_work[seq].setdefault(e.rank, e)  # type: ignore[index]
         for seq, first in sorted(by_work.items(), key=lambda item: int(item[0])):
             called = {r: _call_of(e) for r, e in first.items()}
             if len(called) < 2 or any(c is None for c in called.values()) or len(set(called.values())) < 2:
@@ -187,9 +194,10 @@ def _never_issued(reports: list[Event], tl: JobTimeline) -> list[Vote]:
     enqueued: dict[str, dict[int, int]] = defaultdict(dict)  # process group -> rank -> its last enqueued work
     told: dict[tuple[str, int], Event] = {}
     for e in (f for rt in tl.ranks.values() for f in rt.failures if f.kind in ENQUEUE_KINDS):
-        group, last = e.get("pg"), _work(e.get("last_enqueued"))
+        group = e.get("pg")
         if group is None or e.rank is None:
             continue
+        last = _work(e.get("last_enqueued"))
         seq = _work(e.get("seq")) if e.kind == "watchdog_timeout" else None
         if seq is not None:
             waited[group] = min(waited.get(group, seq), seq)

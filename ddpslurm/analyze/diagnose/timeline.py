@@ -34,6 +34,9 @@ TEARDOWN_EXIT_CODES = ("143", "15", "137")
 #: a job-level event from Slurm about the step or job as a whole, not about a rank
 TEARDOWN_MARKERS = re.compile(r"_step_signal|Terminating (?:StepId|job step)|STEP \S+ (?:ON \S+ )?CANCELLED|"
                               r"Job step aborted|Force Terminated")
+#: kinds whose lines are no failure of a rank's (a record of its start or end, a fact), or of no rank (a job's)
+_NOT_FAILURES = ("start", "exit", *FACT_KINDS)
+_NOT_UNRANKED = JOB_KINDS + FACT_KINDS
 
 
 @dataclass
@@ -131,14 +134,15 @@ def build_timeline(events: list[Event], facts: JobFacts, sources: Sequence[Sourc
         if e.kind == "slurm_job":
             job_events.append(e)
         elif e.rank is not None and e.kind not in JOB_KINDS:
-            _add(ranks.setdefault(e.rank, RankTimeline(rank=e.rank)), e)
-        elif e.role in FAILURE_ROLES and e.kind not in JOB_KINDS + FACT_KINDS:
+            _add(_timeline_of(ranks, e.rank), e)
+        elif e.role in FAILURE_ROLES and e.kind not in _NOT_UNRANKED:
             unranked.append(e)
     for rank in facts.started | set(facts.exited):
         ranks.setdefault(rank, RankTimeline(rank=rank))
     initialized = any(e.kind in INITIALIZED_KINDS for e in events)
     # a rank's own events are read only where it may have recovered from a start-up error (recovered_failures)
-    retried = {tl.rank for tl in ranks.values() if any(f.cause in group("retried") for f in tl.failures)}
+    retry_causes = group("retried")
+    retried = {tl.rank for tl in ranks.values() if any(f.cause in retry_causes for f in tl.failures)}
     by_rank: dict[int, list[Event]] = {}
     for e in events if retried else ():
         if e.rank in retried and e.kind not in JOB_KINDS:
@@ -147,11 +151,20 @@ def build_timeline(events: list[Event], facts: JobFacts, sources: Sequence[Sourc
         tl.host = tl.host or facts.rank_host.get(tl.rank)
         tl.started = tl.rank in facts.started
         tl.exit = facts.exited.get(tl.rank)
-        tl.failures.sort(key=_order_key(tl.failures))
+        if len(tl.failures) > 1:
+            tl.failures.sort(key=_order_key(tl.failures))
         tl.recovered = recovered_failures(tl, by_rank.get(tl.rank, []), initialized) if tl.failures else []
     _mark_log_ends(ranks, sources, summaries, labels_are_ranks=not facts.torchrun)
     return JobTimeline(facts=facts, ranks=ranks, job_events=job_events, tasks=task_statuses(events, facts),
                        unranked=unranked, events=events)
+
+
+def _timeline_of(ranks: dict[int, RankTimeline], rank: int) -> RankTimeline:
+    """The rank's timeline in `ranks`, added when new (not `setdefault`: that makes one for every event, to drop)."""
+    tl = ranks.get(rank)
+    if tl is None:
+        tl = ranks[rank] = RankTimeline(rank=rank)
+    return tl
 
 
 def _add(tl: RankTimeline, e: Event) -> None:
@@ -165,7 +178,7 @@ def _add(tl: RankTimeline, e: Event) -> None:
         tl.time_family = tl.time_family or e.time_family
         tl.first_time = e.time if tl.first_time is None else min(tl.first_time, e.time)
         tl.last_time = e.time if tl.last_time is None else max(tl.last_time, e.time)
-    if e.role in FAILURE_ROLES and e.kind not in ("start", "exit", *FACT_KINDS):
+    if e.role in FAILURE_ROLES and e.kind not in _NOT_FAILURES:
         tl.failures.append(e)
 
 
@@ -182,8 +195,9 @@ def recovered_failures(tl: RankTimeline, own_events: list[Event], job_initialize
     """Start-up errors the rank got past: a later sign of life on the same rank (init done, a collective), or
     a connect failure in a job whose process group was initialized (every rank had connected)."""
     out = []
+    retry_causes = group("retried")
     for f in tl.failures:
-        if f.cause not in group("retried") or (f.role == "culprit" and f.kind != "socket"):
+        if f.cause not in retry_causes or (f.role == "culprit" and f.kind != "socket"):
             continue
         if any(_later(f, e) or (_needs_connected(f, e) and not _later(e, f)) for e in own_events if _got_past(f, e)) \
                 or tl.exit_status == "ok" or (job_initialized and f.kind == "socket"):
@@ -254,13 +268,14 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
     rank_of = {s.display: s.rank for s in sources if s.rank is not None and s.kind == "log"}
     last: dict[int, Sequence[int]] = {}
     whole: set[int] = set()
+    decoded: dict[bytes, Sequence[int]] = {}  # the ranks' logs end alike: each ending decoded once, held once
     for summary in summaries:
         rank = rank_of.get(summary.file)
         if rank is None:
             continue
-        ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += summary.lines
+        _timeline_of(ranks, rank).log_lines += summary.lines
         if summary.end_marks:
-            last[rank] = marks_of(summary.end_marks)  # its last file's (ranks' files come in one order)
+            last[rank] = _decoded(summary.end_marks, decoded)  # its last file's (ranks' files come in one order)
             (whole.add if summary.lines <= TAIL_LINES else whole.discard)(rank)
     own = set(rank_of.values())
     last_only: set[int] = set()
@@ -268,12 +283,20 @@ def _mark_log_ends(ranks: dict[int, RankTimeline], sources: Sequence[SourceFile]
         for rank, (lines, shape) in summary.streams.items():
             if summary.file in rank_of or rank in own:
                 continue
-            ranks.setdefault(rank, RankTimeline(rank=rank)).log_lines += lines
+            _timeline_of(ranks, rank).log_lines += lines
             if shape is not None:
-                last[rank] = marks_of(shape_mark(shape.encode("utf-8", errors="replace")))
+                last[rank] = _decoded(shape_mark(shape.encode("utf-8", errors="replace")), decoded)
                 (whole if lines <= 1 else last_only).add(rank)
     for rank in stopped_early(last, {r: tl.log_lines for r, tl in ranks.items() if r in last}, whole, last_only):
         ranks[rank].stopped_early = True
+
+
+def _decoded(packed: bytes, decoded: dict[bytes, Sequence[int]]) -> Sequence[int]:
+    """The marks `packed` holds (`marks_of`), decoded once for all the logs that end alike."""
+    marks = decoded.get(packed)
+    if marks is None:
+        marks = decoded[packed] = marks_of(packed)
+    return marks
 
 
 def stopped_early(tails: dict[int, Sequence[Hashable]], line_counts: dict[int, int],
@@ -288,47 +311,68 @@ def stopped_early(tails: dict[int, Sequence[Hashable]], line_counts: dict[int, i
     a logged traceback: lines the other ranks' last lines do not hold) may have pushed that line out of view: they
     tell nothing, nor does a log that goes on past the others with them (rank 0's progress). Of a rank whose last
     line alone is known, a last line unlike that one tells it stopped early unless its log holds more lines than
-    most. A rank whose last lines hold the line reached it, however many lines it printed before."""
+    most. A rank whose last lines hold the line reached it, however many lines it printed before.
+
+    Ranks that hold one object as their last lines (`_mark_log_ends` decodes each ending once) are read once."""
     if len(tails) < 3:
         return set()
     counts = sorted(line_counts.values())
     median = counts[len(counts) // 2] if counts else 0
     short = {r for r, n in line_counts.items() if median >= 4 and n * 2 < median}
+    endings = _endings(tails)
     holders: Counter[Hashable] = Counter()
-    for tail in tails.values():
-        holders.update(set(tail))
-    end = _common_end(tails, holders)
+    for tail, n in endings:
+        for shape in set(tail):
+            holders[shape] += n
+    end = _common_end(endings, len(tails), holders)
     if end is None:
         return short
-    before = _before(end, tails, holders)
+    before = _before(end, endings, len(tails), holders)
+    lacking = {id(tail): not before.isdisjoint(tail) for tail, _n in endings if end not in tail}
     whole, last_only = set(whole), set(last_only)
     return {r for r, tail in tails.items()
-            if end not in tail and (r in short or r in whole or not before.isdisjoint(tail) or
-                                    (r in last_only and line_counts.get(r, 0) <= median))}
+            if id(tail) in lacking and (r in short or r in whole or lacking[id(tail)] or
+                                        (r in last_only and line_counts.get(r, 0) <= median))}
 
 
-def _common_end(tails: dict[int, Sequence[Hashable]], holders: Counter[Hashable]) -> Hashable | None:
-    """The line shape that most ranks' last lines hold and some lack (held by more than half of the ranks, not by
+def _endings(tails: dict[int, Sequence[Hashable]]) -> list[tuple[Sequence[Hashable], int]]:
+    """Each distinct object among the ranks' last lines, with how many ranks hold it."""
+    held: dict[int, list] = {}
+    for tail in tails.values():
+        entry = held.get(id(tail))
+        if entry is None:
+            held[id(tail)] = [tail, 1]
+        else:
+            entry[1] += 1
+    return [(tail, n) for tail, n in held.values()]
+
+
+def _common_end(endings: list[tuple[Sequence[Hashable], int]], ranks: int,
+                holders: Counter[Hashable]) -> Hashable | None:
+    """The line shape that most ranks' last lines hold and some lack (held by more than half of the `ranks`, not by
     every one: a line every rank printed tells no rank from another) that comes last in most of them; None when
     there is none."""
-    half, every = len(tails) // 2, len(tails)
+    half, every = ranks // 2, ranks
     telling = {shape for shape, n in holders.items() if half < n < every}
     if not telling:
         return None
-    latest = Counter(next(s for s in reversed(tail) if s in telling) for tail in tails.values()
-                     if not telling.isdisjoint(tail))
+    latest: Counter[Hashable] = Counter()
+    for tail, n in endings:
+        if not telling.isdisjoint(tail):
+            latest[next(s for s in reversed(tail) if s in telling)] += n
     return max(sorted(telling), key=lambda shape: latest[shape])
 
 
-def _before(end: Hashable, tails: dict[int, Sequence[Hashable]], holders: Counter[Hashable]) -> set[Hashable]:
-    """The line shapes that more than half of the ranks' last lines hold and that come before `end` in every one
+def _before(end: Hashable, endings: list[tuple[Sequence[Hashable], int]], ranks: int,
+            holders: Counter[Hashable]) -> set[Hashable]:
+    """The line shapes that more than half of the `ranks`' last lines hold and that come before `end` in every one
     that holds both (never after `end`'s last time): the lines the ranks print, in one order, before it."""
-    half = len(tails) // 2
+    half = ranks // 2
     common = {shape for shape, n in holders.items() if n > half}
     common.discard(end)
     seen: set[Hashable] = set()
     after: set[Hashable] = set()
-    for tail in tails.values():
+    for tail, _n in endings:
         if end in tail:
             last_end = len(tail) - 1 - tail[::-1].index(end)
             seen |= common.intersection(tail[:last_end])
