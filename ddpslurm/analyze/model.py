@@ -120,11 +120,18 @@ def moved(e: Event, line: int, fields: tuple[tuple[str, str], ...]) -> Event:
 
 
 def evolve(e: Event, **changes: Any) -> Event:
-    """`dataclasses.replace` for the hot path: a copy of the frozen event with `changes` (no re-validation)."""
-    return new_event(*[changes[name] if name in changes else getattr(e, name) for name in EVENT_FIELDS])
+    """`dataclasses.replace` for the hot path: a copy of the frozen event with `changes` (no re-validation; a name
+    that is no field raises KeyError)."""
+    values = list(_event_values(e))
+    for name, value in changes.items():
+        values[_FIELD_AT[name]] = value
+    return new_event(*values)
 
 
 EVENT_FIELDS = tuple(f.name for f in dataclass_fields(Event))
+#: an event's values in field order, read at once (`evolve`), and each field's place among them
+_event_values = attrgetter(*EVENT_FIELDS)
+_FIELD_AT = {name: i for i, name in enumerate(EVENT_FIELDS)}
 
 
 @dataclass(slots=True)

@@ -662,3 +662,20 @@ def test_a_scan_worker_killed_leaves_its_files_to_the_main_process(tmp_path: Pat
     assert (after.cause, after.first_failing_rank) == (whole.cause, whole.first_failing_rank)
     assert any("scan worker process ended abruptly" in note for note in after.notes)
     assert not any("scan worker" in note for note in whole.notes)
+
+
+def test_evolve_is_dataclasses_replace() -> None:
+    """`evolve` (the hot paths' `replace`) changes exactly the fields named, each one alone and several at once."""
+    import dataclasses
+
+    from ddpslurm.analyze.model import Event, evolve
+
+    fields = [f.name for f in dataclasses.fields(Event)]
+    e = Event(*[f"v{i}" if i % 2 else i for i in range(len(fields))])
+    for i, name in enumerate(fields):
+        assert evolve(e, **{name: f"new{i}"}) == dataclasses.replace(e, **{name: f"new{i}"})
+    several = {"rank": 7, "time": 1.5, "fields": (("a", "b"),)}
+    assert evolve(e, **several) == dataclasses.replace(e, **several)
+    assert evolve(e) == e and evolve(e) is not e
+    with pytest.raises(KeyError):
+        evolve(e, no_such_field=1)
