@@ -10,9 +10,9 @@ opening and reading it in blocks; that plus the prefilter; `scan_file` with ever
 (`FileState.handle` a no-op: the floor a file costs before any line is read); `scan_file` as it is; and `scan_file`
 with its events built as bare 5-slot objects and no told-once pass (what building events costs). The last three
 switch the scanner's own functions for the run: a measuring tool, not a product path. With --parts, it then prints
-what a file's fixed-cost parts cost a call (the prefilter, its last lines, its tail's marks: `timeit`, the best of
-7) on the compiled path and on the pure one (the compiled functions switched off for the run), averaged over up to
-50 of the files of each kind.
+what a file's fixed-cost parts cost a call (the binary test of its head, the prefilter, its last lines, its tail's
+marks: `timeit`, the best of 7) on the compiled path and on the pure one (the compiled functions switched off for
+the run), averaged over up to 50 of the files of each kind.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 from ddpslurm.analyze.model import FileSummary
 from ddpslurm.analyze.parse import continued_lines, file_scan, file_summary, line_events, scan
 from ddpslurm.analyze.parse.file_state import FileState
+from ddpslurm.analyze.read import files as read_files
 from ddpslurm.analyze.read import prefilter
 from ddpslurm.analyze.read.blocks import iter_blocks
 from ddpslurm.analyze.read.discover import discover_all
@@ -98,6 +99,7 @@ def measure(sources, sigs, rounds: int) -> dict[str, float]:
 
 #: the fixed-cost parts `parts` times, each given a file's bytes and the signature set
 PARTS: dict[str, Callable] = {
+    "is_binary": lambda block, sigs: read_files.is_binary(block[:8192]),
     "candidate_starts": lambda block, sigs: candidate_starts(block, sigs.anchors, len(block)),
     "block_tail": lambda block, sigs: file_summary.block_tail(block, len(block)),
     "note_tail": lambda block, sigs: file_summary.note_tail(
@@ -120,12 +122,12 @@ def parts(files, sigs) -> dict[str, tuple[float, float]]:
     out = {}
     for name, part in PARTS.items():
         compiled = sum(part_us(part, b, sigs) for b in blocks) / len(blocks)
-        bulk = prefilter.BULK, file_summary.BULK
-        prefilter.BULK = file_summary.BULK = None
+        bulk = prefilter.BULK, file_summary.BULK, read_files.BULK
+        prefilter.BULK = file_summary.BULK = read_files.BULK = None
         try:
             pure = sum(part_us(part, b, sigs) for b in blocks) / len(blocks)
         finally:
-            prefilter.BULK, file_summary.BULK = bulk
+            prefilter.BULK, file_summary.BULK, read_files.BULK = bulk
         out[name] = (compiled, pure)
     return out
 

@@ -86,6 +86,44 @@ def test_channel_key_is_the_regex_search(line: bytes, cut: tuple[float, float]) 
     assert BULK.channel_key(bytearray(line), 0, len(line)) == channel_lines.line_channel_key(line, 0, len(line))
 
 
+#: channel lines of two heads and three ranks, and lines that only look like them
+_CHANNEL_RUN_LINES = [b"h1:7:7 [0] NCCL INFO Channel 00/02 : 3[1a0] -> 4[1b0] [send] via NET",
+                      b"h1:7:7 [0] NCCL INFO Channel 01/02 : 3[1a0] -> 4[1b0] [send] via NET",
+                      b"h1:7:7 [0] NCCL INFO Channel 01/02 : 5[1a0] -> 3[1b0] [receive] via NET",
+                      b"h1:7:7 [0] NCCL INFO Channel 02/02 : 4[1a0] -> 3[1b0] [send] via NET",
+                      b"h2:7:7 [0] NCCL INFO Channel 00/02 : 3[1a0] -> 4[1b0] [send] via NET",
+                      b"h1:7:7 [0] NCCL INFO Channel 00/02 : 3[1a0] -> 4[1b0] [recv] via NET",
+                      b"h1:7:7 [0] NCCL INFO Channel", b"h1:7:7 [0] NCCL WARN x", b"N NCCL INFO Channel 0 : 3[a] -> 4"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(picks=st.lists(st.integers(0, len(_CHANNEL_RUN_LINES) - 1), max_size=40),
+       known=st.sets(st.integers(0, 5)))
+def test_the_told_channel_key_kept_from_call_to_call_tells_what_the_set_tells(picks: list[int],
+                                                                              known: set[int]) -> None:
+    """`next_line` with the key last found told kept (`told`) passes over exactly the lines it passes over
+    looking every key up in the set, whatever runs of heads, ranks and look-alike lines come."""
+    lines = [_CHANNEL_RUN_LINES[i] for i in picks]
+    block = b"".join(ln + b"\n" for ln in lines)
+    starts = [sum(len(ln) + 1 for ln in lines[:i]) for i in range(len(lines))]
+    channels = {channel_lines.line_channel_key(ln, 0, len(ln)) for ln in (_CHANNEL_RUN_LINES[i] for i in known)}
+    channels.discard(None)
+
+    def walk(told: list | None) -> list[tuple]:
+        out, cur, idx, lineno = [], 0, 0, 0
+        while True:
+            idx, start, end, lineno, raw, key = BULK.next_line(block, len(block), cur, starts, idx, lineno, channels,
+                                                               {}, 512, MAX_LINE, told)
+            out.append((idx, start, end, lineno, raw, key))
+            if start < 0:
+                return out
+            cur = end + 1
+
+    assert walk([None]) == walk(None)
+    told_ones = {i for i, ln in enumerate(lines) if channel_lines.line_channel_key(ln, 0, len(ln)) in channels}
+    assert [row[0] for row in walk([None])[:-1]] == [i for i in range(len(lines)) if i not in told_ones]
+
+
 @settings(max_examples=300, deadline=None)
 @given(size=st.integers(0, 300_000), seed=st.integers(0, 2**32), every=st.integers(1, 5000),
        cut=st.tuples(st.floats(0, 1), st.floats(0, 1)))
@@ -160,6 +198,14 @@ def test_last_lines_of_long_lines_and_refused_arguments() -> None:
         BULK.last_lines(b"a\n", -1, 2, 400, 10)
 
 
+def test_control_bytes_are_the_set_is_binary_counts() -> None:
+    """_bulk.control_bytes's set, written in C as ranges, is files._CONTROL_BYTES byte for byte."""
+    for b in range(256):
+        assert BULK.control_bytes(bytes([b])) == (b in files._CONTROL_BYTES), b
+    every = bytes(range(256)) * 40  # past the vectorized loop's 4,080-byte rounds, and a rest after them
+    assert BULK.control_bytes(every + b"\x01" * 7) == len(files._CONTROL_BYTES) * 40 + 7
+
+
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=2000))
 def test_crc32_is_zlibs(data: bytes) -> None:
@@ -183,6 +229,22 @@ def test_tail_marks_are_the_python_marks(lines: list[bytes]) -> None:
         assert got is None
     else:
         assert got == _pure_marks(lines)
+
+
+#: lines whose shapes repeat (digits deleted), two of them of one length with other bytes
+_REPEATING = st.lists(st.tuples(st.sampled_from([b"step {} | loss {}", b"step {} | lost {}", b"ddpslurm: {} {}",
+                                                  b"\t{}\r{}", b"{}{}"]),
+                                st.integers(0, 10**6), st.integers(0, 99)).map(lambda t: t[0].replace(
+                                    b"{}", str(t[1]).encode(), 1).replace(b"{}", str(t[2]).encode(), 1)),
+                      max_size=70)
+
+
+@settings(max_examples=500, deadline=None)
+@given(lines=_REPEATING)
+def test_tail_marks_of_lines_that_repeat_a_shape_are_the_python_marks(lines: list[bytes]) -> None:
+    """A run of lines of one shape (a training loop's progress lines) has its mark computed once in C: the marks
+    are still each line's, also where a shape of the same length but other bytes follows."""
+    assert BULK.tail_marks(lines, file_summary.SHOWN_LINES, file_summary._OWN_BYTES) == _pure_marks(lines)
 
 
 @pytest.mark.skipif(not prefilter.AUTOMATON_AVAILABLE, reason="ahocorasick_rs is not installed")
@@ -214,9 +276,15 @@ def test_bad_arguments_raise_and_do_not_crash() -> None:
     with pytest.raises(ValueError):
         BULK.channel_key(b"abc", -1, 2)
     with pytest.raises(ValueError):
-        BULK.next_line(b"a\n", 2, 0, [5], 0, 0, set(), {}, 512, MAX_LINE)
-    with pytest.raises(ValueError):
-        BULK.count_in(b"a", b"short")
+        BULK.next_line(b"a\n", 2, 0, [5], 0, 0, set(), {}, 512, MAX_LINE, None)
+    with pytest.raises(TypeError):
+        BULK.next_line(b"a\n", 2, 0, [0], 0, 0, set(), {}, 512, MAX_LINE)
+    with pytest.raises(TypeError):
+        BULK.next_line(b"a\n", 2, 0, [0], 0, 0, set(), {}, 512, MAX_LINE, [])
+    with pytest.raises(TypeError):
+        BULK.next_line("a\n", 2, 0, [0], 0, 0, set(), {}, 512, MAX_LINE, None)
+    with pytest.raises(TypeError):
+        BULK.control_bytes("text")
     with pytest.raises(TypeError):
         BULK.tail_marks([b"a", "text"], 6, (b"ddpslurm:",))
     with pytest.raises(TypeError):

@@ -201,9 +201,11 @@ def _scan_block_bulk(block: bytes | bytearray, n: int, lineno: int, state: FileS
     """`_scan_block` (its pure loop the reference) with the candidate lines walked in compiled code: `_bulk.next_line`
     passes over the told channel lines and the lines whose shape is remembered as inert with no digit-sensitive
     signature to ask (what `FileState.handle` would return on at once), counts the line ends and finds the next
-    line's bounds and shape; while a traceback or block is open every line is read here, as there."""
+    line's bounds and shape; while a traceback or block is open every line is read here, as there. `told` keeps the
+    channel key last found told from one call to the next (the file's channel lines come in runs of one key)."""
     next_line = BULK.next_line
     channels = state.channel_lines
+    told: list = [None]
     inert = state.sigs.caches.inert_lines
     handle = state.handle
     summary = state.summary
@@ -220,7 +222,7 @@ def _scan_block_bulk(block: bytes | bytearray, n: int, lineno: int, state: FileS
             cur = end + 1
             continue
         idx, start, end, lineno, raw, key = next_line(block, n, cur, starts, idx, lineno, channels, inert,
-                                                      UNTIMED_CHARS, MAX_LINE)
+                                                      UNTIMED_CHARS, MAX_LINE, told)
         if start < 0:
             break
         if end - start > MAX_LINE and summary is not None:

@@ -83,24 +83,41 @@ static PyObject *bulk_newlines(PyObject *Py_UNUSED(self), PyObject *args)
     return PyLong_FromSsize_t(count);
 }
 
-/* count_in(buffer, table) -> how many bytes of buffer have a nonzero entry in `table` (256 bytes) */
-static PyObject *bulk_count_in(PyObject *Py_UNUSED(self), PyObject *args)
+/* 1 for a control byte as read/files.py's _CONTROL_BYTES holds them (below 32 but backspace, tab, line end, form
+ * feed, carriage return and escape; and DEL), else 0: the bytes below 32 less the allowed ranges, as sums of
+ * comparisons, so that the loop below vectorizes (an OR of comparisons becomes a 64-bit bit test that does not). */
+static inline unsigned char control_byte(unsigned char c)
 {
-    Py_buffer buf, table;
-    if (!PyArg_ParseTuple(args, "y*y*:count_in", &buf, &table))
-        return NULL;
+    return (unsigned char)((c < 32) - ((unsigned char)(c - 8) < 3) - ((unsigned char)(c - 12) < 2) - (c == 27)
+                           + (c == 127));
+}
+
+static Py_ssize_t count_control(const unsigned char *p, Py_ssize_t len)
+{
     Py_ssize_t count = 0;
-    if (table.len != 256) {
-        PyErr_SetString(PyExc_ValueError, "the table is not 256 bytes");
-        count = -1;
-    } else {
-        const unsigned char *p = buf.buf, *t = table.buf;
-        for (Py_ssize_t i = 0; i < buf.len; i++)
-            count += t[p[i]] != 0;
+    while (len >= 255 * 16) { /* byte counters that cannot overflow, as count_nl's */
+        unsigned char acc[16] = {0};
+        for (int round = 0; round < 255; round++, p += 16)
+            for (int j = 0; j < 16; j++)
+                acc[j] += control_byte(p[j]);
+        for (int j = 0; j < 16; j++)
+            count += acc[j];
+        len -= 255 * 16;
     }
+    for (Py_ssize_t i = 0; i < len; i++)
+        count += control_byte(p[i]);
+    return count;
+}
+
+/* control_bytes(buffer) -> how many of buffer's bytes are control bytes (files.py's _CONTROL_BYTES) */
+static PyObject *bulk_control_bytes(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*:control_bytes", &buf))
+        return NULL;
+    Py_ssize_t count = count_control(buf.buf, buf.len);
     PyBuffer_Release(&buf);
-    PyBuffer_Release(&table);
-    return count < 0 ? NULL : PyLong_FromSsize_t(count);
+    return PyLong_FromSsize_t(count);
 }
 
 /* The shape of raw[0:len]: digits 1-9 written as 0, then the first two bytes of each "0000-00-00" found in that
@@ -207,21 +224,60 @@ static int channel_rest(const unsigned char *p, Py_ssize_t i, Py_ssize_t end, Py
 static const char CHANNEL_WORDS[] = " NCCL INFO Channel ";
 #define CHANNEL_WORDS_LEN 19
 
+/* The first CHANNEL_WORDS in p[at:end], or NULL: memchr for its 'N' (its second byte: NCCL's own words are most
+ * lines' first), the rest compared there (glibc's memmem sets up a two-way search for each short line). */
+static const unsigned char *channel_words(const unsigned char *p, Py_ssize_t at, Py_ssize_t end)
+{
+    while (end - at >= CHANNEL_WORDS_LEN) {
+        const unsigned char *n = memchr(p + at + 1, 'N', (size_t)(end - at - 1));
+        if (n == NULL)
+            return NULL;
+        Py_ssize_t words = n - p - 1; /* where they would start: at or after `at` */
+        if (end - words < CHANNEL_WORDS_LEN)
+            return NULL;
+        if (memcmp(p + words, CHANNEL_WORDS, CHANNEL_WORDS_LEN) == 0)
+            return p + words;
+        at = words + 1;
+    }
+    return NULL;
+}
+
+/* Where the channel line in p[start:end] (`_CHANNEL_LINE.search`) has its words (*at: its head is p[start:*at])
+ * and the printing process's NCCL rank (*rank, *rank_end): 1, or 0 when the line is no channel line. */
+static int channel_spans(const unsigned char *p, Py_ssize_t start, Py_ssize_t end, Py_ssize_t *at, Py_ssize_t *rank,
+                         Py_ssize_t *rank_end)
+{
+    Py_ssize_t from = start;
+    const unsigned char *hit;
+    while ((hit = channel_words(p, from, end)) != NULL) {
+        *at = hit - p;
+        if (channel_rest(p, *at + CHANNEL_WORDS_LEN, end, rank, rank_end))
+            return 1;
+        from = *at + 1;
+    }
+    return 0;
+}
+
+/* The (head, rank) key of those spans: a new tuple, NULL on error. */
+static PyObject *channel_key_at(const unsigned char *p, Py_ssize_t start, Py_ssize_t at, Py_ssize_t rank,
+                                Py_ssize_t rank_end)
+{
+    PyObject *head = PyBytes_FromStringAndSize((const char *)p + start, at - start);
+    PyObject *who = head == NULL ? NULL : PyBytes_FromStringAndSize((const char *)p + rank, rank_end - rank);
+    PyObject *key = who == NULL ? NULL : PyTuple_Pack(2, head, who);
+    Py_XDECREF(head);
+    Py_XDECREF(who);
+    return key;
+}
+
 /* The key of the channel line in p[start:end] (`channel_lines.channel_key` of `_CHANNEL_LINE.search`): a new
  * (head, rank) tuple, Py_None when the line is no channel line, NULL on error. */
 static PyObject *channel_key_of(const unsigned char *p, Py_ssize_t start, Py_ssize_t end)
 {
-    Py_ssize_t at = start, rank, rank_end;
-    while (end - at >= CHANNEL_WORDS_LEN) {
-        const unsigned char *hit = memmem(p + at, (size_t)(end - at), CHANNEL_WORDS, CHANNEL_WORDS_LEN);
-        if (hit == NULL)
-            break;
-        at = hit - p;
-        if (channel_rest(p, at + CHANNEL_WORDS_LEN, end, &rank, &rank_end))
-            return Py_BuildValue("(y#y#)", p + start, at - start, p + rank, rank_end - rank);
-        at++;
-    }
-    Py_RETURN_NONE;
+    Py_ssize_t at, rank, rank_end;
+    if (!channel_spans(p, start, end, &at, &rank, &rank_end))
+        Py_RETURN_NONE;
+    return channel_key_at(p, start, at, rank, rank_end);
 }
 
 /* channel_key(buffer, start, end) -> (head, rank) | None */
@@ -246,19 +302,37 @@ static Py_ssize_t line_end(const unsigned char *p, Py_ssize_t start, Py_ssize_t 
     return nl == NULL ? n : nl - p;
 }
 
-/* 1 when the line p[start:end] is a channel line whose key `channels` holds (file_scan's told_channel_line),
- * 0 when not, -1 on error */
-static int told_channel(const unsigned char *p, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_line,
-                        PyObject *channels)
+/* Whether bytes p[0:len] are those of bytes object `b`. */
+static int same_bytes(const unsigned char *p, Py_ssize_t len, PyObject *b)
 {
-    if (end - start > max_line)
+    return PyBytes_GET_SIZE(b) == len && memcmp(PyBytes_AS_STRING(b), p, (size_t)len) == 0;
+}
+
+/* 1 when the line p[start:end] is a channel line whose key `channels` holds (file_scan's told_channel_line),
+ * 0 when not, -1 on error. `told` (a list of one item, or None) holds the key last found in `channels`: a set
+ * that only grows while a file is read, so a line with that key's bytes is told without a key built and hashed
+ * (a file's channel lines come in runs of one head and rank); a key found there is kept in it. */
+static int told_channel(const unsigned char *p, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_line,
+                        PyObject *channels, PyObject *told)
+{
+    Py_ssize_t at, rank, rank_end;
+    if (end - start > max_line || !channel_spans(p, start, end, &at, &rank, &rank_end))
         return 0;
-    PyObject *key = channel_key_of(p, start, end);
+    PyObject *last = told == NULL ? NULL : PyList_GET_ITEM(told, 0);
+    if (last != NULL && PyTuple_Check(last) && PyTuple_GET_SIZE(last) == 2 && PyBytes_Check(PyTuple_GET_ITEM(last, 0))
+        && PyBytes_Check(PyTuple_GET_ITEM(last, 1)) && same_bytes(p + start, at - start, PyTuple_GET_ITEM(last, 0))
+        && same_bytes(p + rank, rank_end - rank, PyTuple_GET_ITEM(last, 1)))
+        return 1;
+    PyObject *key = channel_key_at(p, start, at, rank, rank_end);
     if (key == NULL)
         return -1;
-    int told = key == Py_None ? 0 : PySet_Contains(channels, key);
+    int found = PySet_Contains(channels, key);
+    if (found == 1 && told != NULL) {
+        PyList_SetItem(told, 0, key); /* steals the reference */
+        return 1;
+    }
     Py_DECREF(key);
-    return told;
+    return found;
 }
 
 /* 1 when a line of shape `key` is remembered as inert with no digit-sensitive signature to ask (an entry
@@ -272,26 +346,78 @@ static int plainly_inert(PyObject *inert, PyObject *key)
         && PyTuple_GET_SIZE(PyTuple_GET_ITEM(known, 1)) == 0;
 }
 
-/* next_line(block, n, cur, starts, idx, lineno, channels, inert, keyed_chars, max_line)
+/* An argument of next_line as a Py_ssize_t into *out: 0, else -1 with the error set. */
+static int size_arg(PyObject *arg, Py_ssize_t *out)
+{
+    *out = PyLong_AsSsize_t(arg);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* A new (idx, start, end, lineno, raw, key) tuple; `raw` stolen, `key` borrowed; NULL on error. */
+static PyObject *line_found(Py_ssize_t idx, Py_ssize_t start, Py_ssize_t end, Py_ssize_t lineno, PyObject *raw,
+                            PyObject *key)
+{
+    PyObject *out = PyTuple_New(6);
+    if (out == NULL) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    Py_ssize_t values[4] = {idx, start, end, lineno};
+    for (int i = 0; i < 4; i++) {
+        PyObject *v = PyLong_FromSsize_t(values[i]);
+        if (v == NULL) {
+            Py_DECREF(raw);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    PyTuple_SET_ITEM(out, 4, raw);
+    Py_INCREF(key);
+    PyTuple_SET_ITEM(out, 5, key);
+    return out;
+}
+
+/* next_line(block, n, cur, starts, idx, lineno, channels, inert, keyed_chars, max_line, told)
  *     -> (idx, start, end, lineno, raw, key)
  *
  * From `cur` in block[:n] (whole lines), the next candidate line (`starts`: sorted line offsets, from `idx` on)
  * that is to be read in Python: candidates before `cur` passed, told channel lines passed while `channels` is not
  * empty, and lines of at most `keyed_chars` bytes whose shape `inert` remembers with nothing to ask passed too.
  * Returns its index in `starts`, its bounds, the line count up to and with it, its bytes (at most `max_line`) and
- * its shape (None when longer than `keyed_chars`); past the last one `start` is -1 and `lineno` counts to `n`. */
-static PyObject *bulk_next_line(PyObject *Py_UNUSED(self), PyObject *args)
+ * its shape (None when longer than `keyed_chars`); past the last one `start` is -1 and `lineno` counts to `n`.
+ * `told`: a list of one item where the channel key last found in `channels` is kept from call to call, the same
+ * one for a file's blocks (None: none kept). Called once a candidate line read in Python: its arguments are taken
+ * as they come (METH_FASTCALL), not through a format string. */
+static PyObject *bulk_next_line(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer buf;
     Py_ssize_t n, cur, idx, lineno, keyed, max_line;
-    PyObject *starts, *channels, *inert, *key = NULL;
-    if (!PyArg_ParseTuple(args, "y*nnO!nnO!O!nn:next_line", &buf, &n, &cur, &PyList_Type, &starts, &idx, &lineno,
-                          &PySet_Type, &channels, &PyDict_Type, &inert, &keyed, &max_line))
+    PyObject *key = NULL;
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "next_line takes 11 arguments");
         return NULL;
+    }
+    PyObject *starts = args[3], *channels = args[6], *inert = args[7], *told = args[10];
+    if (!PyList_Check(starts) || !PySet_Check(channels) || !PyDict_Check(inert)
+        || (told != Py_None && (!PyList_Check(told) || PyList_GET_SIZE(told) != 1))) {
+        PyErr_SetString(PyExc_TypeError, "next_line: starts a list, channels a set, inert a dict, told a list of one");
+        return NULL;
+    }
+    if (size_arg(args[1], &n) < 0 || size_arg(args[2], &cur) < 0 || size_arg(args[4], &idx) < 0
+        || size_arg(args[5], &lineno) < 0 || size_arg(args[8], &keyed) < 0 || size_arg(args[9], &max_line) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (told == Py_None)
+        told = NULL;
     const unsigned char *p = buf.buf;
     Py_ssize_t zero = 0;
-    if (clamp(&zero, &n, buf.len) < 0 || cur < 0 || idx < 0 || max_line < 0)
+    if (clamp(&zero, &n, buf.len) < 0 || cur < 0 || idx < 0 || max_line < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "a negative position, index or line length");
         goto fail;
+    }
     Py_ssize_t count = PyList_GET_SIZE(starts);
     for (;;) {
         Py_ssize_t at = -1;
@@ -306,10 +432,10 @@ static PyObject *bulk_next_line(PyObject *Py_UNUSED(self), PyObject *args)
             if (at >= cur) {
                 if (PySet_GET_SIZE(channels) == 0 || at >= n)
                     break;
-                int told = told_channel(p, at, line_end(p, at, n), max_line, channels);
-                if (told < 0)
+                int is_told = told_channel(p, at, line_end(p, at, n), max_line, channels, told);
+                if (is_told < 0)
                     goto fail;
-                if (!told)
+                if (!is_told)
                     break;
             }
             idx++;
@@ -318,7 +444,8 @@ static PyObject *bulk_next_line(PyObject *Py_UNUSED(self), PyObject *args)
             if (cur < n)
                 lineno += count_span(p + cur, n - cur);
             PyBuffer_Release(&buf);
-            return Py_BuildValue("(nnnnOO)", idx, (Py_ssize_t)-1, n, lineno, Py_None, Py_None);
+            Py_INCREF(Py_None);
+            return line_found(idx, -1, n, lineno, Py_None, Py_None);
         }
         lineno += count_span(p + cur, at - cur);
         cur = at;
@@ -342,7 +469,7 @@ static PyObject *bulk_next_line(PyObject *Py_UNUSED(self), PyObject *args)
         PyObject *raw = PyBytes_FromStringAndSize((const char *)p + at, len < max_line ? len : max_line);
         if (raw == NULL)
             goto fail;
-        PyObject *out = Py_BuildValue("(nnnnNO)", idx, at, end, lineno, raw, key == NULL ? Py_None : key);
+        PyObject *out = line_found(idx, at, end, lineno, raw, key == NULL ? Py_None : key);
         Py_XDECREF(key);
         PyBuffer_Release(&buf);
         return out;
@@ -684,9 +811,14 @@ static PyObject *bulk_tail_marks(PyObject *Py_UNUSED(self), PyObject *args)
     if (marks == NULL)
         goto done;
     unsigned char *m = (unsigned char *)PyBytes_AS_STRING(marks);
+    Py_ssize_t before = -1; /* the line marked last: a run of lines of one shape (progress lines) is CRC'd once */
+    uint32_t c = 0;
     for (Py_ssize_t i = 0; i < n; i++)
         if (kind[i] == 1 || (kind[i] == 2 && !aside)) {
-            uint32_t c = crc32_of(shapes + at[2 * i], at[2 * i + 1]);
+            if (before < 0 || at[2 * i + 1] != at[2 * before + 1]
+                || memcmp(shapes + at[2 * i], shapes + at[2 * before], (size_t)at[2 * i + 1]) != 0)
+                c = crc32_of(shapes + at[2 * i], at[2 * i + 1]);
+            before = i;
             memcpy(m, &c, sizeof c);
             m += sizeof c;
         }
@@ -713,12 +845,12 @@ done:
 
 static PyMethodDef methods[] = {
     {"newlines", bulk_newlines, METH_VARARGS, "newlines(buffer, start, end) -> the b'\\n' in buffer[start:end]"},
-    {"count_in", bulk_count_in, METH_VARARGS, "count_in(buffer, table) -> the bytes with a nonzero table entry"},
+    {"control_bytes", bulk_control_bytes, METH_VARARGS, "control_bytes(buffer) -> the control bytes in buffer"},
     {"shape", bulk_shape, METH_VARARGS, "shape(raw) -> raw's digits as 0, each date's century kept"},
     {"channel_key", bulk_channel_key, METH_VARARGS,
      "channel_key(buffer, start, end) -> (head, NCCL rank) of the channel line there, or None"},
-    {"next_line", bulk_next_line, METH_VARARGS,
-     "next_line(block, n, cur, starts, idx, lineno, channels, inert, keyed_chars, max_line) -> "
+    {"next_line", (PyCFunction)(void (*)(void))bulk_next_line, METH_FASTCALL,
+     "next_line(block, n, cur, starts, idx, lineno, channels, inert, keyed_chars, max_line, told) -> "
      "(idx, start, end, lineno, raw, key): the next candidate line to read in Python"},
     {"line_starts", bulk_line_starts, METH_VARARGS,
      "line_starts(block, size, runs) -> the starts of the lines holding the automata's matches"},
@@ -737,7 +869,7 @@ static struct PyModuleDef module = {
 /* the interface these functions offer: read/bulk.py takes the module only where it is the one that file expects
  * (a build left from an older source is not: pip install again), raised with any change of a function's arguments,
  * results or meaning */
-#define INTERFACE 2
+#define INTERFACE 3
 
 PyMODINIT_FUNC PyInit__bulk(void)
 {

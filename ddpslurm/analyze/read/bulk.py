@@ -3,6 +3,7 @@ the build hook, hatch_build.py), else None, and the pure-Python path is taken. `
 pure path anyway (the differential test runs both). What `_bulk` does, each beside its pure twin, the reference:
 
 - `newlines(buf, start, end)`: the line ends in `buf[start:end]` (read/line_count.py `pure_newlines`);
+- `control_bytes(buf)`: the control bytes `is_binary` counts (read/files.py `control_bytes`);
 - `shape(raw)`: a line's digits as 0, each date's century kept (parse/line_recipes.py `masked_shape`);
 - `channel_key(buf, start, end)`: the key of NCCL's channel line there (parse/channel_lines.py `line_channel_key`);
 - `next_line(...)`: a block's next candidate line to read in Python, the told channel lines and plainly inert
@@ -43,7 +44,7 @@ def _load() -> tuple[ModuleType | None, bool]:
 
 
 #: the interface of `_bulk.c` this file calls (its `INTERFACE`)
-INTERFACE = 2
+INTERFACE = 3
 #: the compiled module, or None: the pure path; and whether one was found out of date
 BULK, STALE = _load()
 

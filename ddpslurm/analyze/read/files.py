@@ -33,15 +33,11 @@ _NUL_RUNS = re.compile(rb"\x00+")
 NUL_RUN_SPACING = 64
 
 
-#: _CONTROL_BYTES as a table of 256 entries (`_bulk.count_in`)
-_CONTROL_TABLE = bytes(int(b in _CONTROL_BYTES) for b in range(256))
-
-
 def control_bytes(head: bytes) -> int:
     """How many of `head`'s bytes are control bytes (`_CONTROL_BYTES`): in one compiled pass where the bulk path
-    is built (`_bulk.count_in`), else what `bytes.translate` drops."""
+    is built (`_bulk.control_bytes`, which holds the same set), else what `bytes.translate` drops."""
     if BULK is not None:
-        return BULK.count_in(head, _CONTROL_TABLE)
+        return BULK.control_bytes(head)
     return len(head) - len(head.translate(None, _CONTROL_BYTES))
 
 
@@ -102,6 +98,9 @@ class Reader:
         self.deadline = time.monotonic() + deadline
         #: the file's last byte (as opened) once a read has covered it: `ends_with_newline` asks no more then
         self.last_byte: int | None = None
+        #: where a read that came short ended (the file's end then): a read from there gives nothing without asking
+        #: the kernel again (one system call less a file); -1 before one
+        self.short_at = -1
 
     def read(self, n: int) -> bytes:
         """Up to `n` bytes from where the reader is."""
@@ -114,9 +113,12 @@ class Reader:
 
     def readinto(self, view: memoryview) -> int:
         """Read into `view`, up to what the file holds plus some slack for a file still growing; how many bytes
-        came."""
+        came. A read right after one that came short (a regular file's end, as it was a moment ago) gives 0; one
+        after a seek asks the kernel again (a file still being written may have grown)."""
         if time.monotonic() > self.deadline:
             raise ReadDeadline(errno.ETIMEDOUT, f"still reading after {READ_DEADLINE:.0f} s; the rest is not read")
+        if self.pos == self.short_at:
+            return 0
         want = min(len(view), max(self.size - self.pos, 0) + (64 << 10))
         try:
             got = os.readv(self.fd, [view[:want]])
@@ -125,10 +127,13 @@ class Reader:
         if self.pos < self.size <= self.pos + got:
             self.last_byte = view[self.size - 1 - self.pos]
         self.pos += got
+        if 0 < got < want:
+            self.short_at = self.pos
         return got
 
     def seek(self, offset: int) -> None:
         self.pos = os.lseek(self.fd, offset, os.SEEK_SET)
+        self.short_at = -1
 
     def ends_with_newline(self) -> bool:
         """Whether the file's last byte (as it was opened) other than a NUL (a hole a crashed node left at its end)
