@@ -21,9 +21,9 @@ def without_repeats(events: list[Event]) -> list[Event]:
     """A file's events less the victim facts it repeats: a later victim line of a rank that says nothing an
     earlier one of the same kind did not (torch logs a watchdog timeout four times per rank, in three wordings:
     16k ranks, 64k events). The first is kept; facts of no known rank are all kept (a merged log may hold several
-    ranks' identical lines)."""
+    ranks' identical lines). Each kept victim's fields are made a set once (`says_no_more` of every pair)."""
     seen: set[tuple] = set()
-    told: dict[tuple, list[Event]] = {}
+    told: dict[tuple, list[tuple[Event, set, bool]]] = {}
     out: list[Event] = []
     for e in events:
         if e.role == "victim" and e.rank is not None:
@@ -31,12 +31,28 @@ def without_repeats(events: list[Event]) -> list[Event]:
             if key in seen:
                 continue
             earlier = told.setdefault((e.kind, e.cause, e.rank, e.host, e.pid, e.local_rank), [])
-            if any(says_no_more(e, f) for f in earlier[-TOLD_REACH:]):
+            if earlier and _no_news(e, earlier[-TOLD_REACH:]):
                 continue
             seen.add(key)
-            earlier.append(e)
+            earlier.append((e, set(e.fields), e.get("srun_task") is not None))
         out.append(e)
     return out
+
+
+def _no_news(later: Event, earlier: list[tuple[Event, set, bool]]) -> bool:
+    """Whether `later` says no more than one of `earlier` (each with its fields' set and whether it was read by
+    its srun task id): `says_no_more` of each, what depends on `later` alone worked out once."""
+    task_news = later.get("srun_task") is not None and later.get("rank") != str(later.rank)
+    said = [pair for pair in later.fields if pair[0] not in READING_FIELDS]
+    when = later.time
+    for before, fields, by_task in earlier:
+        if when is not None and when != before.time:
+            continue
+        if task_news and not by_task:
+            continue
+        if all(pair in fields for pair in said):
+            return True
+    return False
 
 
 #: fields that tell how a line was read, not what it says
@@ -73,21 +89,35 @@ def without_told_facts(events: list[Event]) -> list[Event]:
     `TOLD_FIELDS`) among the earlier one's, and no failure in the file on the lines between them (a sign of life
     after a failure is news). NCCL tells a rank twice per communicator (`Init START`, `Init COMPLETE`), and its
     `comm` and tree lines say that rank again: 16k ranks, 48k events; its bootstrap and transport lines name the
-    same interface: 16k more."""
-    failures = sorted(e.line for e in events if e.role is not None)
+    same interface: 16k more. The failures' lines are sorted only when a fact would be dropped."""
+    failures: list[int] | None = None
     told: dict[tuple, list[tuple[int, str, frozenset]]] = {}
     out: list[Event] = []
     for e in events:
         tellers = TOLD_BY.get(e.kind)
-        if tellers is not None and e.time is None:
-            earlier = told.setdefault((e.rank, e.host, e.pid, e.local_rank), [])
-            fields = frozenset(e.fields)
-            read = TOLD_FIELDS.get(e.kind)
-            told_fields = fields if read is None else frozenset(p for p in e.fields if p[0] in read)
-            if any(kind in tellers and told_fields <= seen and not _between(failures, line, e.line)
-                   for line, kind, seen in earlier[-TOLD_REACH:]):
-                continue
-            earlier.append((e.line, e.kind, fields))
+        if tellers is None or e.time is not None:
+            out.append(e)
+            continue
+        fields = frozenset(e.fields)
+        who = (e.rank, e.host, e.pid, e.local_rank)
+        earlier = told.get(who)
+        if earlier is None:
+            told[who] = [(e.line, e.kind, fields)]
+            out.append(e)
+            continue
+        read = TOLD_FIELDS.get(e.kind)
+        told_fields = fields if read is None else frozenset([p for p in e.fields if p[0] in read])
+        repeats = False
+        for line, kind, seen in earlier[-TOLD_REACH:]:
+            if kind in tellers and told_fields <= seen:
+                if failures is None:
+                    failures = sorted([f.line for f in events if f.role is not None])
+                if not _between(failures, line, e.line):
+                    repeats = True
+                    break
+        if repeats:
+            continue
+        earlier.append((e.line, e.kind, fields))
         out.append(e)
     return out
 

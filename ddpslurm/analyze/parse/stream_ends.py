@@ -22,21 +22,16 @@ LABELLED = re.compile(rb"(?m)^" + _LABEL + rb"([^\n]+)")
 MAX_BYTES = 32 << 20
 #: a file is tallied when one of its first lines is labelled (an sbatch script may echo a few lines first)
 HEAD_LINES = 8
-_LABEL_AT = re.compile(_LABEL + rb"[^\n]")
+#: a labelled line at one of the first HEAD_LINES line starts of a head: one match from the head's start (the lines
+#: before it skipped whole, possessively), not one match a line
+_LABELLED_HEAD = re.compile(rb"(?:[^\n]*+\n){0,%d}?" % (HEAD_LINES - 1) + _LABEL + rb"[^\n]")
 _FIRST = operator.itemgetter(0)
 
 
 def looks_labelled(head: bytes | bytearray) -> bool:
-    """Whether one of the first lines of a file's head is a line that srun --label wrote (a per-rank log's are
-    not: asked of every file, so only line starts are tried)."""
-    start = 0
-    for _ in range(HEAD_LINES):
-        if _LABEL_AT.match(head, start):
-            return True
-        start = head.find(b"\n", start) + 1
-        if not start:
-            return False
-    return False
+    """Whether one of the first HEAD_LINES lines of a file's head is a line that srun --label wrote (a per-rank
+    log's are not: asked of every file, so only line starts are tried)."""
+    return _LABELLED_HEAD.match(head) is not None
 
 
 class StreamTally:
