@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from statistics import median
 
 from ddpslurm.analyze.model import Event
 
@@ -47,6 +46,8 @@ def host_offsets(events: Iterable[Event], world: int | None, tolerance: float) -
     without a world of two or more ranks on two or more hosts."""
     if not world or world < 2:
         return {}
+    from statistics import median  # (with fractions and decimal: imported by the jobs that have clocks to compare)
+
     seen: dict[tuple[str, int], int] = defaultdict(int)  # (host, pid) -> completions of the world's size so far
     sync: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for e in events:

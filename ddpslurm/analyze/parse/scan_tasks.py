@@ -15,8 +15,7 @@ import itertools
 import os
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
 
 from ddpslurm.analyze.model import Event, FileSummary, SourceFile
 from ddpslurm.analyze.parse.file_ranges import merge_parts
@@ -119,7 +118,9 @@ def scan_in_workers(sources: Sequence[SourceFile], jobs: list[tuple[int, ScanJob
     """Scan `jobs` (each with the index of its file in `sources`) in up to `count` worker processes, the longest
     first: the results in the order of `sources`, a file cut in ranges merged back. Where a worker ends abruptly (the
     kernel's OOM killer, a signal), the tasks not received are scanned here, their summaries marked rescanned."""
-    import multiprocessing
+    import multiprocessing  # worker processes only for a large input: a small one starts without them
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     jobs = sorted(jobs, key=lambda job: -((job[1][3] or job[1][0].size) - job[1][2]))
     ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
