@@ -82,18 +82,18 @@ def measure(sources, sigs, rounds: int) -> dict[str, float]:
     n = len(sources)
     out = [cpu_us(lambda: read_only(sources, sigs, False), n, rounds),
            cpu_us(lambda: read_only(sources, sigs, True), n, rounds)]
-    handle, emit, told_once, replace = FileState.handle, FileState._emit, file_scan.told_once, line_events.replace
+    handle, emit, told_once, evolve = FileState.handle, FileState._emit, file_scan.told_once, line_events.evolve
     try:
         FileState.handle = lambda state, raw, lineno, shape=None: None
         out.append(cpu_us(scan_all, n, rounds))
         FileState.handle = handle
         out.append(cpu_us(scan_all, n, rounds))
         FileState._emit, file_scan.told_once = bare_emit, lambda events: events
-        line_events.replace = continued_lines.replace = lambda e, **_: e
+        line_events.evolve = continued_lines.evolve = lambda e, **_: e
         out.append(cpu_us(scan_all, n, rounds))
     finally:
         FileState.handle, FileState._emit, file_scan.told_once = handle, emit, told_once
-        line_events.replace = continued_lines.replace = replace
+        line_events.evolve = continued_lines.evolve = evolve
     return dict(zip(COLUMNS, out, strict=True))
 
 

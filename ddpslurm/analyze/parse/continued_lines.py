@@ -9,10 +9,11 @@ line is waited for, or a traceback or failure block is open, every line is read 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import regex
 
+from ddpslurm.analyze.model import evolve
 from ddpslurm.analyze.parse.attribution import body_rank, nccl_source
 from ddpslurm.analyze.parse.failure_blocks import FailureBlocks
 from ddpslurm.analyze.parse.line_streams import UNPREFIXED
@@ -167,11 +168,11 @@ class ContinuedLines(FailureBlocks):
             kept = tuple(f for f in e.fields if f[0] != "accuses")  # `_emit` put it last: it stays last
             if hit is None:
                 accuses = tuple(f for f in e.fields if f[0] == "accuses")
-                self.events[i] = record[3] = replace(e, fields=(*kept, ("last_error", reason[:500]), *accuses))
+                self.events[i] = record[3] = evolve(e, fields=(*kept, ("last_error", reason[:500]), *accuses))
                 continue
             sig, m = hit
             groups = tuple(sorted((k, v) for k, v in m.groupdict().items() if v is not None))
-            self.events[i] = record[3] = replace(
+            self.events[i] = record[3] = evolve(
                 e, cause=sig.cause, role=sig.role, signature=sig.id, priority=sig.priority,
                 fields=(*kept, *groups, ("last_error", reason[:500]), ("accuses", sig.accuses)))
         return len(generic)

@@ -10,9 +10,9 @@ explain (`ContinuedLines`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from ddpslurm.analyze.model import FACT_KINDS, Event, new_event
+from ddpslurm.analyze.model import FACT_KINDS, Event, evolve, new_event
 from ddpslurm.analyze.parse.attribution import interface_list, interface_scope, nccl_source
 from ddpslurm.analyze.parse.channel_lines import MAX_CHANNEL_KEYS
 from ddpslurm.analyze.parse.line_streams import LineStreams
@@ -158,7 +158,7 @@ class LineEvents(LineStreams):
         for index, e in watch.logged:
             if index < len(self.events) and self.events[index] is e:
                 kept = tuple(f for f in e.fields if f[0] != "accuses")
-                self.events[index] = replace(e, kind="went_on", cause=None, role=None, fields=canonical_fields(
+                self.events[index] = evolve(e, kind="went_on", cause=None, role=None, fields=canonical_fields(
                     (*kept, ("went_on", rule), ("went_on_line", str(lineno)))))
 
     def _note_generic(self, stream: object) -> None:
@@ -235,7 +235,7 @@ class LineEvents(LineStreams):
         e = self.events[started] if started is not None and started < len(self.events) else None
         if e is not None and e.kind == "nccl_init" and (e.host, e.pid, e.get("comm"), e.get("nccl_rank")) == key \
                 and e.get("init") == "start":  # (the list may have changed since: a joined head's events dropped)
-            self.events[started] = replace(e, fields=canonical_fields(tuple(
+            self.events[started] = evolve(e, fields=canonical_fields(tuple(
                 ("init", "complete") if f == ("init", "start") else f for f in e.fields)))
         if stage == "start" and len(self.init_starts) < MAX_CHANNEL_KEYS:  # as many as channel keys: one per process
             self.init_starts[key] = len(self.events)
