@@ -143,15 +143,20 @@ def _explain(want: perturb.Perturbed, got: dict[str, Any], problems: list[str]) 
     return "\n".join(lines)
 
 
+def perturbed(case: Path, name: str, tmp_path: Path) -> perturb.Perturbed:
+    """The case's copy under `tmp_path` with perturbation `name` applied; the test skipped where it does not apply."""
+    facts = perturb.load_facts(case, original_diagnosis(case))
+    try:
+        return perturb.PERTURBATIONS[name](facts, tmp_path / case.name)
+    except perturb.Unsupported as why:
+        pytest.skip(f"{name} unsupported for {case.name}: {why}")
+
+
 @pytest.mark.parametrize(("case", "name"), _params())
 def test_diagnosis_is_invariant(case: Path, name: str, tmp_path: Path) -> None:
     from ddpslurm.analyze.api import analyze_paths
 
-    facts = perturb.load_facts(case, original_diagnosis(case))
-    try:
-        want = perturb.PERTURBATIONS[name](facts, tmp_path / case.name)
-    except perturb.Unsupported as why:
-        pytest.skip(f"{name} unsupported for {case.name}: {why}")
+    want = perturbed(case, name, tmp_path)
     got = analyze_paths(_files(want.root), workers=1).to_dict()
     lenient = want.rank_may_be_null and case.name in RELIES_ON_TIME
     problems = mismatches(want, got, lenient_rank=lenient, host_named=host_is_named(want))
@@ -174,11 +179,7 @@ def test_a_perturbed_case_is_diagnosed_alike_by_the_compiled_and_the_pure_scanne
 
     if BULK is None:
         pytest.skip("the compiled scanner is not built in this checkout")
-    facts = perturb.load_facts(case, original_diagnosis(case))
-    try:
-        want = perturb.PERTURBATIONS[name](facts, tmp_path / case.name)
-    except perturb.Unsupported as why:
-        pytest.skip(f"{name} unsupported for {case.name}: {why}")
+    want = perturbed(case, name, tmp_path)
     compiled = analyze_paths(_files(want.root), workers=1).to_dict()
     with pure_path():
         pure = analyze_paths(_files(want.root), workers=1).to_dict()

@@ -138,7 +138,7 @@ def build_timeline(events: list[Event], facts: JobFacts, sources: Sequence[Sourc
         elif e.role in FAILURE_ROLES and e.kind not in _NOT_UNRANKED:
             unranked.append(e)
     for rank in facts.started | set(facts.exited):
-        ranks.setdefault(rank, RankTimeline(rank=rank))
+        _timeline_of(ranks, rank)
     initialized = any(e.kind in INITIALIZED_KINDS for e in events)
     # a rank's own events are read only where it may have recovered from a start-up error (recovered_failures)
     retry_causes = group("retried")
