@@ -204,24 +204,30 @@ def query_preemption(job_id: str) -> tuple[float, float] | None:
 
 
 def requeue_if_running(job_id: str, attempt_dir: Path, reason: str) -> bool:
-    """`scontrol requeue` when Slurm still runs the job; the outcome goes to `requeue.json` and stderr."""
+    """`scontrol requeue` when Slurm still runs the job; the outcome goes to `requeue.json` and stderr.
+
+    The record is written before Slurm is asked: a requeue ends this batch step, which may not live to write after
+    it. A refused requeue then rewrites the record."""
     from ddpslurm.launch.requeue import requeue_job
 
     state = job_state(job_id)
     outcome: dict[str, Any] = {"job_id": job_id, "reason": reason, "job_state": state, "unix": time.time(),
-                               "time": records.timestamp(time.time()), "requeued": False}
+                               "time": records.timestamp(time.time()), "requeued": state == "RUNNING"}
     if state != "RUNNING":
         outcome["why_not"] = f"Slurm has the job {state or 'in an unknown state'}: it was cancelled or ended"
     else:
+        jobfolder.write_json(jobfolder.requeue_path(attempt_dir), outcome)
+        print(f"ddpslurm batch: requeuing job {job_id}: {reason}", file=sys.stderr, flush=True)
         try:
             requeue_job(job_id)
-            outcome["requeued"] = True
+            return True
         except Exception as error:  # recorded; the job then simply ends
+            outcome["requeued"] = False
             outcome["why_not"] = str(error).splitlines()[0] if str(error) else type(error).__name__
     jobfolder.write_json(jobfolder.requeue_path(attempt_dir), outcome)
-    verb = "requeuing job" if outcome["requeued"] else f"not requeuing job ({outcome['why_not']}):"
-    print(f"ddpslurm batch: {verb} {job_id}: {reason}", file=sys.stderr, flush=True)
-    return bool(outcome["requeued"])
+    print(f"ddpslurm batch: not requeuing job ({outcome['why_not']}): {job_id}: {reason}", file=sys.stderr,
+          flush=True)
+    return False
 
 
 def record_no_requeue(job_id: str, attempt_dir: Path, reason: str) -> None:

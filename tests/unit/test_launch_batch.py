@@ -130,3 +130,36 @@ def test_supervise_returns_srun_status_and_records_why_it_did_not_requeue(
     assert os.environ.pop("DDPSLURM_FOLDERS_MADE") == str(attempt)
     record = json.loads((attempt / "requeue.json").read_text())
     assert record["requeued"] is False and "[1]" in record["why_not"]
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_the_requeue_is_recorded_before_slurm_is_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: bool) -> None:
+    """Slurm's requeue ends the batch step that asked for it, maybe before its next line: `requeue.json` must
+    already say so when `scontrol requeue` runs; a refused requeue rewrites it with why."""
+    from ddpslurm.launch import batch, requeue
+
+    seen: list[dict] = []
+
+    def ask_slurm(job_id: str) -> None:
+        seen.append(json.loads(jobfolder.requeue_path(tmp_path).read_text()))
+        if refused:
+            raise RuntimeError("scontrol: error: Job is not requeueable\nmore")
+
+    monkeypatch.setattr(batch, "job_state", lambda job_id: "RUNNING")
+    monkeypatch.setattr(requeue, "requeue_job", ask_slurm)
+    assert batch.requeue_if_running("5", tmp_path, "preempted") is not refused
+    assert seen and seen[0]["requeued"] is True and seen[0]["job_id"] == "5"
+    final = json.loads(jobfolder.requeue_path(tmp_path).read_text())
+    assert final["requeued"] is not refused
+    assert final.get("why_not") == ("scontrol: error: Job is not requeueable" if refused else None)
+
+
+def test_a_job_slurm_no_longer_runs_is_not_requeued(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpslurm.launch import batch, requeue
+
+    monkeypatch.setattr(batch, "job_state", lambda job_id: "CANCELLED")
+    monkeypatch.setattr(requeue, "requeue_job", lambda job_id: pytest.fail("Slurm asked to requeue"))
+    assert batch.requeue_if_running("5", tmp_path, "preempted") is False
+    final = json.loads(jobfolder.requeue_path(tmp_path).read_text())
+    assert final["requeued"] is False and "CANCELLED" in final["why_not"]
