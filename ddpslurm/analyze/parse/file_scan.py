@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
 from ddpslurm.analyze.model import Event, FileSummary, SourceFile
-from ddpslurm.analyze.parse import stream_ends
+from ddpslurm.analyze.parse import repeated_blocks, stream_ends
 from ddpslurm.analyze.parse.channel_lines import told_channel_line
 from ddpslurm.analyze.parse.file_state import FileState
 from ddpslurm.analyze.parse.file_summary import TAIL_LINES, block_tail, last_line_shape, note_tail, settled
@@ -30,6 +30,7 @@ OVERRUN_BYTES = 4 << 20
 #: the head of a file, where the lines holding a head anchor are read too (`head_starts`)
 HEAD_BYTES = 64 << 10
 HEAD_ANCHOR_BYTES = tuple(a.encode() for a in HEAD_ANCHORS)
+HEADER = repeated_blocks.HEADER
 
 
 def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
@@ -95,11 +96,14 @@ def _scan_range(handle: Reader, start: int, end: int | None, state: FileState, t
     reader = handle if end is None else Window(handle, start, end)
     lineno = 0
     first = start == 0
+    repeats = repeated_blocks.Repeats() if repeated_blocks.ENABLED else None
     for block, size, truncated in iter_blocks(reader):
         summary.truncated_lines += truncated
         summary.bytes += size
         head = head_starts(block, min(size, HEAD_BYTES)) if first else ()
-        lineno = _scan_block(block, size, lineno, state, anchors, every_line, head)
+        if repeats is not None:
+            repeats.clear()
+        lineno = _scan_block(block, size, lineno, state, anchors, every_line, head, repeats=repeats)
         first = False
         if tally is not None:
             tally.feed(block, size)
@@ -158,14 +162,17 @@ def occurrences(block: bytes | bytearray, anchor: bytes, end: int) -> Iterator[i
 
 
 def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState, anchors: Sequence[bytes],
-                every_line: bool, extra: Sequence[int] = (), stop_when_idle: bool = False) -> int:
-    """Process one block of complete lines, `block[:n]`; returns the line count after it."""
+                every_line: bool, extra: Sequence[int] = (), stop_when_idle: bool = False,
+                repeats: repeated_blocks.Repeats | None = None) -> int:
+    """Process one block of complete lines, `block[:n]`; returns the line count after it. `repeats`: the file's
+    repeated periods looked for (a traceback a retry loop prints again and again: `repeated_blocks`), in line
+    mode, at each traceback header."""
     cur = 0
     starts = None if every_line else candidate_starts(block, anchors, n)
     if extra and starts is not None:
         starts = sorted(set(starts) | set(extra))
     if BULK is not None and starts is not None and not stop_when_idle:
-        return _scan_block_bulk(block, n, lineno, state, starts)
+        return _scan_block_bulk(block, n, lineno, state, starts, repeats)
     count = len(starts) if starts is not None else 0
     idx = 0
     channels = state.channel_lines
@@ -186,6 +193,14 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
         end = block.find(b"\n", cur, n)
         if end < 0:
             end = n
+        if repeats is not None:
+            if not state.line_mode:
+                repeats.clear()  # no period spans a line read out of line mode
+            elif block.find(HEADER, cur, end) >= 0:
+                jump = repeats.at_header(block, n, cur, lineno, state)
+                if jump is not None:
+                    cur, lineno = jump
+                    continue
         lineno += 1
         if end - cur > MAX_LINE and state.summary is not None:
             state.summary.truncated_lines += 1  # read up to MAX_LINE, like a line cut at a block's edge
@@ -197,7 +212,8 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
     return lineno
 
 
-def _scan_block_bulk(block: bytes | bytearray, n: int, lineno: int, state: FileState, starts: list[int]) -> int:
+def _scan_block_bulk(block: bytes | bytearray, n: int, lineno: int, state: FileState, starts: list[int],
+                     repeats: repeated_blocks.Repeats | None = None) -> int:
     """`_scan_block` (its pure loop the reference) with the candidate lines walked in compiled code: `_bulk.next_line`
     passes over the told channel lines and the lines whose shape is remembered as inert with no digit-sensitive
     signature to ask (what `FileState.handle` would return on at once), counts the line ends and finds the next
@@ -215,12 +231,19 @@ def _scan_block_bulk(block: bytes | bytearray, n: int, lineno: int, state: FileS
             end = block.find(b"\n", cur, n)
             if end < 0:
                 end = n
+            if repeats is not None and block.find(HEADER, cur, end) >= 0:
+                jump = repeats.at_header(block, n, cur, lineno, state)
+                if jump is not None:
+                    cur, lineno = jump
+                    continue
             lineno += 1
             if end - cur > MAX_LINE and summary is not None:
                 summary.truncated_lines += 1
             handle(bytes(block[cur:min(end, cur + MAX_LINE)]), lineno)
             cur = end + 1
             continue
+        if repeats is not None:
+            repeats.clear()
         idx, start, end, lineno, raw, key = next_line(block, n, cur, starts, idx, lineno, channels, inert,
                                                       UNTIMED_CHARS, MAX_LINE, told)
         if start < 0:
