@@ -148,10 +148,11 @@ def note_tail(summary: FileSummary, tail: Sequence[bytes], keep_tail: bool) -> N
     done = BULK.tail_marks(lines, SHOWN_LINES, _OWN_BYTES) if BULK is not None else None
     if done is None:
         shapes = byte_shapes(lines)
-        summary.end_marks = line_marks(shapes)
+        marks = line_marks(shapes)
         last = last_shown(shapes)
     else:
-        summary.end_marks, last = done
+        marks, last = done
+    summary.end_marks = canonical(marks)  # ranks' logs end alike: a batch's pickle carries each ending once
     summary.last_line = canonical(last.decode("utf-8", errors="replace")) if last is not None else None
     if keep_tail:
         decoded = [clean(t.decode("utf-8", errors="replace")) for t in lines[-SHOWN_LINES:] if t.strip()]

@@ -62,8 +62,7 @@ def settle_years(events: list[Event], assumed: int | None, written: float | None
     for i, e in enumerate(events):
         if e.time is None or e.time_family not in YEARLESS_FAMILIES:
             continue
-        mine = by_file.get(e.file)
-        year = mine.most_common(1)[0][0] if mine else job_year
+        year = by_file.get(e.file, job_year)
         if year is None:
             year = read_in - 1 if e.time > latest else read_in
         if year != read_in:
@@ -71,23 +70,38 @@ def settle_years(events: list[Event], assumed: int | None, written: float | None
     return events
 
 
-def _dated_years(events: Sequence[Event]) -> tuple[dict[str, Counter[int]], Counter[int]]:
-    """The years of the events that carry a full date, counted per file and over the job (a year per day, not per
-    event: a 16k-rank job has 16k dated lines over a few days)."""
-    days: dict[str, Counter[int]] = {}
+def _dated_years(events: Sequence[Event]) -> tuple[dict[str, int], Counter[int]]:
+    """The year most of each file's events that carry a full date fall in, and those years counted over the job (a
+    year per day, not per event: a 16k-rank job has 16k dated lines over a few days). A file's one day is held as
+    two numbers, a Counter only for a file of several days (one a file was 34 MB at 65k ranks, for one day each)."""
+    first: dict[str, int] = {}  # a file's first day
+    counts: dict[str, int] = {}  # its events on that day, while it has no other
+    several: dict[str, Counter[int]] = {}  # a file of more days: every day counted, in the order they came
     for e in events:
         if e.time is not None and e.time_family in DATED_FAMILIES:
-            days.setdefault(e.file, Counter())[int(e.time // 86400)] += 1
+            file = e.file
+            day = int(e.time // 86400)
+            known = first.get(file)
+            if known is None:
+                first[file] = day
+                counts[file] = 1
+            elif file in several:
+                several[file][day] += 1
+            elif day == known:
+                counts[file] += 1
+            else:
+                several[file] = Counter({known: counts[file], day: 1})
     year_of_day: dict[int, int] = {}
-    by_file: dict[str, Counter[int]] = {}
+    by_file: dict[str, int] = {}
     overall: Counter[int] = Counter()
-    for file, counts in days.items():
+    for file, day in first.items():
+        spread = several.get(file, {day: counts[file]})
         years: Counter[int] = Counter()
-        for day, count in counts.items():
-            if day not in year_of_day:
-                year_of_day[day] = _year_of(day * 86400.0)
-            years[year_of_day[day]] += count
-        by_file[file] = years
+        for one, count in spread.items():
+            if one not in year_of_day:
+                year_of_day[one] = _year_of(one * 86400.0)
+            years[year_of_day[one]] += count
+        by_file[file] = years.most_common(1)[0][0]
         overall.update(years)
     return by_file, overall
 
