@@ -213,3 +213,28 @@ def test_a_state_a_field_of_which_is_not_known_is_frozen_as_it_is() -> None:
     assert frozen != repeated_blocks.freeze({"a": [seen, (3, "x")]})
     with pytest.raises(repeated_blocks._Refused):
         repeated_blocks.freeze(object())
+
+
+#: the reading state's fields, as reviewed for the replay: those `_snapshot` counts from a clock or leaves out, and
+#: those it compares as they are (none of which the reading compares with a clock: `init_starts` holds an event's
+#: index that the reading only looks the event up by). A field added to one of these classes changes this list: it
+#: must be reviewed first (a value the reading compares with a clock and that a period leaves alike would be
+#: replayed wrong), then `_snapshot` taught it where it counts on one.
+REVIEWED_FIELDS = {
+    "FileState": {"source", "sigs", "year", "summary", "streams", "label_rank", "prefix_rank", "tag_hosts",
+                  "carried_hosts", "handled", "stream_lines", "stream_now", "previous", "events", "rank_maps",
+                  "init_starts", "generic", "watching", "rewritten", "tracebacks", "elastic", "pending", "waiting",
+                  "channel_lines"},
+    "TracebackAssembler": {"max_idle", "open", "seen", "fed", "opened", "ignored_at"},
+    "_Open": {"start_line", "last_fed", "seq", "where", "exc", "exc_line", "chained", "awaiting_chain", "wrapper",
+              "wrapper_gap", "process", "earlier", "frame", "outermost", "source_due", "unraisable", "head"},
+    "_Watch": {"logged", "handled_at", "own_at", "reach"},
+}
+
+
+def test_every_field_of_the_reading_state_was_reviewed_for_the_replay() -> None:
+    from ddpslurm.analyze.parse import line_events, tracebacks
+    from ddpslurm.analyze.parse.file_state import FileState
+
+    for cls in (FileState, tracebacks.TracebackAssembler, tracebacks._Open, line_events._Watch):
+        assert {f.name for f in dataclasses.fields(cls)} == REVIEWED_FIELDS[cls.__name__], cls.__name__
