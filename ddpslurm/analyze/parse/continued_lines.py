@@ -107,7 +107,7 @@ class ContinuedLines(FailureBlocks):
                 return False
             # the head's own events, read alone: only those after the mark (a merged log of 16k ranks' wrapped
             # heads made the whole list filtered once per head, quadratic)
-            self.rewritten += 1
+            self._rewrote(pending.events_at)
             self.events[pending.events_at:] = [e for e in self.events[pending.events_at:] if e.line != pending.line]
             with self._speaking_for(pending.stream) as (rank, local, host):
                 self._match_line(joined, pending.line, pending.time_text, rank, local, host, pending.stream)
@@ -166,7 +166,7 @@ class ContinuedLines(FailureBlocks):
                 generic.append((index, record))
         for i, record in generic:
             e = self.events[i]
-            self.rewritten += 1
+            self._rewrote(i)
             kept = tuple(f for f in e.fields if f[0] != "accuses")  # `_emit` put it last: it stays last
             if hit is None:
                 accuses = tuple(f for f in e.fields if f[0] == "accuses")

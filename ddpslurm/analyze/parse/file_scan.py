@@ -165,18 +165,20 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
                 every_line: bool, extra: Sequence[int] = (), stop_when_idle: bool = False,
                 repeats: repeated_blocks.Repeats | None = None) -> int:
     """Process one block of complete lines, `block[:n]`; returns the line count after it. `repeats`: the file's
-    repeated periods looked for (a traceback a retry loop prints again and again: `repeated_blocks`), in line
-    mode, at each traceback header."""
+    repeated periods looked for (a traceback or an error line a retry loop prints again and again:
+    `repeated_blocks`), at each traceback header read in line mode and each line alike to the last that made an
+    event."""
     cur = 0
     starts = None if every_line else candidate_starts(block, anchors, n)
     if extra and starts is not None:
         starts = sorted(set(starts) | set(extra))
     if BULK is not None and starts is not None and not stop_when_idle:
-        return _scan_block_bulk(block, n, lineno, state, starts, repeats)
+        return _scan_block_bulk(block, n, lineno, state, starts, repeats, max(extra) + 1 if extra else 0)
     count = len(starts) if starts is not None else 0
     idx = 0
     channels = state.channel_lines
     line_mode = every_line or state.line_mode  # changes only when a line is handled: asked again after each
+    head_end = max(extra) + 1 if extra else 0
     while cur < n:
         if not line_mode:
             while idx < count and starts[idx] < cur:
@@ -193,18 +195,19 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
         end = block.find(b"\n", cur, n)
         if end < 0:
             end = n
-        if repeats is not None:
-            if not state.line_mode:
-                repeats.clear()  # no period spans a line read out of line mode
-            elif block.find(HEADER, cur, end) >= 0:
-                jump = repeats.at_header(block, n, cur, lineno, state)
-                if jump is not None:
-                    cur, lineno = jump
-                    continue
+        line = bytes(block[cur:min(end, cur + MAX_LINE)])
+        if repeats is not None and (line == repeats.event_line or cur < head_end or state.line_mode):
+            jump = _repeat_at(repeats, block, n, cur, end, line, lineno, state, head_end)
+            if jump is not None:
+                cur, lineno = jump
+                continue
         lineno += 1
         if end - cur > MAX_LINE and state.summary is not None:
             state.summary.truncated_lines += 1  # read up to MAX_LINE, like a line cut at a block's edge
-        state.handle(bytes(block[cur:min(end, cur + MAX_LINE)]), lineno)
+        made = len(state.events)
+        state.handle(line, lineno)
+        if repeats is not None and len(state.events) != made:
+            repeats.event_line = line
         cur = end + 1
         line_mode = every_line or state.line_mode
         if stop_when_idle and not state.must_read_on:
@@ -213,7 +216,7 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
 
 
 def _scan_block_bulk(block: bytes | bytearray, n: int, lineno: int, state: FileState, starts: list[int],
-                     repeats: repeated_blocks.Repeats | None = None) -> int:
+                     repeats: repeated_blocks.Repeats | None = None, head_end: int = 0) -> int:
     """`_scan_block` (its pure loop the reference) with the candidate lines walked in compiled code: `_bulk.next_line`
     passes over the told channel lines and the lines whose shape is remembered as inert with no digit-sensitive
     signature to ask (what `FileState.handle` would return on at once), counts the line ends and finds the next
@@ -231,25 +234,53 @@ def _scan_block_bulk(block: bytes | bytearray, n: int, lineno: int, state: FileS
             end = block.find(b"\n", cur, n)
             if end < 0:
                 end = n
-            if repeats is not None and block.find(HEADER, cur, end) >= 0:
-                jump = repeats.at_header(block, n, cur, lineno, state)
+            line = bytes(block[cur:min(end, cur + MAX_LINE)])
+            if repeats is not None and (line == repeats.event_line or block.find(HEADER, cur, end) >= 0):
+                jump = _repeat_at(repeats, block, n, cur, end, line, lineno, state, 0)
                 if jump is not None:
                     cur, lineno = jump
                     continue
             lineno += 1
             if end - cur > MAX_LINE and summary is not None:
                 summary.truncated_lines += 1
-            handle(bytes(block[cur:min(end, cur + MAX_LINE)]), lineno)
+            made = len(state.events)
+            handle(line, lineno)
+            if repeats is not None and len(state.events) != made:
+                repeats.event_line = line
             cur = end + 1
             continue
-        if repeats is not None:
-            repeats.clear()
         idx, start, end, lineno, raw, key = next_line(block, n, cur, starts, idx, lineno, channels, inert,
                                                       UNTIMED_CHARS, MAX_LINE, told)
         if start < 0:
             break
+        if repeats is not None and (raw == repeats.event_line or start < head_end):
+            jump = _repeat_at(repeats, block, n, start, end, raw, lineno - 1, state, head_end)
+            if jump is not None:
+                cur, lineno = jump
+                continue
         if end - start > MAX_LINE and summary is not None:
             summary.truncated_lines += 1
+        made = len(state.events)
         handle(raw, lineno, key)
+        if repeats is not None and len(state.events) != made:
+            repeats.event_line = raw
         cur = end + 1
     return lineno
+
+
+def _repeat_at(repeats: repeated_blocks.Repeats, block: bytes | bytearray, n: int, cur: int, end: int, line: bytes,
+               lineno: int, state: FileState, head_end: int) -> tuple[int, int] | None:
+    """Before the line `block[cur:end]` (`line`, as read) is read: where the reading goes on after the periods
+    `repeats` replays from it (offset, line count), or None. A period may start at a traceback header read in line
+    mode, or at a line alike to the last one that made an event; lines read out of line mode before `head_end` (the
+    head's lines read only there) end every period."""
+    alike = line == repeats.event_line and repeats.unmatched < repeated_blocks.UNMATCHED
+    if not state.line_mode:
+        if cur < head_end:
+            repeats.clear()
+            return None
+        if not alike:
+            return None
+    elif not alike and block.find(HEADER, cur, end) < 0:
+        return None
+    return repeats.at_header(block, n, cur, lineno, state)

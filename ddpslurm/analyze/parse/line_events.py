@@ -68,6 +68,10 @@ def interface_fields(body: str, ifname: str, ip: str) -> dict[str, str]:
             "scopes": ",".join(interface_scope(name, addr) for name, addr in listed)}
 
 
+#: `LineEvents.rewritten_low` while no event was replaced or dropped
+NO_REWRITE = 1 << 62
+
+
 @dataclass
 class LineEvents(LineStreams):
     """A file's events, and how a line's reading becomes one: the second layer of `FileState`."""
@@ -81,9 +85,14 @@ class LineEvents(LineStreams):
     generic: dict[object, list[list]] = field(default_factory=dict)
     #: per stream that one process writes, the exceptions it logged that a later line may show it survived
     watching: dict[object, _Watch] = field(default_factory=dict)
-    #: how many times an event already in the list was replaced or dropped (a repeated block is replayed only over
-    #: lines that rewrote none: `repeated_blocks`)
-    rewritten: int = 0
+    #: the lowest index of an event replaced or dropped since `repeated_blocks` last looked (NO_REWRITE: none; a
+    #: repeated block is replayed only over lines that rewrote none but their own)
+    rewritten_low: int = NO_REWRITE
+
+    def _rewrote(self, index: int) -> None:
+        """The event at `index` (and those after it, where dropped) is replaced or dropped."""
+        if index < self.rewritten_low:
+            self.rewritten_low = index
 
     def _time(self, time_text: str | None, body: str, plan: TimePlan = EVERY_FORM) -> tuple[float | None, str | None]:
         """The time of a line: its prefix's, else the first one in its text (`plan`: where that can be)."""
@@ -160,7 +169,7 @@ class LineEvents(LineStreams):
         del self.watching[stream]
         for index, e in watch.logged:
             if index < len(self.events) and self.events[index] is e:
-                self.rewritten += 1
+                self._rewrote(index)
                 kept = tuple(f for f in e.fields if f[0] != "accuses")
                 self.events[index] = evolve(e, kind="went_on", cause=None, role=None, fields=canonical_fields(
                     (*kept, ("went_on", rule), ("went_on_line", str(lineno)))))
@@ -239,7 +248,7 @@ class LineEvents(LineStreams):
         e = self.events[started] if started is not None and started < len(self.events) else None
         if e is not None and e.kind == "nccl_init" and (e.host, e.pid, e.get("comm"), e.get("nccl_rank")) == key \
                 and e.get("init") == "start":  # (the list may have changed since: a joined head's events dropped)
-            self.rewritten += 1
+            self._rewrote(started)
             self.events[started] = evolve(e, fields=canonical_fields(tuple(
                 ("init", "complete") if f == ("init", "start") else f for f in e.fields)))
         if stage == "start" and len(self.init_starts) < MAX_CHANNEL_KEYS:  # as many as channel keys: one per process

@@ -1,23 +1,26 @@
-"""A block of lines a log repeats byte for byte (a retry loop printing the same traceback again and again): a
-file's reading state and its block of lines in, the block's repeats replayed instead of read out.
+"""A block of lines a log repeats byte for byte (a retry loop printing the same traceback or error line again and
+again): a file's reading state and its block of lines in, the block's repeats replayed instead of read out.
 
-At each traceback header read in line mode (every line read, `FileState.line_mode`), the reading state
+A period may start at a head: a traceback header read in line mode (every line read, `FileState.line_mode`), or a
+line alike to the last one that made an event, read in either mode (out of line mode, not among the first lines
+of a file that its head anchors make read: `file_scan.head_starts`). At each head the reading state
 (`FileState`, every layer's) may be taken down normalised (`_snapshot`): its clocks (`_Clocks`: the line number,
 the lines read in all and per stream, the traceback assembler's lines fed and tracebacks opened, the events made,
 the lines cut) subtracted from each value that counts on one of them, an event a value refers to taken down by
 what it says with its line numbers so counted; every other value copied as it is, a field this module does not
-know included (fail-safe: one that moves makes the states differ). When the bytes from an earlier header to this
-one (a period) come again right after it, and the normalised state is the same at three headers a period apart,
+know included (fail-safe: one that moves makes the states differ). When the bytes from an earlier head to this
+one (a period) come again right after it, and the normalised state is the same at three heads a period apart,
 the clocks moved on by the same steps and the events made the same (normalised) both times, then reading the next
 period does what the last one did moved on by those steps: the scan reads its clocks only against one another (a
 watch's reach, a traceback's idle limit, an event's index, the line above), so its reading of the same bytes from
 a state moved on is the reading moved on. The period is then replayed as long as its bytes come again within the
 block: its events copied at their new lines, the state's clocks moved on (`_move_on`).
 
-Not replayed: a period that rewrote or dropped an event already made (`LineEvents.rewritten` moves), ran a match
-past its timeout, or left a line waited for, a wrapped head or a failure block open (their values count on the
-clocks and are not normalised); a period read partly out of line mode, or past `MAX_PERIOD` bytes; a reference to
-an event no longer in the list. `ENABLED = False` reads every line (the reference the replay is tested against).
+Not replayed: a period that rewrote or dropped an event made before it (`LineEvents.rewritten_low`; its own, a
+`went_on` notice's rewrite of the exception just above, are copied as rewritten), ran a match past its timeout,
+or left a line waited for, a wrapped head or a failure block open (their values count on the clocks and are not
+normalised); a period past `MAX_PERIOD` bytes; a reference to an event no longer in the list. `ENABLED = False`
+reads every line (the reference the replay is tested against).
 """
 
 from __future__ import annotations
@@ -28,16 +31,22 @@ from operator import attrgetter
 from typing import Any
 
 from ddpslurm.analyze.model import EVENT_FIELDS, Event, moved
+from ddpslurm.analyze.parse.line_events import NO_REWRITE
 
 #: switched off, every line of a repeated block is read (the reference the replay is tested against)
 ENABLED = True
 #: where a period may start: the lines holding it are read in line mode, and a retry loop's repeats start with it
 HEADER = b"Traceback (most recent call last):"
-#: the headers of a block remembered as a period's possible start, and the longest period looked for
+#: the heads of a block remembered as a period's possible start, and the longest period looked for
 HEADS = 8
 MAX_PERIOD = 64 << 10
-#: headers in a row whose period came again but whose state did not, after which a file's reading stops looking
+#: heads in a row whose period came again but whose state did not, after which a file's reading stops looking
 MAX_MISSES = 64
+#: lines alike to the last that made an event, in a row, that started no period: after them such lines are no
+#: longer looked at (traceback headers still are)
+UNMATCHED = 64
+#: the bytes at a period's end compared before the whole period
+PROBE_BYTES = 64
 #: event fields that hold a line number of the file
 LINE_FIELDS = ("traceback_line", "went_on_line")
 
@@ -124,6 +133,14 @@ def moved_on(e: Event, lines: int) -> Event:
         fields = tuple((name, str(int(value) + lines)) if name in LINE_FIELDS and _canonical_number(value)
                        else (name, value) for name, value in fields)
     return moved(e, e.line + lines, fields)
+
+
+def _same(block: bytes | bytearray, at: int, cur: int, size: int) -> bool:
+    """Whether the `size` bytes from `cur` repeat those from `at`: their ends compared first (a line that counts,
+    a step or a time, most often ends a period that does not repeat), each copy made only then."""
+    probe = min(size, PROBE_BYTES)
+    end = cur + size
+    return block[cur - probe:cur] == block[end - probe:end] and block[at:cur] == block[cur:end]
 
 
 def _copies(template: list[Event], lines: int, times: int) -> list[Event]:
@@ -217,6 +234,7 @@ def _snapshot(state: Any, now: _Clocks) -> tuple | None:
         "sigs": lambda v: None,  # the signature set: its memos change no reading; its timeouts are a clock
         "events": lambda v: None,  # a clock; the events read again are those the state refers to, taken down there
         "handled": lambda v: None,
+        "rewritten_low": lambda v: None,  # reset at each head: the period's own (`_Head.low`)
         "stream_lines": lambda v: tuple([freeze(s) for s in v]),
         "previous": lambda v: (v[0] - now.line, freeze(v[1])),
         "summary": _summary,
@@ -278,11 +296,14 @@ def _move_on(state: Any, first: _Clocks, last: _Clocks, times: int) -> None:
 
 @dataclass
 class _Head:
-    """A traceback header of the block: where, the clocks there, and where the period before it came again, the
-    state normalised and that period's start."""
+    """A head of the block (a traceback header, a line alike to the last that made an event): where, the clocks
+    there, and where the period before it came again, the state normalised and that period's start."""
 
     at: int
     clocks: _Clocks
+    #: the lowest index of an event rewritten since the head before it (NO_REWRITE: none), and over its period
+    own_low: int = NO_REWRITE
+    low: int = NO_REWRITE
     state: tuple | None = None
     period: int = 0
     before: _Head | None = None
@@ -290,10 +311,14 @@ class _Head:
 
 @dataclass
 class Repeats:
-    """A file's reading's repeated periods: the headers of the block being read, and the misses in a row."""
+    """A file's reading's repeated periods: the heads of the block being read, and the misses in a row."""
 
     heads: list[_Head] = field(default_factory=list)
     misses: int = 0
+    #: the last line read that made an event: a line alike to it may start a period, until UNMATCHED heads in a
+    #: row found no period (`unmatched`: a line that repeats among lines that do not, a step's or a time's)
+    event_line: bytes | None = None
+    unmatched: int = 0
 
     def clear(self) -> None:
         """A new block, or a line read out of line mode: no period spans it."""
@@ -301,21 +326,24 @@ class Repeats:
             self.heads.clear()
 
     def at_header(self, block: bytes | bytearray, n: int, cur: int, lineno: int, state: Any) -> tuple[int, int] | None:
-        """Before the header line at `cur` of `block[:n]` (`lineno` lines read before it) is read: where the
+        """Before the head line at `cur` of `block[:n]` (`lineno` lines read before it) is read: where the
         reading goes on (offset, line count) after the periods replayed from here, or None (read it)."""
         if self.misses >= MAX_MISSES:
             return None
         now = _clocks(state, lineno)
-        head = _Head(cur, now)
+        low, state.rewritten_low = state.rewritten_low, NO_REWRITE
+        head = _Head(cur, now, low, low)
         for h in reversed(self.heads):
             size = cur - h.at
             if size > MAX_PERIOD:
                 break
-            if cur + size <= n and block[h.at:cur] == block[cur:cur + size]:
-                head.state, head.period, head.before = _snapshot(state, now), size, h
+            if cur + size <= n and _same(block, h.at, cur, size):
+                head.state, head.period, head.before, head.low = _snapshot(state, now), size, h, low
                 break
+            low = min(low, h.own_low)
         self.heads.append(head)
         del self.heads[:-HEADS]
+        self.unmatched = 0 if head.before is not None else self.unmatched + 1
         if head.state is None:
             return None
         times = self._repeats(block, n, head, state)
@@ -337,6 +365,8 @@ class Repeats:
         h0 = h.before
         if h.state != head.state or h0 is None or h.period != size or h0.state != h.state:
             return 0
+        if head.low < h.clocks.events or h.low < h0.clocks.events:
+            return 0  # a period rewrote an event made before it
         steps = h.clocks.steps_to(head.clocks)
         if steps is None or steps != h0.clocks.steps_to(h.clocks) or steps[6] or steps[0] <= 0:
             return 0
