@@ -118,6 +118,25 @@ def moved(e: Event, line: int, fields: tuple[tuple[str, str], ...]) -> Event:
                      e.cause, e.role, e.signature, e.priority, fields)
 
 
+#: event fields that hold a line number of the file (a traceback's first line, the line a process went on at)
+LINE_FIELDS = ("traceback_line", "went_on_line")
+
+
+def is_line_number(value: str) -> bool:
+    """Whether a field's value is a line number as the scan writes one (`str` of an int)."""
+    return value.isascii() and value.isdigit() and str(int(value)) == value
+
+
+def moved_by(e: Event, lines: int) -> Event:
+    """The event `lines` further down the file: its line and the line numbers among its fields (a later range's
+    events counted from the file's start, a repeated block's copies)."""
+    fields = e.fields
+    if any(name in LINE_FIELDS for name, _ in fields):
+        fields = tuple((name, str(int(value) + lines)) if name in LINE_FIELDS and is_line_number(value)
+                       else (name, value) for name, value in fields)
+    return moved(e, e.line + lines, fields)
+
+
 
 def evolve(e: Event, **changes: Any) -> Event:
     """`dataclasses.replace` for the hot path: a copy of the frozen event with `changes` (no re-validation; a name

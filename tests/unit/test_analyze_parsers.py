@@ -350,6 +350,27 @@ def test_a_file_cut_anywhere_into_ranges_reads_as_the_whole_file(tmp_path_factor
     assert parts[1].lines == whole[1].lines == text.count("\n")
 
 
+def test_a_later_ranges_line_numbers_in_fields_are_counted_from_the_files_start(tmp_path, sigs) -> None:
+    """A range's events come back with the line numbers among their fields (a traceback's first line, the line a
+    process went on at) counted from the file's start, as the whole file's."""
+    from ddpslurm.analyze.parse.file_ranges import merge_parts
+
+    head = "".join(f"node1:1:2 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[0] via P2P/IPC\n" for i in range(40))
+    tail = ('[rank6]: Traceback (most recent call last):\n[rank6]:   File "train.py", line 9, in <module>\n'
+            "[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+            "[rank6]: retrying with a smaller batch\n")
+    path = tmp_path / "big.log"
+    path.write_text(head + tail)
+    source = SourceFile(path=str(path), display="big.log", size=path.stat().st_size)
+    whole = scan_file(source, sigs)
+    cut = len(head.encode())
+    parts = merge_parts([scan_file(source, sigs, start=0, end=cut),
+                         scan_file(source, sigs, start=cut, end=source.size)])
+    fields = [(e.line, e.kind, e.fields) for e in whole[0]]
+    assert {name for _line, _kind, f in fields for name, _ in f} >= {"traceback_line", "went_on_line"}
+    assert [(e.line, e.kind, e.fields) for e in parts[0]] == fields
+
+
 @settings(max_examples=12, deadline=None)
 @given(count=st.sampled_from([2, 49, 60, 250, 700]), seed=st.integers(0, 1000),
        label=st.sampled_from(["{r}: ", "[rank{r}]:"]))

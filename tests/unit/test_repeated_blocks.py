@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddpslurm.analyze.api import analyze_paths
-from ddpslurm.analyze.model import SourceFile, new_event
+from ddpslurm.analyze.model import SourceFile, moved_by, new_event
 from ddpslurm.analyze.parse import repeated_blocks, scan
 from ddpslurm.analyze.read.bulk import BULK
 from ddpslurm.analyze.rules.loading import load_signatures
@@ -217,7 +217,7 @@ def test_a_repeated_block_is_diagnosed_as_if_read_in_full(tmp_path: Path, runs) 
 def test_an_event_moved_on_says_the_same_further_down() -> None:
     e = new_event("f", 12, "exception", "boom", 3, fields=(("traceback_line", "7"), ("where", "x.py:3"),
                                                            ("went_on_line", "0012")))
-    later = repeated_blocks.moved_on(e, 30)
+    later = moved_by(e, 30)
     assert (later.line, later.fields) == (42, (("traceback_line", "37"), ("where", "x.py:3"),
                                                ("went_on_line", "0012")))
     assert repeated_blocks.normalised_event(later, 40) == repeated_blocks.normalised_event(e, 10)

@@ -7,7 +7,7 @@ range, which read them in context, and the facts they repeat told once.
 
 from __future__ import annotations
 
-from ddpslurm.analyze.model import Event, FileSummary, moved
+from ddpslurm.analyze.model import Event, FileSummary, moved_by
 from ddpslurm.analyze.parse.repeated_facts import told_once
 from ddpslurm.analyze.read.blocks import MAX_LINE
 
@@ -38,7 +38,7 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
     offset = covered = 0  # covered: the last line (of the whole file) an earlier range has read
     for part_events, summary in parts:
         for e in part_events:
-            e = _shifted(e, offset) if offset else e
+            e = moved_by(e, offset) if offset else e
             if e.line > covered and (e.line, e.kind) not in seen:
                 seen.add((e.line, e.kind))
                 events.append(e)
@@ -59,16 +59,3 @@ def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Even
         merged.ends_with_newline = summary.ends_with_newline
     merged.lines = offset
     return told_once(events), merged
-
-
-#: fields that hold a line number of the file (a traceback's first line)
-LINE_FIELDS = ("traceback_line",)
-
-
-def _shifted(e: Event, offset: int) -> Event:
-    """A range's event with its line numbers counted from the file's start instead of the range's."""
-    fields = e.fields
-    if any(name in LINE_FIELDS for name, _ in fields):
-        fields = tuple((name, str(int(value) + offset)) if name in LINE_FIELDS and value.isdigit() else (name, value)
-                       for name, value in fields)
-    return moved(e, e.line + offset, fields)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
 
-from ddpslurm.analyze.model import EVENT_FIELDS, Event, moved
+from ddpslurm.analyze.model import EVENT_FIELDS, LINE_FIELDS, Event, is_line_number, moved
 from ddpslurm.analyze.parse.line_events import NO_REWRITE
 
 #: switched off, every line of a repeated block is read (the reference the replay is tested against)
@@ -47,8 +47,6 @@ MAX_MISSES = 64
 UNMATCHED = 64
 #: the bytes at a period's end compared before the whole period
 PROBE_BYTES = 64
-#: event fields that hold a line number of the file
-LINE_FIELDS = ("traceback_line", "went_on_line")
 
 #: an event's values but its line and fields, read at once
 _EVENT_REST = attrgetter(*(name for name in EVENT_FIELDS if name not in ("line", "fields")))
@@ -113,26 +111,13 @@ def _line_fields(fields: tuple, line: int) -> tuple:
     """An event's fields with each line number among them counted from `line`."""
     if not any(name in LINE_FIELDS for name, _ in fields):
         return fields
-    return tuple((name, int(value) - line) if name in LINE_FIELDS and _canonical_number(value) else (name, value)
+    return tuple((name, int(value) - line) if name in LINE_FIELDS and is_line_number(value) else (name, value)
                  for name, value in fields)
-
-
-def _canonical_number(value: str) -> bool:
-    return value.isascii() and value.isdigit() and str(int(value)) == value
 
 
 def normalised_event(e: Event, line: int) -> tuple:
     """What an event says, its line numbers counted from `line`."""
     return (e.line - line, _EVENT_REST(e), _line_fields(e.fields, line))
-
-
-def moved_on(e: Event, lines: int) -> Event:
-    """The event `lines` further down: its line and the line numbers among its fields."""
-    fields = e.fields
-    if any(name in LINE_FIELDS for name, _ in fields):
-        fields = tuple((name, str(int(value) + lines)) if name in LINE_FIELDS and _canonical_number(value)
-                       else (name, value) for name, value in fields)
-    return moved(e, e.line + lines, fields)
 
 
 def _same(block: bytes | bytearray, at: int, cur: int, size: int) -> bool:
@@ -144,12 +129,12 @@ def _same(block: bytes | bytearray, at: int, cur: int, size: int) -> bool:
 
 
 def _copies(template: list[Event], lines: int, times: int) -> list[Event]:
-    """`moved_on` of each of the `template` events, 1, 2, ... `times` periods of `lines` further down, in order
-    (where each event's line numbers are among its fields worked out once)."""
+    """`moved_by` of each of the `template` events, 1, 2, ... `times` periods of `lines` further down, in order
+    (where each event's line numbers are among its fields worked out once: thousands of copies of a few events)."""
     made = []
     for e in template:
         at = [(j, name, int(value)) for j, (name, value) in enumerate(e.fields)
-              if name in LINE_FIELDS and _canonical_number(value)]
+              if name in LINE_FIELDS and is_line_number(value)]
         made.append((e, at))
     out: list[Event] = []
     for i in range(1, times + 1):
