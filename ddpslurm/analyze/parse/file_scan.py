@@ -172,13 +172,13 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
     starts = None if every_line else candidate_starts(block, anchors, n)
     if extra and starts is not None:
         starts = sorted(set(starts) | set(extra))
+    head_end = max(extra) + 1 if extra else 0
     if BULK is not None and starts is not None and not stop_when_idle:
-        return _scan_block_bulk(block, n, lineno, state, starts, repeats, max(extra) + 1 if extra else 0)
+        return _scan_block_bulk(block, n, lineno, state, starts, repeats, head_end)
     count = len(starts) if starts is not None else 0
     idx = 0
     channels = state.channel_lines
     line_mode = every_line or state.line_mode  # changes only when a line is handled: asked again after each
-    head_end = max(extra) + 1 if extra else 0
     while cur < n:
         if not line_mode:
             while idx < count and starts[idx] < cur:
@@ -196,7 +196,7 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
         if end < 0:
             end = n
         line = bytes(block[cur:min(end, cur + MAX_LINE)])
-        if repeats is not None and (line == repeats.event_line or cur < head_end or state.line_mode):
+        if repeats is not None and (line_mode or line == repeats.event_line or cur < head_end):
             jump = _repeat_at(repeats, block, n, cur, end, line, lineno, state, head_end)
             if jump is not None:
                 cur, lineno = jump
