@@ -324,18 +324,21 @@ def test_a_traceback_left_open_by_a_silent_rank_stays_that_ranks(tmp_path_factor
 
 
 @settings(max_examples=60, deadline=None)
-@given(order=st.lists(st.sampled_from(["filler", "interleaved", "elastic", "oom"]), min_size=1, max_size=8),
+@given(order=st.lists(st.sampled_from(["filler", "interleaved", "elastic", "oom", "retried"]), min_size=1, max_size=8),
        cuts=st.lists(st.floats(0.0, 1.0), max_size=6))
 def test_a_file_cut_anywhere_into_ranges_reads_as_the_whole_file(tmp_path_factory, sigs, order: list[str],
                                                                   cuts: list[float]) -> None:
-    """Ranges cut at any line start, inside a traceback or a torchelastic block too: merged, their events are the
-    whole file's (a range that starts inside a block leaves those lines to the range that read the block)."""
+    """Ranges cut at any line start, inside a traceback or a torchelastic block too, or between a logged exception
+    and the line saying its process went on: merged, their events are the whole file's (a range that starts inside
+    a block, or where an exception is watched, leaves those lines to the range that read the block)."""
     from ddpslurm.analyze.parse.file_ranges import merge_parts
 
     pieces = {"filler": "".join(f"node1:1:2 [0] NCCL INFO Channel {i:02d}/0 : 0[0] -> 1[0] via P2P/IPC\n"
                                 for i in range(5)),
               "interleaved": INTERLEAVED, "elastic": ELASTIC,
-              "oom": "[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"}
+              "oom": "[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+              "retried": "[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+                         "[rank6]: retrying with a smaller batch\n"}
     text = "".join(pieces[p] for p in order)
     path = tmp_path_factory.mktemp("log") / "big.log"
     path.write_text(text)

@@ -67,8 +67,9 @@ class ContinuedLines(FailureBlocks):
 
     @property
     def must_read_on(self) -> bool:
-        """Whether a range's reading must go on past its end: a traceback or block open, a line waited for (a
-        watched exception is not: the next range reads those lines, and its watch ends at the range's end)."""
+        """Whether a line's reading is part of something still open that later lines complete: a traceback or
+        block open, a line waited for (a watched exception is not: its lines are each read on their own, and a line
+        of a known shape may be replayed)."""
         return bool(self.tracebacks.open or self.elastic or self.waiting) or self.pending is not None
 
     def _match_line(self, body: str, lineno: int, time_text: str | None, rank: int | None, local: int | None,

@@ -3,8 +3,8 @@ The file is read in binary blocks of whole lines (`iter_blocks`); only the lines
 anchors (the prefilter's candidate lines, and those of the file's head that hold a head anchor) are cut out and read
 (`FileState.handle`), except inside a traceback or a torchelastic failure block, where every line is read until the
 block ends; repeated NCCL channel lines are skipped on the block itself. A range read in a worker reads a block still
-open at its end on past it. The summary counts the lines and bytes, keeps the file's last lines, and tallies how the
-streams of a labelled log end (`stream_ends`).
+open at its end on past it (a logged exception watched there too, until its watch ends). The summary counts the
+lines and bytes, keeps the file's last lines, and tallies how the streams of a labelled log end (`stream_ends`).
 """
 
 from __future__ import annotations
@@ -112,18 +112,20 @@ def _scan_range(handle: Reader, start: int, end: int | None, state: FileState, t
             on_bytes(size)
     if end is None or end >= handle.size:
         summary.ends_with_newline = handle.ends_with_newline()
-    if end is not None and state.must_read_on:
+    if end is not None and state.line_mode:
         summary.read_past_end = _read_past_end(handle, end, lineno, state, anchors, every_line) - lineno
     return lineno
 
 
 def _read_past_end(handle: Reader, end: int, lineno: int, state: FileState, anchors: Sequence[bytes],
                    every_line: bool) -> int:
-    """Read on from a range's `end` (OVERRUN_BYTES at most) until no traceback or block is open any more (line
-    mode ends); the line count then, counted on from the range's `lineno`."""
+    """Read on from a range's `end` (OVERRUN_BYTES at most) until line mode ends: no traceback or block open, no
+    line waited for, and no logged exception watched (whose process may say on the next range's first lines that
+    it went on: those lines are this range's to read, in context, as the whole file's reading reads them); the line
+    count then, counted on from the range's `lineno`."""
     for block, size, _t in iter_blocks(Window(handle, end, end + OVERRUN_BYTES)):
         lineno = _scan_block(block, size, lineno, state, anchors, every_line, stop_when_idle=True)
-        if not state.must_read_on:
+        if not state.line_mode:
             break
     return lineno
 
@@ -210,7 +212,7 @@ def _scan_block(block: bytes | bytearray, n: int, lineno: int, state: FileState,
             repeats.event_line = line
         cur = end + 1
         line_mode = every_line or state.line_mode
-        if stop_when_idle and not state.must_read_on:
+        if stop_when_idle and not state.line_mode:
             break
     return lineno
 
