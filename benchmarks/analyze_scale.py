@@ -1,7 +1,7 @@
 """`ddpslurm analyze` from 512 to 65,536 ranks against `grep -E` over the same files, one table row per job.
 
     python benchmarks/analyze_scale.py [--root .bench/scale] [--runs 3] [--jobs N] [--cold]
-                                       [--job RANKS:GB:LAYOUT:SCENARIO:CULPRIT ...]
+                                       [--job RANKS:GB:LAYOUT:SCENARIO:CULPRIT ...] [--linear]
 
 Each job is generated with make_big_job.py under --root unless it is there already (PLANTED.json), the page cache
 is warmed by reading every file and ddpslurm's modules compiled to bytecode (as an installed copy has them), then
@@ -10,11 +10,14 @@ the one in the tree this script sits in, whatever the current folder (to compare
 this script with the same --root). With --cold (root on Linux) the page cache is dropped before every analyze and
 every grep run instead: each reads its files from the disk, as a first look at a job's logs does (Python's own
 files too, for analyze).
-Printed per job: files, bytes, analyze wall (median) and CPU (user+sys of the process tree, median), grep wall and
-CPU (median), wall and CPU ratios, peak RSS of the largest process and of the process tree (max over runs), and
-whether every run named the planted cause, rank and host. The default jobs are the issue's: 512 ranks / 1 GB,
-4,096 and 16,384 ranks with the culprit past the 20,000th file where there is one, 65,536 ranks, 256 ranks in
-torchrun per-node logs with a silent straggler, and 16,384 ranks in one merged `slurm-<job>.out` (srun --label).
+Printed per job: files, bytes, analyze wall (median), the same a rank, and CPU (user+sys of the process tree,
+median), grep wall and CPU (median), wall and CPU ratios, peak RSS of the largest process and of the process tree
+(max over runs), and whether every run named the planted cause, rank and host. The default jobs are the issue's:
+512 ranks / 1 GB, 4,096 and 16,384 ranks with the culprit past the 20,000th file where there is one, 65,536 ranks,
+256 ranks in torchrun per-node logs with a silent straggler, and 16,384 ranks in one merged `slurm-<job>.out`
+(srun --label).
+--linear measures one shape from 2,048 to 65,536 ranks at the same bytes a rank instead (with any --job) and says
+how the time a rank grows from the smallest to the largest.
 """
 
 from __future__ import annotations
@@ -51,6 +54,36 @@ DEFAULT_JOBS = ("512:1.0:submitit:oom:-1", "4096:0.4:submitit:oom:4000", "16384:
                 "16384:0.5:submitit:ibfail:9001", "16384:0.5:submitit:segv:9001",
                 "16384:0.5:submitit:inithang:9001", "16384:0.5:submitit:latelost:9001",
                 "16384:0.5:submitit:desync:9001")
+#: --linear: one job shape at every size from 2,048 to 65,536 ranks, the same bytes a rank (0.5 GB at 65,536 ranks),
+#: so that the time a rank takes can be compared across sizes (what grows faster than the ranks shows there)
+LINEAR_RANKS = (2048, 4096, 8192, 16384, 32768, 65536)
+LINEAR_GB_AT_65536 = 0.5
+
+
+def linear_jobs() -> list[str]:
+    """The --linear jobs: submitit layout, CUDA OOM, the generator's default culprit, bytes in proportion to ranks."""
+    return [f"{ranks}:{LINEAR_GB_AT_65536 * ranks / 65536:g}:submitit:oom:-1" for ranks in LINEAR_RANKS]
+
+
+def growth(rows: list[dict]) -> str:
+    """How analyze's wall time a rank changes from the smallest job to the largest of the same layout and scenario:
+    one line (what linear growth means: about 1x), or "" where fewer than two sizes of one shape were measured."""
+    shapes: dict[tuple, list[dict]] = {}
+    for r in rows:
+        shapes.setdefault((r["layout"], r["scenario"]), []).append(r)
+    lines = []
+    for (layout, scenario), same in shapes.items():
+        if len({r["ranks"] for r in same}) < 2:
+            continue
+        small, big = min(same, key=lambda r: r["ranks"]), max(same, key=lambda r: r["ranks"])
+        lines.append(f"{layout}/{scenario}: {per_rank_us(big):.0f} us a rank at {big['ranks']:,} ranks against "
+                     f"{per_rank_us(small):.0f} at {small['ranks']:,}: {per_rank_us(big) / per_rank_us(small):.2f}x")
+    return "\n".join(lines)
+
+
+def per_rank_us(row: dict) -> float:
+    """Analyze's wall time (median) a rank, in microseconds."""
+    return row["wall"] / row["ranks"] * 1e6
 
 
 def job_spec(text: str) -> str:
@@ -150,6 +183,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=positive, default=None, help="passed to `ddpslurm analyze --jobs`")
     parser.add_argument("--job", type=job_spec, action="append", help="RANKS:GB:LAYOUT:SCENARIO:CULPRIT (repeatable)")
     parser.add_argument("--cold", action="store_true", help="drop the page cache before every run (root, Linux)")
+    parser.add_argument("--linear", action="store_true",
+                        help=f"one job shape at {', '.join(f'{r:,}' for r in LINEAR_RANKS)} ranks, the same bytes "
+                             "a rank (added to any --job), and how the time a rank grows")
     args = parser.parse_args()
     if args.cold:
         try:
@@ -163,17 +199,22 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, python "
           f"{sys.version.split()[0]}, medians of {args.runs} alternating runs, "
           f"{'page cache dropped before each run' if args.cold else 'warm page cache'}")
-    print("| ranks | layout | scenario | culprit | files | GB | analyze wall s | analyze CPU s | grep wall s | "
-          "grep CPU s | ratio wall | ratio CPU | RSS MB max proc / tree | diagnosis |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for spec in args.job or DEFAULT_JOBS:
+    print("| ranks | layout | scenario | culprit | files | GB | analyze wall s | us a rank | analyze CPU s | "
+          "grep wall s | grep CPU s | ratio wall | ratio CPU | RSS MB max proc / tree | diagnosis |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    specs = [*(args.job or ([] if args.linear else DEFAULT_JOBS)), *(linear_jobs() if args.linear else [])]
+    rows = []
+    for spec in specs:
         r = measure_job(job_folder(args.root, spec), args.runs, args.jobs, args.cold)
+        rows.append(r)
         culprit = "its node" if r["culprit"] is None else r["culprit"]
         print(f"| {r['ranks']:,} | {r['layout']} | {r['scenario']} | {culprit} | {r['files']:,} | "
               f"{r['bytes'] / 1e9:.2f} | "
-              f"{r['wall']:.2f} | {r['cpu']:.2f} | {r['grep_wall']:.2f} | {r['grep_cpu']:.2f} | "
+              f"{r['wall']:.2f} | {per_rank_us(r):.0f} | {r['cpu']:.2f} | {r['grep_wall']:.2f} | {r['grep_cpu']:.2f} | "
               f"{r['wall'] / r['grep_wall']:.1f}x | {r['cpu'] / max(r['grep_cpu'], 1e-3):.1f}x | "
               f"{r['rss_max']:.0f} / {r['rss_tree']:.0f} | {'RIGHT' if r['right'] else 'WRONG'} |", flush=True)
+    if growth(rows):
+        print(growth(rows))
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
