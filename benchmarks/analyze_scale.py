@@ -213,8 +213,9 @@ def main() -> None:
               f"{r['wall']:.2f} | {per_rank_us(r):.0f} | {r['cpu']:.2f} | {r['grep_wall']:.2f} | {r['grep_cpu']:.2f} | "
               f"{r['wall'] / r['grep_wall']:.1f}x | {r['cpu'] / max(r['grep_cpu'], 1e-3):.1f}x | "
               f"{r['rss_max']:.0f} / {r['rss_tree']:.0f} | {'RIGHT' if r['right'] else 'WRONG'} |", flush=True)
-    if growth(rows):
-        print(growth(rows))
+    grown = growth(rows)
+    if grown:
+        print(grown)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 

@@ -188,8 +188,8 @@ class FileSummary:
     match_timeouts: int = 0  # lines on which a signature's regex ran past its timeout (that signature skipped)
     torchrun: bool = False  # the file shows a torchrun agent (then srun task ids are nodes)
     ends_with_newline: bool | None = None  # its last byte, as the scan saw it (None: not known, look at the file)
-    #: a byte range's scan only: lines after its end it read to finish a traceback or block open there (the next
-    #: range reads them too, out of context; scan.merge_parts keeps this range's reading of them)
+    #: a byte range's scan only: lines after its end it read to finish a traceback or block open there, or a logged
+    #: exception's watch (the next range reads them too, out of context; scan.merge_parts keeps this range's reading)
     read_past_end: int = 0
     #: a log srun --label merged (stream_ends): per label, its lines and its last line with its numbers masked
     streams: dict[int, tuple[int, str | None]] = field(default_factory=dict)

@@ -1,8 +1,8 @@
 """One file in byte ranges: a path in, cut points at line starts out; the ranges' results in, the file's out.
 A big file is cut at line starts so that several workers share it (`split_points`); each range is scanned on its own
-(reading past its end to finish a traceback or block open there), and the ranges' events and summaries are merged
-back into the whole file's (`merge_parts`): line numbers shifted, the lines a range read past its end taken from that
-range, which read them in context, and the facts they repeat told once.
+(reading past its end to finish a traceback or block open there, or a logged exception's watch), and the ranges' events
+and summaries are merged back into the whole file's (`merge_parts`): line numbers shifted, the lines a range read past
+its end taken from that range, which read them in context, and the facts they repeat told once.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ def split_points(path: str, size: int, parts: int) -> list[int]:
 
 def merge_parts(parts: list[tuple[list[Event], FileSummary]]) -> tuple[list[Event], FileSummary]:
     """One file's ranges back together: line numbers shifted, and the lines a range read past its end (to finish a
-    traceback or block open there) taken from that range, which read them in context, not from the next one, which
-    read them from the middle of that block (a failure block's entries read as lines of their own)."""
+    traceback or block open there, or a logged exception's watch) taken from that range, which read them in context,
+    not from the next one, which read them from the middle of that block (a failure block's entries read as lines of
+    their own, a retry notice without the exception it tells of)."""
     if len(parts) == 1:
         return parts[0]
     events: list[Event] = []

@@ -25,7 +25,7 @@ from ddpslurm.analyze.read.line_count import newlines
 from ddpslurm.analyze.read.prefilter import candidate_starts
 from ddpslurm.analyze.rules.signatures import HEAD_ANCHORS, UNTIMED_CHARS, SignatureSet
 
-#: how far past its end a range may read to finish a traceback or block open there
+#: how far past its end a range may read to finish a traceback or block open there (or a logged exception's watch)
 OVERRUN_BYTES = 4 << 20
 #: the head of a file, where the lines holding a head anchor are read too (`head_starts`)
 HEAD_BYTES = 64 << 10
@@ -43,8 +43,9 @@ def scan_file(source: SourceFile, sigs: SignatureSet, year: int | None = None,
     The summary keeps the shape of the file's last line always, its last lines only with `keep_tail` (a report
     shows a few files' tails when nothing matched: 16k ranks' tails are not held for that).
 
-    A range ends at `end`, except that a traceback or failure block still open there is read to its end
-    (at most OVERRUN_BYTES further); line numbers are relative to `start`, `summary.lines` counts the range.
+    A range ends at `end`, except that a traceback or failure block still open there is read to its end, and a
+    logged exception watched there until its watch ends (at most OVERRUN_BYTES further); line numbers are relative
+    to `start`, `summary.lines` counts the range.
     """
     summary = FileSummary(file=source.display)
     state = FileState(source=source, sigs=sigs, year=year, summary=summary)
@@ -87,8 +88,8 @@ def _stream_tally(head: bytes, size: int, end: int | None, summary: FileSummary)
 def _scan_range(handle: Reader, start: int, end: int | None, state: FileState, tail: deque[bytes],
                 tally: stream_ends.StreamTally | None, on_bytes: Callable[[int], None] | None) -> int:
     """Read the lines in [start, end) of an open file (to its end where `end` is None) into `state`, their last
-    ones into `tail`, their streams' ends into `tally`, and a traceback or block still open at `end` on past it
-    (`_read_past_end`); how many lines the range holds."""
+    ones into `tail`, their streams' ends into `tally`, and on past `end` while it is read in line mode (a traceback
+    or block open, a logged exception watched: `_read_past_end`); how many lines the range holds."""
     summary = state.summary
     assert summary is not None
     anchors = state.sigs.anchors
