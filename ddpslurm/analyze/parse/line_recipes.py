@@ -9,15 +9,17 @@ read from the spans the first one left: its prefixes' values, its signature's gr
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import regex
 
-from ddpslurm.analyze.model import FACT_KINDS
+from ddpslurm.analyze.model import FACT_KINDS, new_event
+from ddpslurm.analyze.parse import line_streams, shared_values
 from ddpslurm.analyze.parse.attribution import BODY_RANK, NCCL_SOURCE, PrefixSpans, Span, number, piece
 from ddpslurm.analyze.parse.continued_lines import LAST_ERROR, WRAPPED_HEAD, ContinuedLines
-from ddpslurm.analyze.parse.line_events import NCCL_INIT_ANY_DIGIT
-from ddpslurm.analyze.parse.line_streams import SLURM_HEAD, TORCHRUN, body_is_slurm, mentions_torchrun
+from ddpslurm.analyze.parse.line_events import GENERIC_NCCL_SIGNATURES, NCCL_INIT_ANY_DIGIT, interface_fields
+from ddpslurm.analyze.parse.line_streams import SLURM_HEAD, TORCHRUN, UNPREFIXED, body_is_slurm, mentions_torchrun
+from ddpslurm.analyze.parse.tag_hosts import HOST_TAG
 from ddpslurm.analyze.parse.timestamps import EVERY_FORM, TimePlan, time_plan
 from ddpslurm.analyze.read.bulk import BULK
 from ddpslurm.analyze.rules.digit_shape import shape
@@ -47,6 +49,8 @@ def masked_shape(raw: bytes) -> bytes:
 
 
 _shape = BULK.shape if BULK is not None else masked_shape
+if BULK is not None:
+    BULK.replay_setup(new_event, shared_values, line_streams, UNPREFIXED, HOST_TAG, interface_fields)
 
 
 def line_key(raw: bytes) -> object:
@@ -89,20 +93,49 @@ class LineRecipe:
     body_rank: Span | None = None
     #: where its text holds a time, if anywhere (`time_plan`): its lines are searched for that form from there only
     time: TimePlan = EVERY_FORM
+    #: the recipe as `_bulk.replay` reads it (`compiled_plan`); None: its lines are replayed in Python
+    plan: tuple | None = None
 
     @classmethod
     def of(cls, body: str, spans: PrefixSpans, slurm: bool, torchrun: bool, checks: tuple[int, ...],
            hit: tuple[Signature, regex.Match] | None, sigs: SignatureSet) -> LineRecipe:
         """The recipe of a line whose text after the prefixes is `body`, which `hit` matched (or nothing)."""
         if hit is None:
-            return cls(spans, slurm, torchrun, checks)
+            recipe = cls(spans, slurm, torchrun, checks)
+            return recipe if BULK is None else replace(recipe, plan=compiled_plan(recipe, None))
         sig, m = hit
         groups = tuple((name, *m.span(name)) for name, value in sorted(m.groupdict().items()) if value is not None)
         head = NCCL_SOURCE.match(body)
         tag = BODY_RANK.search(body, 0, 400) if "Rank " in body else None
-        return cls(spans, slurm, torchrun, checks, sigs.index_of(sig), groups,
-                   (head.span("host"), head.span("pid")) if head else None, tag.span("rank") if tag else None,
-                   time_plan(shape(body)))
+        recipe = cls(spans, slurm, torchrun, checks, sigs.index_of(sig), groups,
+                     (head.span("host"), head.span("pid")) if head else None, tag.span("rank") if tag else None,
+                     time_plan(shape(body)))
+        return recipe if BULK is None else replace(recipe, plan=compiled_plan(recipe, sig))
+
+
+def compiled_plan(recipe: LineRecipe, sig: Signature | None) -> tuple | None:
+    """`recipe` as `_bulk.replay` reads it (read/_bulk_replay.h): its prefix spans (start, then rank, local rank,
+    host, time and srun label, each a start and an end, -1 for none), the host tag, srun and torchrun flags, what its
+    signature makes (kind, whether a failure, cause, role, id, priority, accuses, whether a rank comes from its
+    groups, whether it is a rank map, whether an interface), its groups, NCCL's head, the `[Rank N]` tag and the
+    time plan. None for the lines whose event a later line may rewrite or explain (a generic NCCL error, an
+    exception that is watched for a sign its process went on): those are replayed in Python."""
+    p = recipe.prefix
+    spans = [p.start]
+    for span in (p.rank, p.local_rank, p.host, p.time_text, p.label):
+        spans += span if span is not None else (-1, -1)
+    made = None
+    if sig is not None:
+        failure = sig.kind not in FACT_KINDS
+        if sig.id in GENERIC_NCCL_SIGNATURES or (failure and sig.kind == "exception" and sig.role != "victim"):
+            return None
+        names = {name for name, _start, _end in recipe.groups}
+        made = (sig.kind, failure, sig.cause, sig.role, sig.id, sig.priority, sig.accuses,
+                sig.kind not in ("slurm_task",) and sig.accuses != "host", sig.kind == "nccl_rank_map",
+                sig.kind == "interface" and "ip" in names)
+    source = None if recipe.source is None else (*recipe.source[0], *recipe.source[1])
+    return (tuple(spans), p.host_tag, recipe.slurm, recipe.torchrun, made, recipe.groups, source, recipe.body_rank,
+            recipe.time)
 
 
 @dataclass
@@ -142,6 +175,9 @@ class RememberedShapes(ContinuedLines):
         digit-sensitive signatures it lists matches this line: then False, and nothing was done."""
         if recipe.checks and self.sigs.first_match(text[recipe.prefix.start:], recipe.checks) is not None:
             return False
+        if recipe.plan is not None and BULK is not None and not self.watching and \
+                BULK.replay(self, recipe.plan, text, lineno):
+            return True  # replayed in compiled code (read/_bulk_replay.h), this path its reference
         p = recipe.prefix.prefix(text)
         rank, local, host, stream = self._take_prefix(p, recipe.slurm, lineno)
         if recipe.torchrun and self.summary is not None:

@@ -843,6 +843,8 @@ done:
     return out;
 }
 
+#include "_bulk_replay.h"
+
 static PyMethodDef methods[] = {
     {"newlines", bulk_newlines, METH_VARARGS, "newlines(buffer, start, end) -> the b'\\n' in buffer[start:end]"},
     {"control_bytes", bulk_control_bytes, METH_VARARGS, "control_bytes(buffer) -> the control bytes in buffer"},
@@ -859,6 +861,10 @@ static PyMethodDef methods[] = {
     {"crc32", bulk_crc32, METH_VARARGS, "crc32(data) -> zlib.crc32(data)"},
     {"tail_marks", bulk_tail_marks, METH_VARARGS,
      "tail_marks(lines, shown, own) -> (marks, last shape) of a file's last lines, or None: the Python path"},
+    {"replay_setup", bulk_replay_setup, METH_VARARGS,
+     "replay_setup(new_event, shared_values, line_streams, unprefixed, host_tag, interface_fields) -> None"},
+    {"replay", (PyCFunction)(void (*)(void))bulk_replay, METH_FASTCALL,
+     "replay(state, plan, text, lineno) -> True (read), None (the Python path is to read it; nothing changed)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -869,7 +875,7 @@ static struct PyModuleDef module = {
 /* the interface these functions offer: read/bulk.py takes the module only where it is the one that file expects
  * (a build left from an older source is not: pip install again), raised with any change of a function's arguments,
  * results or meaning */
-#define INTERFACE 3
+#define INTERFACE 4
 
 PyMODINIT_FUNC PyInit__bulk(void)
 {

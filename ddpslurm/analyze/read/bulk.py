@@ -44,7 +44,7 @@ def _load() -> tuple[ModuleType | None, bool]:
 
 
 #: the interface of `_bulk.c` this file calls (its `INTERFACE`)
-INTERFACE = 3
+INTERFACE = 4
 #: the compiled module, or None: the pure path; and whether one was found out of date
 BULK, STALE = _load()
 
