@@ -12,7 +12,10 @@ pure path anyway (the differential test runs both). What `_bulk` does, each besi
   (read/prefilter.py `line_starts`);
 - `last_lines(block, count, end, cut, window)`: a block's last lines, each cut (parse/file_summary.py `last_lines`);
 - `tail_marks(lines, shown, own)`: the marks of a file's last lines' shapes and its last line's shape
-  (parse/file_summary.py `line_marks` of `byte_shapes`, and `last_shown`), with `crc32(data)` (`zlib.crc32`).
+  (parse/file_summary.py `line_marks` of `byte_shapes`, and `last_shown`), with `crc32(data)` (`zlib.crc32`);
+- `replay(state, plan, text, lineno)`: a remembered line shape's reading replayed, its event made
+  (parse/line_recipes.py `RememberedShapes.replay`, from the recipe's `compiled_plan`; `_bulk_replay.h`), once
+  `replay_setup` was given what the Python path reads (new_event, the shared values' memo, the limits).
 """
 
 from __future__ import annotations
