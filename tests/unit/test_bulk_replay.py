@@ -2,8 +2,8 @@
 (parse/line_recipes.py `RememberedShapes.replay`): the same lines, through the same file's reading state, make the
 same events and leave the same state (streams, line counts, hosts told, rank maps, the summary's ranks), whatever
 the lines' digits, prefixes and order and whatever the file's own rank, host and srun task. A line the compiled
-replay leaves to Python (it may continue the line above it, its time is not where the recipe planned it) changes
-nothing before it is read there."""
+replay leaves to Python (it may continue the line above it) changes nothing before it is read there; a time not
+where the recipe planned it is read by the state's own `_time`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddpslurm.analyze.model import SourceFile
+from ddpslurm.analyze.model import FileSummary, SourceFile
 from ddpslurm.analyze.parse import line_recipes
 from ddpslurm.analyze.parse.file_state import FileState
 from ddpslurm.analyze.read import bulk
@@ -87,7 +87,7 @@ def _read(lines: list[str], source: dict, year: int | None, compiled: bool) -> t
     sigs.caches.line_recipes.clear()
     sigs.caches.inert_lines.clear()
     src = SourceFile(path="/job/4817203_3_log.err", display="4817203_3_log.err", **source)
-    state = FileState(source=src, sigs=sigs, year=year, summary=line_recipes_summary())
+    state = FileState(source=src, sigs=sigs, year=year, summary=FileSummary(file=src.display))
     with pytest.MonkeyPatch.context() as patch:
         if not compiled:
             patch.setattr(line_recipes, "BULK", None)
@@ -96,12 +96,6 @@ def _read(lines: list[str], source: dict, year: int | None, compiled: bool) -> t
     kept = ("streams", "stream_lines", "handled", "stream_now", "previous", "label_rank", "prefix_rank", "tag_hosts",
             "carried_hosts", "rank_maps", "init_starts", "watching")
     return state.events, dataclasses.asdict(state.summary), {name: getattr(state, name) for name in kept}
-
-
-def line_recipes_summary():
-    from ddpslurm.analyze.model import FileSummary
-
-    return FileSummary(file="4817203_3_log.err")
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -181,3 +175,17 @@ def test_bad_arguments_raise_and_do_not_crash() -> None:
     with pytest.raises(TypeError):
         replay(None, (None,) * 9)
     assert replay(None, (None,) * 9, "caf\u00e9", 1) is None  # not ASCII: Python's
+
+
+def test_numbers_longer_than_a_machine_word_are_read_as_python_reads_them(monkeypatch) -> None:
+    """A pid of NCCL's head has no bound on its digits: past 18 the compiled replay reads it as Python's `int`."""
+    rng = random.Random(9)
+    lines = [f"gpu-0001:{rng.randrange(10 ** 24, 10 ** 25)}:100096 [5] NCCL INFO Bootstrap : Using "
+             f"ib0:10.100.0.{rng.randrange(10, 99)}<0>" for _ in range(6)]
+    counted = _Counted()
+    monkeypatch.setattr(line_recipes, "BULK", counted)
+    got = _read(lines, {"rank": 3}, 2025, compiled=True)
+    assert counted.read == len(lines) - 1
+    monkeypatch.undo()
+    assert got == _read(lines, {"rank": 3}, 2025, compiled=False)
+    assert all(e.pid is not None and e.pid >= 10 ** 24 for e in got[0])

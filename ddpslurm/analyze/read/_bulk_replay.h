@@ -5,8 +5,8 @@
  * `[Rank N]` tag read from theirs, and the event made as `_signature_event` and `_emit` make it (its glog time read
  * here where the recipe's time plan says where it is; any other time by the state's own `_time`).
  * Returns True when the line was read, None when this line is one the Python path is to read (a line that may
- * continue the one above it, a time read another way than planned when no `_time` is given, text not ASCII): then
- * nothing was changed. Included by _bulk.c. */
+ * continue the one above it, text not ASCII, spans the line cannot hold): then nothing was changed. A time not at
+ * its planned place is read by the state's `_time`. Included by _bulk.c. */
 
 /* what `replay_setup` was given: new_event, the modules whose CANONICAL and MAX_CANONICAL (shared_values) and
  * MAX_RANK_LIST (line_streams) are read at each call (as the Python path reads them), UNPREFIXED, HOST_TAG,
@@ -90,23 +90,21 @@ static int call_limits(void)
     return 0;
 }
 
-/* The int written at p[0:len] (ASCII digits, as a digit group holds: `int(text[a:b])`), or NULL. */
+/* The int written at p[0:len] (ASCII digits, as a digit group holds: `int(text[a:b])`), or NULL (with no error set
+ * where p[0:len] is empty or not all digits). */
 static PyObject *digits_int(const char *p, Py_ssize_t len)
 {
     if (len <= 0)
         return NULL;
-    if (len <= 18) {
-        long long v = 0;
-        for (Py_ssize_t i = 0; i < len; i++) {
-            if (p[i] < '0' || p[i] > '9')
-                return NULL;
-            v = v * 10 + (p[i] - '0');
-        }
-        return PyLong_FromLongLong(v);
-    }
-    for (Py_ssize_t i = 0; i < len; i++)
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
         if (p[i] < '0' || p[i] > '9')
             return NULL;
+        if (len <= 18)  /* a longer number is read by PyLong_FromString below */
+            v = v * 10 + (p[i] - '0');
+    }
+    if (len <= 18)
+        return PyLong_FromLongLong(v);
     char *copy = PyMem_Malloc(len + 1);
     if (copy == NULL)
         return PyErr_NoMemory();
@@ -296,19 +294,6 @@ fail:
     return NULL;
 }
 
-/* set.add / a set's membership, on an attribute of the state that is a set */
-static int in_set(PyObject *set, PyObject *item)
-{
-    return PySet_Check(set) ? PySet_Contains(set, item) : PySequence_Contains(set, item);
-}
-
-/* The plan's signature part (see `compiled_plan`). */
-typedef struct {
-    PyObject *kind, *cause, *role, *id, *accuses;
-    PyObject *priority;
-    int failure, rank_from_groups, rank_map, interface;
-} PlanSig;
-
 /* The values a plan reads from one line before anything is changed: what `Prefix` says, the body, the groups, NCCL's
  * head and a `[Rank N]` tag. References owned. */
 typedef struct {
@@ -455,7 +440,7 @@ static int held_in(PyObject *state, PyObject *name, PyObject *item)
     PyObject *set = PyObject_GetAttr(state, name);
     if (set == NULL)
         return -1;
-    int out = in_set(set, item);
+    int out = PySet_Check(set) ? PySet_Contains(set, item) : PySequence_Contains(set, item);
     Py_DECREF(set);
     return out;
 }
