@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddpslurm.analyze.parse.attribution import strip_prefixes
-from ddpslurm.analyze.rules.digit_shape import digit_blind, python_syntax, shape
+from ddpslurm.analyze.rules.digit_shape import digit_blind, has_run, line_shape, python_syntax, shape
 from ddpslurm.analyze.rules.loading import load_signatures
 from ddpslurm.analyze.rules.signatures import SignatureSet
 
@@ -21,7 +21,11 @@ CASES = Path(__file__).resolve().parents[2] / "analyzer" / "cases"
     (r"Rank (?P<rank>\d+) timed out after (?P<ms>\d+)ms", (), True),
     (r"\[(?P<rank>\w+)\] [^\]]+ \S+ \b.", (), True),
     (r"signal 11\b", (), False),  # a literal digit
-    (r"(?:0x)?[0-9a-f]+ rank", (), False),  # `0` written in the pattern
+    (r"(?:0x)?[0-9a-f]+ rank", (), True),  # a `0` right before an `x`: line_shape keeps it
+    (r"0(x)", (), False),  # ... only a literal x right after it, in the same sequence (not in a group)
+    (r"10x", (), False),  # the `1` is not before the x
+    (r"comm 0x", ("0x",), True),
+    (r"comm 0x", ("0x1",), False),
     (r"exit code [1-9]", (), False),  # a class holding some digits only
     (r"(?P<a>\w+) again (?P=a)", (), False),  # a back-reference
     (r"\p{Lu}rror", (), False),  # regex-only syntax: unsure
@@ -41,6 +45,14 @@ def test_digit_blind(pattern: str, literals: tuple[str, ...], blind: bool) -> No
 def test_python_syntax_keeps_each_name_on_its_first_group_only() -> None:
     assert python_syntax(r"(?P<a>x)|(?P<b>y)|(?P<a>z)(?P=a)") == r"(?P<a>x)|(?P<b>y)|(z)(?P=a)"
     assert python_syntax(r"(?P<a>x)(?P<b>y)") == r"(?P<a>x)(?P<b>y)"
+
+
+def test_line_shape_keeps_a_digit_before_x_and_masks_hex_runs() -> None:
+    assert line_shape("comm 0x8d11738f7d9 rank 11 4x8") == "comm 0x00000000000 rank 00 4x0"
+    assert line_shape("0xab12 (0xcd) k=0xef,0x3") == "0x0000 (0x00) k=0x00,0x0"
+    # no run: an upper-case or word byte after it, no boundary before its 0x, nothing after the x
+    assert line_shape("0xdeadBEEF a0xab [0xab] 0x12_3 0x") == "0xdeadBEEF a0xab [0xab] 0x00_0 0x"
+    assert not has_run("a0xab 0x") and has_run("0x1") and has_run("=0xab!")
 
 
 def test_shape_keeps_length_and_non_digits() -> None:

@@ -95,6 +95,15 @@ def test_a_large_job_scans_the_same_with_and_without_recipes(tmp_path: Path, mon
         assert got == _scan(path, fresh), path
 
 
+def _with_a_hex_sensitive_signature():
+    """The shipped set and one signature whose regex reads a hex run's digits unlike its letters."""
+    from ddpslurm.analyze.rules.signatures import Signature, build_set
+
+    odd = Signature(id="test-hex-digits", cause="infiniband_error", role="culprit", pattern_text=r"comm 0x[0-9]+ peer",
+                    prefilter=("peer",))
+    return build_set([*load_signatures().signatures, odd])
+
+
 def _without_rank_map_comm():
     from ddpslurm.analyze.rules.signatures import build_set
 
@@ -111,6 +120,11 @@ def _without_rank_map_comm():
     # NCCL's `0x` decides whether an `Init` line is one
     ("[rank3]: comm 5x7f3a rank 3 nranks 8 cudaDev 0 busId 1 - Init START",
      "[rank3]: comm 0x7f3a rank 3 nranks 8 cudaDev 0 busId 1 - Init START", _without_rank_map_comm),
+    # a hex run's letters decide for a signature that is not run-blind (both lines: `comm 0x0000 peer 0`)
+    ("[rank3]: comm 0xab12 peer 5 lost", "[rank3]: comm 0x1234 peer 5 lost",
+     _with_a_hex_sensitive_signature),
+    ("[rank3]: comm 0x1234 peer 5 lost", "[rank3]: comm 0xab12 peer 5 lost",
+     _with_a_hex_sensitive_signature),
     # the same on a line longer than the shapes remembered as themselves (a digest of its shape is)
     ("[rank3]: SystemExit: 144 (signal) " + "padding " * 80, "[rank3]: SystemExit: 143 (signal) " + "padding " * 80,
      load_signatures),

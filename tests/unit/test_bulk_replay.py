@@ -23,7 +23,8 @@ from ddpslurm.analyze.rules.loading import load_signatures
 pytestmark = pytest.mark.skipif(bulk.BULK is None, reason="the compiled bulk path is not built in this checkout")
 
 #: message bodies of the libraries' families a big job repeats rank after rank ({d}: a run of digits, its width
-#: drawn once per example so that lines share shapes; {g}: a glog head; {n}: NCCL's `host:pid:tid [dev]` head)
+#: drawn once per example so that lines share shapes; {h}: a hex id of a drawn width, its letters drawn per line,
+#: now and then upper-case; {g}: a glog head; {n}: NCCL's `host:pid:tid [dev]` head)
 BODIES = (
     "{g}ProcessGroupNCCL.cpp:{d}] [Rank {d}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={d}, "
     "OpType=ALLREDUCE, NumelIn={d}, NumelOut={d}, Timeout(ms)=600000) ran for {d} milliseconds before timing out.",
@@ -37,6 +38,9 @@ BODIES = (
     "{n}NCCL INFO Trees [0] {d}/{d}/-1->{d}->{d} [1] {d}/{d}/-1->{d}->{d}",
     "{n}NCCL INFO Channel {d}/0 : {d}[{d}] -> {d}[{d}] [send] via NET/IB/{d}/GDRDMA",
     "{n}NCCL INFO Init timings: rank {d} nranks {d} total 1.{d} (kernels 0.{d}, bootstrap 0.{d})",
+    "{n}NCCL INFO comm 0x{h} rank {d} nRanks {d} nNodes {d} localRanks {d} localRank {d} MNNVL 0",
+    "{n}NCCL INFO ncclCommInitRank comm 0x{h} rank {d} nranks {d} cudaDev {d} nvmlDev {d} busId {d}000 commId 0x{h} "
+    "- Init START",
     "{n}NCCL WARN NET/IB : Got completion from peer 10.{d}.{d}.{d}<{d}> with status=12 opcode=0 len=0 vendor err {d}",
     "srun: error: gpu-{d}: task {d}: Exited with exit code {d}",
     "slurmstepd: error: *** STEP {d}.0 ON gpu-{d} CANCELLED AT 2025-03-14T22:55:01 DUE TO TIME LIMIT ***",
@@ -54,6 +58,9 @@ NCCL = "gpu-{d}:{d}:{d} [{d}] "
 
 def _fill(template: str, widths: list[int], rng: random.Random, glog: str) -> str:
     out = template.replace("{g}", glog).replace("{n}", NCCL)
+    while "{h}" in out:
+        hexes = "0123456789abcdef" if rng.random() < 0.9 else "0123456789abcdefABCDEF"
+        out = out.replace("{h}", "".join(rng.choice(hexes) for _ in range(widths[-1] + 6)), 1)
     pieces = out.split("{d}")
     digits = [str(rng.randrange(10 ** w)).zfill(w) if w < 4 else str(rng.randrange(10 ** (w - 1), 10 ** w))
               for w in widths[:len(pieces) - 1]]

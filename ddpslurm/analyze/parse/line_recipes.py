@@ -1,4 +1,5 @@
-"""Lines known by their shape: a raw line (its digits written as 0) in, its reading replayed or skipped out.
+"""Lines known by their shape: a raw line (its digits and hex ids written as 0) in, its reading replayed or skipped
+out.
 The fifth layer of `FileState`. Most of a big job's candidate lines differ from one another only in their digits
 (16k ranks' watchdog, rank-map and NCCL INFO lines). When every step a line went through decided by its shape alone,
 the shape is remembered in the signature set's caches: as saying nothing (an inert line: its next ones are skipped
@@ -22,7 +23,7 @@ from ddpslurm.analyze.parse.line_streams import SLURM_HEAD, TORCHRUN, UNPREFIXED
 from ddpslurm.analyze.parse.tag_hosts import HOST_TAG
 from ddpslurm.analyze.parse.timestamps import EVERY_FORM, TimePlan, time_plan
 from ddpslurm.analyze.read.bulk import BULK
-from ddpslurm.analyze.rules.digit_shape import shape
+from ddpslurm.analyze.rules.digit_shape import HEX_RUN, has_run, shape
 from ddpslurm.analyze.rules.signatures import Signature, SignatureSet, memo_key, remember
 
 #: raw lines of at most this many bytes may be remembered as saying nothing (MatchCaches.inert_lines), and so many
@@ -32,12 +33,24 @@ DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 #: a date's shape: the prefix rules' one digit-sensitive part is its century (`19|20`)
 DATE_SHAPE = b"0000-00-00"
+#: `digit_shape`'s digit before an `x` and hex run, in bytes
+_DIGIT_X = regex.compile(rb"[0-9](?=[xX])")
+_HEX_RUN = regex.compile(HEX_RUN.pattern.encode("ascii"))
 
 
 def masked_shape(raw: bytes) -> bytes:
-    """A raw line's shape (`DIGITS_TO_ZERO`) with each date's century kept as written, the one digit the prefix
-    rules read (`19|20`): the pure twin of `_bulk.shape`."""
+    """A raw line's shape (`DIGITS_TO_ZERO`) with a digit right before an `x` or `X` kept and each hex run written
+    as 0s (`digit_shape.line_shape`), then each date's century kept as written, the one digit the prefix rules read
+    (`19|20`): the pure twin of `_bulk.shape`."""
     masked = raw.translate(DIGITS_TO_ZERO)
+    if _DIGIT_X.search(raw) is not None:
+        kept = bytearray(masked)
+        for m in _DIGIT_X.finditer(raw):
+            kept[m.start()] = raw[m.start()]
+        for m in _HEX_RUN.finditer(raw):
+            start, end = m.span("run")
+            kept[start:end] = b"0" * (end - start)
+        masked = bytes(kept)
     at = masked.find(DATE_SHAPE)
     if at < 0:
         return masked
@@ -67,14 +80,26 @@ NOT_REPLAYED = ("JobEnvironment(", "RESTART_COUNT", "ChildFailedError", "frame #
 
 
 @functools.cache
-def recipe_patterns_blind() -> bool:
-    """Whether every pattern a line recipe stands in for is digit-blind (digit_shape): else none is made."""
-    from ddpslurm.analyze.parse.attribution import EMBEDDED_RANK, RULES
+def recipe_patterns_blind(runs: bool = False) -> bool:
+    """Whether every pattern a line recipe stands in for is digit-blind (digit_shape), and, for a line with hex
+    runs, run-blind (hex_runs; the prefix rules never ending inside a run), as are the words it looks for: else
+    no recipe is made (for such lines)."""
+    from ddpslurm.analyze.parse import tracebacks
+    from ddpslurm.analyze.parse.attribution import ANY_RULE, EMBEDDED_RANK, RULES
     from ddpslurm.analyze.rules.digit_shape import digit_blind
+    from ddpslurm.analyze.rules.hex_runs import literal_run_blind, prefixes_run_blind, run_blind
+    from ddpslurm.analyze.rules.signatures import ROOT_CAUSE_HEADER
 
-    patterns = (*(rule for rule, meaning in RULES if meaning != "time"), EMBEDDED_RANK, NCCL_SOURCE, BODY_RANK,
-                SLURM_HEAD, TORCHRUN, WRAPPED_HEAD)
-    return all(digit_blind(p.pattern) for p in patterns)
+    body_patterns = (NCCL_SOURCE, BODY_RANK, SLURM_HEAD, TORCHRUN, WRAPPED_HEAD, NCCL_INIT_ANY_DIGIT)
+    patterns = (*(rule for rule, meaning in RULES if meaning != "time"), EMBEDDED_RANK, *body_patterns)
+    if not all(digit_blind(p.pattern) for p in patterns):
+        return False
+    return not runs or (prefixes_run_blind([rule.pattern for rule, _ in RULES] + [ANY_RULE.pattern],
+                                           [EMBEDDED_RANK.pattern])
+                        and all(run_blind(p.pattern) for p in body_patterns)
+                        and all(literal_run_blind(word) for word in (
+                            *NOT_REPLAYED, ROOT_CAUSE_HEADER, "Init ", "INFO Channel ", "Rank ", "[rank", "[Rank",
+                            tracebacks._START, tracebacks._UNRAISABLE)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +134,7 @@ class LineRecipe:
         tag = BODY_RANK.search(body, 0, 400) if "Rank " in body else None
         recipe = cls(spans, slurm, torchrun, checks, sigs.index_of(sig), groups,
                      (head.span("host"), head.span("pid")) if head else None, tag.span("rank") if tag else None,
-                     time_plan(shape(body)))
+                     EVERY_FORM if has_run(body) else time_plan(shape(body)))
         return recipe if BULK is None else replace(recipe, plan=compiled_plan(recipe, sig))
 
 
@@ -151,18 +176,20 @@ class RememberedShapes(ContinuedLines):
 
         That holds when each step the line went through decides by its shape alone: the prefix rules (digit-blind
         but the timestamp's `19|20`: a date's century is kept in the key, `line_key`), the other patterns a recipe
-        stands in for (`recipe_patterns_blind`), no start-up line the scanner reads with patterns of its own
-        (`NOT_REPLAYED`; an NCCL `Init` line, whose `0x` is a digit), and the signatures: the digit-blind one that
-        matched, or none, decides unless one of a few digit-sensitive ones matches (`SignatureSet.replay_checks`,
-        run again on each line replayed); and when it left no state a later line depends on (nothing pending, no
-        block opened: `must_read_on`; a logged exception watched is no such state, `replay` reads the line for it
-        as `FileState.handle` does). Only printable ASCII lines."""
-        if (self.must_read_on or not raw.isascii() or text != raw.decode("ascii") or not recipe_patterns_blind()):
+        stands in for (`recipe_patterns_blind`; run-blind too for a line with hex runs, whose time is then searched
+        in full), no start-up line the scanner reads with patterns of its own (`NOT_REPLAYED`; an NCCL `Init` line,
+        which also settles its communicator's start), and the signatures: the blind one that matched, or none,
+        decides unless one of a few sensitive ones matches (`SignatureSet.replay_checks`, run again on each line
+        replayed); and when it left no state a later line depends on (nothing pending, no block opened:
+        `must_read_on`; a logged exception watched is no such state, `replay` reads the line for it as
+        `FileState.handle` does). Only printable ASCII lines."""
+        runs = has_run(text)
+        if (self.must_read_on or not raw.isascii() or text != raw.decode("ascii") or not recipe_patterns_blind(runs)):
             return
         body = text[spans.start:]
         if any(word in body for word in NOT_REPLAYED) or ("Init " in body and NCCL_INIT_ANY_DIGIT.search(body)):
             return
-        if hit is not None and self.sigs.is_sensitive(hit[0]):
+        if hit is not None and self.sigs.is_sensitive(hit[0], runs):
             return
         checks = self.sigs.replay_checks(body)
         if checks is None:
@@ -208,7 +235,8 @@ class RememberedShapes(ContinuedLines):
         opened. Only printable ASCII lines, whose text after the prefixes starts at the same byte in every one.
         """
         if (p.rank is not None or self.line_mode or "Init " in body or not raw.isascii()
-                or text != raw.decode("ascii") or body_is_slurm(body) or mentions_torchrun(body)):
+                or text != raw.decode("ascii") or body_is_slurm(body) or mentions_torchrun(body)
+                or (has_run(text) and not recipe_patterns_blind(True))):
             return
         sensitive = self.sigs.only_sensitive(body)
         if sensitive is not None:

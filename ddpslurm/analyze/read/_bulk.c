@@ -120,8 +120,17 @@ static PyObject *bulk_control_bytes(PyObject *Py_UNUSED(self), PyObject *args)
     return PyLong_FromSsize_t(count);
 }
 
-/* The shape of raw[0:len]: digits 1-9 written as 0, then the first two bytes of each "0000-00-00" found in that
- * (left to right, without overlaps) restored as written (line_recipes.line_key's masked form). */
+/* What may come before the `0x` of a hex run (digit_shape.BOUNDARY), and an ASCII word byte. */
+static int run_boundary(unsigned char c) { return c == ' ' || c == '\t' || c == '=' || c == '(' || c == '{' || c == ','; }
+static int word_byte(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+/* The shape of raw[0:len]: digits 1-9 written as 0 but one right before an x or X, each hex run's digits (the
+ * lowercase hex digits after a `0x` at the start or after a boundary, up to a byte that is no ASCII word byte)
+ * written as 0, then the first two bytes of each "0000-00-00" found in that (left to right, without overlaps)
+ * restored as written (line_recipes.masked_shape, the reference). */
 static PyObject *shape_of(const unsigned char *raw, Py_ssize_t len)
 {
     static const char date[] = "0000-00-00";
@@ -132,6 +141,20 @@ static PyObject *shape_of(const unsigned char *raw, Py_ssize_t len)
     for (Py_ssize_t i = 0; i < len; i++) {
         unsigned char c = raw[i];
         m[i] = (c >= '1' && c <= '9') ? '0' : c;
+    }
+    for (Py_ssize_t i = 0; i + 1 < len; i++) {
+        if (raw[i] < '0' || raw[i] > '9' || (raw[i + 1] != 'x' && raw[i + 1] != 'X'))
+            continue;
+        m[i] = raw[i];
+        if (raw[i] != '0' || (i > 0 && !run_boundary(raw[i - 1])))
+            continue;
+        Py_ssize_t end = i + 2;
+        while (end < len && ((raw[end] >= '0' && raw[end] <= '9') || (raw[end] >= 'a' && raw[end] <= 'f')))
+            end++;
+        if (end > i + 2 && (end == len || !word_byte(raw[end]))) {
+            memset(m + i + 2, '0', (size_t)(end - i - 2));
+            i = end - 1;
+        }
     }
     /* restoring bytes at..at+1 leaves the masked bytes from at+10 on, where the next search starts, as they were */
     for (Py_ssize_t at = 0; at + 10 <= len;) {
@@ -875,7 +898,7 @@ static struct PyModuleDef module = {
 /* the interface these functions offer: read/bulk.py takes the module only where it is the one that file expects
  * (a build left from an older source is not: pip install again), raised with any change of a function's arguments,
  * results or meaning */
-#define INTERFACE 4
+#define INTERFACE 5
 
 PyMODINIT_FUNC PyInit__bulk(void)
 {

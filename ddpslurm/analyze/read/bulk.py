@@ -47,7 +47,7 @@ def _load() -> tuple[ModuleType | None, bool]:
 
 
 #: the interface of `_bulk.c` this file calls (its `INTERFACE`)
-INTERFACE = 4
+INTERFACE = 5
 #: the compiled module, or None: the pure path; and whether one was found out of date
 BULK, STALE = _load()
 

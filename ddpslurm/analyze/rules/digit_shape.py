@@ -1,10 +1,12 @@
 """Lines that differ only in their digits: which signatures cannot tell them apart.
 
 16,384 ranks print the same watchdog line with a different rank, sequence number or time. A signature whose
-regex treats every ASCII digit alike (`\\d`, `\\w`, `.`, `[^\\]]`; no literal digit, no class holding some
-digits only, no back-reference) and whose literals hold no digit matches a line exactly where it matches the
-line's *shape*, the line with every ASCII digit written as `0`. Such a signature is *digit-blind*; what the set
-of them decides for one line holds for every line of the same shape (`signatures.SignatureSet.match`).
+regex treats every ASCII digit alike (`\\d`, `\\w`, `.`, `[^\\]]`; no literal digit but one right before a
+literal `x`, as in `0x`; no class holding some digits only, no back-reference) and whose literals hold no digit
+but such ones matches a line exactly where it matches the line's *shape*, the line with every ASCII digit written
+as `0` but one right before an `x` or `X` (`line_shape`; `hex_runs` masks NCCL's hex ids too). Such a signature
+is *digit-blind*; what the set of them decides for one line holds for every line of the same shape
+(`signatures.SignatureSet.match`). `shape` is the plain form (every digit as 0), for comparing texts.
 """
 
 from __future__ import annotations
@@ -42,15 +44,53 @@ def shape(text: str) -> str:
     return text.translate(_TO_ZERO)
 
 
+#: a digit right before an `x` or `X` (the `0` of `0x`): `line_shape` keeps it as written
+_DIGIT_X = re.compile(r"[0-9](?=[xX])")
+#: what may come before the `0x` of a hex run (or the line's start)
+BOUNDARY = " \t=({,"
+#: a hex run: the lowercase hex digits after a `0x` at the start or after a BOUNDARY, up to a character that is not
+#: an ASCII word character (or the end); one followed by a word character is no run (`0xdeadBEEF`, `0x12_3`)
+HEX_RUN = re.compile(rf"(?:^|(?<=[{re.escape(BOUNDARY)}]))0[xX](?P<run>[0-9a-f]+)(?![0-9A-Za-z_])")
+
+
+def line_shape(text: str) -> str:
+    """The shape lines are remembered by (signatures' plans, line recipes): `shape`, but a digit right before an
+    `x` or `X` kept as written, and every hex run (`HEX_RUN`: NCCL's `comm 0x7f3a...`) written as `0`s, so that
+    16k ranks' communicator ids make one shape. What holds for one line of a shape holds for all only for
+    patterns blind to both (`digit_blind`, and `hex_runs.run_blind` where `has_run`)."""
+    masked = text.translate(_TO_ZERO)
+    if _DIGIT_X.search(text) is None:
+        return masked
+    chars = list(masked)
+    for m in _DIGIT_X.finditer(text):
+        chars[m.start()] = m[0]
+    for m in HEX_RUN.finditer(text):
+        start, end = m.span("run")
+        chars[start:end] = "0" * (end - start)
+    return "".join(chars)
+
+
+def has_run(text: str) -> bool:
+    """Whether `text` holds a hex run (`HEX_RUN`); lines of one `line_shape` all do or all do not."""
+    return ("x" in text or "X" in text) and HEX_RUN.search(text) is not None
+
+
 def has_digit(text: str) -> bool:
     """Whether `text` holds an ASCII digit."""
     return any(d in text for d in DIGITS)
 
 
+def digit_gated(literal: str) -> bool:
+    """Whether `literal` may be in one line and not in another of the same `line_shape`: it holds a digit that is
+    not right before an `x` or `X` (such a digit is kept in the shape, as `0x` is)."""
+    return any(c in DIGITS and literal[i + 1:i + 2] not in ("x", "X") for i, c in enumerate(literal))
+
+
 def digit_blind(pattern: str, literals: Iterable[str] = ()) -> bool:
     """Whether a signature with this regex and these literals matches a line exactly where it matches the line's
-    shape. False when unsure: a pattern Python's parser cannot read (`regex`-only syntax) is not digit-blind."""
-    if any(has_digit(lit) for lit in literals if lit):
+    `line_shape`. False when unsure: a pattern Python's parser cannot read (`regex`-only syntax) is not
+    digit-blind."""
+    if any(digit_gated(lit) for lit in literals if lit):
         return False
     return _pattern_blind(pattern)
 
@@ -90,7 +130,14 @@ class _Unsure(Exception):
 
 
 def _blind(items) -> bool:
-    return all(_blind_item(op, arg) for op, arg in items)
+    items = list(items)
+    for k, (op, arg) in enumerate(items):
+        if op == _C.LITERAL and chr(arg) in DIGITS:  # blind only right before a literal x: `line_shape` keeps it
+            if not (k + 1 < len(items) and items[k + 1][0] == _C.LITERAL and chr(items[k + 1][1]) in "xX"):
+                return False
+        elif not _blind_item(op, arg):
+            return False
+    return True
 
 
 def _blind_item(op, arg) -> bool:

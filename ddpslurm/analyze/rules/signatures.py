@@ -20,7 +20,8 @@ from typing import Any
 import regex
 
 from ddpslurm.analyze.rules.cause_shapes import CauseShape
-from ddpslurm.analyze.rules.digit_shape import digit_blind, shape
+from ddpslurm.analyze.rules.digit_shape import digit_blind, has_run, line_shape, shape
+from ddpslurm.analyze.rules.hex_runs import run_blind
 from ddpslurm.analyze.rules.ib_status import IbStatuses
 from ddpslurm.analyze.rules.match_cache import MatchCaches, ShapePlan
 from ddpslurm.analyze.rules.went_on import WentOn
@@ -149,13 +150,13 @@ class SignatureSet:
         A signature whose regex runs past MATCH_TIMEOUT on this line is skipped for this line only (counted in
         `timeouts`), never the file: a catastrophic site pattern cannot hang or blind the analysis.
 
-        What the digit-blind signatures decide is remembered per line shape (`digit_shape`): a line of a shape
-        seen before runs the other signatures it may hold, then only the one digit-blind signature that matched
-        (for its groups), instead of every candidate's regex.
+        What the digit-blind signatures decide is remembered per line shape (`digit_shape.line_shape`; run-blind
+        ones too where it has hex runs, `hex_runs`): a line of a shape seen before runs the other signatures it may
+        hold, then only the one blind signature that matched (for its groups), instead of every candidate's regex.
         """
         if len(text) > PLANNED_CHARS:
             return self.match_all(text)
-        key = memo_key(shape(text))
+        key = memo_key(line_shape(text))
         plans = self.caches.plans
         plan = plans.get(key)
         if plan is None:
@@ -188,27 +189,38 @@ class SignatureSet:
         """The plan `match` made for `text`'s shape, where it holds for every line of that shape: None without one
         (a long line, a shape not met yet) or where a literal holding digits may be in such a line."""
         caches = self.caches
-        masked = shape(text) if len(text) <= PLANNED_CHARS else None
+        masked = line_shape(text) if len(text) <= PLANNED_CHARS else None
         plan = caches.plans.get(memo_key(masked)) if masked is not None else None
-        if plan is None or any(lit in masked for lit in caches.digit_literal_shapes):
+        if plan is None:
+            return None
+        loose = shape(masked)  # a digit kept before an `x` counts as any digit: a literal's shape is all 0s
+        if any(lit in loose for lit in caches.digit_literal_shapes) or (caches.run_literals and has_run(text)):
             return None
         return plan
 
-    def is_sensitive(self, sig: Signature) -> bool:
-        """Whether `sig`'s regex or literals may tell apart two lines of the same shape (digit_shape)."""
-        return self._sensitive(self.index_of(sig))
+    def is_sensitive(self, sig: Signature, runs: bool = False) -> bool:
+        """Whether `sig`'s regex or literals may tell apart two lines of the same shape (digit_shape), of a shape
+        with hex runs if `runs` (hex_runs)."""
+        return self._sensitive(self.index_of(sig), runs)
 
-    def _sensitive(self, i: int) -> bool:
-        """Whether signature i is not digit-blind, found out the first time it is asked (parsing a pattern is not
-        cheap: a short paste asks about a few signatures, not all of them)."""
-        sensitivity = self.caches.sensitivity
-        found = sensitivity.get(i)
+    def _sensitive(self, i: int, runs: bool = False) -> bool:
+        """Whether signature i is not digit-blind (or, if `runs`, not run-blind), found out the first time it is
+        asked (parsing a pattern is not cheap: a short paste asks about a few signatures, not all of them)."""
+        caches = self.caches
+        found = caches.sensitivity.get(i)
         if found is None:
             required = self._indexed().required.get(i, ())
             sig = self.signatures[i]
-            found = sensitivity[i] = sig.kind not in ENGINE_KINDS and not digit_blind(
+            found = caches.sensitivity[i] = sig.kind not in ENGINE_KINDS and not digit_blind(
                 sig.pattern_text, (*sig.prefilter, *required))
-        return found
+        if found or not runs:
+            return found
+        in_runs = caches.run_sensitivity.get(i)
+        if in_runs is None:
+            sig = self.signatures[i]
+            in_runs = caches.run_sensitivity[i] = sig.kind not in ENGINE_KINDS and not run_blind(
+                sig.pattern_text, (*sig.prefilter, *caches.required.get(i, ())))
+        return in_runs
 
     def index_of(self, sig: Signature) -> int:
         """The position of `sig` among the signatures (priority order)."""
@@ -265,11 +277,12 @@ class SignatureSet:
         by digit-free literals, and the first digit-blind signature that matches (None: none does). No plan when
         a digit-blind regex timed out (that is not a property of the shape)."""
         caches = self._indexed()
-        order, clean = caches.candidates(text)
+        runs = has_run(text)
+        order, clean = caches.candidates(text, runs)
         found: tuple[Signature, regex.Match] | None = None
         first_blind = None
         for i in order:
-            blind = not self._sensitive(i)
+            blind = not self._sensitive(i, runs)
             if found is not None and not blind:
                 continue
             try:
@@ -283,15 +296,19 @@ class SignatureSet:
             if m and blind:
                 first_blind = i
                 break
-        masked = shape(text)
-        sensitive = tuple(i for i in order if i in clean and caches.may_match_shape(i, text, masked)
-                          and self._sensitive(i))
+        masked = shape(line_shape(text))
+        sensitive = tuple(i for i in order if i in clean and caches.may_match_shape(i, text, masked, runs)
+                          and self._sensitive(i, runs))
         return found, ShapePlan(sensitive, first_blind)
 
     def _match_planned(self, text: str, plan: ShapePlan) -> tuple[Signature, regex.Match] | None:
         limit = plan.first_blind if plan.first_blind is not None else len(self.signatures)
         sensitive = set(plan.sensitive)
-        for i, literals in self.caches.digit_gated.items():
+        caches = self.caches
+        gated = caches.digit_gated.items()
+        if caches.run_gated and has_run(text):
+            gated = [*gated, *caches.run_gated.items()]
+        for i, literals in gated:
             if i < limit and i not in sensitive and any(lit in text for lit in literals):
                 sensitive.add(i)
         found = self.first_match(text, sorted(i for i in sensitive if i < limit))
