@@ -60,9 +60,10 @@ def _both(path: Path, start: int = 0, end: int | None = None) -> tuple[tuple, tu
 
 # --- the C functions against their twins ---------------------------------------------------------------------
 
-#: bytes a line's shape turns on: digits, dates' dashes, and some others
+#: bytes a line's shape turns on: digits, dates' dashes, hex runs and what bounds them, and some others
 _SHAPE_BYTES = st.binary(max_size=80) | st.lists(st.sampled_from(
-    [b"0", b"1", b"9", b"2026", b"-", b"12-02", b"0000-00-00", b"1999-", b" ", b"x", b"\xff", b"\n", b"\r"]),
+    [b"0", b"1", b"9", b"2026", b"-", b"12-02", b"0000-00-00", b"1999-", b" ", b"x", b"\xff", b"\n", b"\r",
+     b"0x", b"0X", b"ab", b"f", b"g", b"A", b"_", b"=", b"(", b"{", b",", b"\t", b"["]),
     max_size=40).map(b"".join)
 
 

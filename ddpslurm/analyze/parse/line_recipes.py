@@ -23,34 +23,21 @@ from ddpslurm.analyze.parse.line_streams import SLURM_HEAD, TORCHRUN, UNPREFIXED
 from ddpslurm.analyze.parse.tag_hosts import HOST_TAG
 from ddpslurm.analyze.parse.timestamps import EVERY_FORM, TimePlan, time_plan
 from ddpslurm.analyze.read.bulk import BULK
-from ddpslurm.analyze.rules.digit_shape import HEX_RUN, has_run, shape
+from ddpslurm.analyze.rules.digit_shape import has_run, line_shape, shape
 from ddpslurm.analyze.rules.signatures import Signature, SignatureSet, memo_key, remember
 
 #: raw lines of at most this many bytes may be remembered as saying nothing (MatchCaches.inert_lines), and so many
 MAX_INERT = 50_000
-#: a raw line's digits written as 0: its shape
-DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 #: a date's shape: the prefix rules' one digit-sensitive part is its century (`19|20`)
 DATE_SHAPE = b"0000-00-00"
-#: `digit_shape`'s digit before an `x` and hex run, in bytes
-_DIGIT_X = regex.compile(rb"[0-9](?=[xX])")
-_HEX_RUN = regex.compile(HEX_RUN.pattern.encode("ascii"))
 
 
 def masked_shape(raw: bytes) -> bytes:
-    """A raw line's shape (`DIGITS_TO_ZERO`) with a digit right before an `x` or `X` kept and each hex run written
-    as 0s (`digit_shape.line_shape`), then each date's century kept as written, the one digit the prefix rules read
-    (`19|20`): the pure twin of `_bulk.shape`."""
-    masked = raw.translate(DIGITS_TO_ZERO)
-    if _DIGIT_X.search(raw) is not None:
-        kept = bytearray(masked)
-        for m in _DIGIT_X.finditer(raw):
-            kept[m.start()] = raw[m.start()]
-        for m in _HEX_RUN.finditer(raw):
-            start, end = m.span("run")
-            kept[start:end] = b"0" * (end - start)
-        masked = bytes(kept)
+    """A raw line's `digit_shape.line_shape` (its digits written as 0 but one right before an `x`, its hex runs as
+    0s; read byte for byte as Latin-1, whose every byte is one character and the same ASCII), then each date's
+    century kept as written, the one digit the prefix rules read (`19|20`): the pure twin of `_bulk.shape`."""
+    masked = line_shape(raw.decode("latin-1")).encode("latin-1")
     at = masked.find(DATE_SHAPE)
     if at < 0:
         return masked

@@ -12,7 +12,7 @@ in its `MatchCaches` (match_cache.py).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,18 +209,20 @@ class SignatureSet:
         caches = self.caches
         found = caches.sensitivity.get(i)
         if found is None:
-            required = self._indexed().required.get(i, ())
-            sig = self.signatures[i]
-            found = caches.sensitivity[i] = sig.kind not in ENGINE_KINDS and not digit_blind(
-                sig.pattern_text, (*sig.prefilter, *required))
+            found = caches.sensitivity[i] = not self._passes(digit_blind, i)
         if found or not runs:
             return found
         in_runs = caches.run_sensitivity.get(i)
         if in_runs is None:
-            sig = self.signatures[i]
-            in_runs = caches.run_sensitivity[i] = sig.kind not in ENGINE_KINDS and not run_blind(
-                sig.pattern_text, (*sig.prefilter, *caches.required.get(i, ())))
+            in_runs = caches.run_sensitivity[i] = not self._passes(run_blind, i)
         return in_runs
+
+    def _passes(self, blind: Callable[[str, tuple[str, ...]], bool], i: int) -> bool:
+        """Whether signature i is blind by `blind` (digit_blind, run_blind) in its regex and literals (its prefilter's,
+        those every match holds); one of the kinds never matched against a line is."""
+        sig = self.signatures[i]
+        required = self._indexed().required.get(i, ())
+        return sig.kind in ENGINE_KINDS or blind(sig.pattern_text, (*sig.prefilter, *required))
 
     def index_of(self, sig: Signature) -> int:
         """The position of `sig` among the signatures (priority order)."""
